@@ -102,10 +102,9 @@ func newRootCmd(streams *IOStreams) *cobra.Command {
 // In the file, a key may sit at the top level ("addr: ...") or under the
 // command's name ("serve: {addr: ...}"); the command's section wins.
 func applyConfig(cmd *cobra.Command, configFile string) error {
+	// viper reads the file (any format it knows); the environment is looked
+	// up per flag below so that an env value always beats the file's.
 	v := viper.New()
-	v.SetEnvPrefix(envPrefix)
-	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
-	v.AutomaticEnv()
 	if configFile == "" {
 		configFile = os.Getenv(envPrefix + "_CONFIG")
 	}
@@ -123,7 +122,7 @@ func applyConfig(cmd *cobra.Command, configFile string) error {
 		}
 		var val any
 		envName := envPrefix + "_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if s, ok := os.LookupEnv(envName); ok {
+		if s, ok := os.LookupEnv(envName); ok && s != "" { // empty counts as unset
 			val = s
 		} else if v.IsSet(section + "." + f.Name) {
 			val = v.Get(section + "." + f.Name)
