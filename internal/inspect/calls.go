@@ -1,0 +1,132 @@
+package inspect
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/idemctl/idemctl/internal/store"
+)
+
+// DefaultLimit is how many rows calls, effects and audit show by default.
+const DefaultLimit = 50
+
+// CallsOptions select and format `inspect calls`.
+type CallsOptions struct {
+	Output Format
+	// Status keeps only calls in that state ("" = all).
+	Status store.Status
+	// Limit caps the rows, newest first (0 = all).
+	Limit int
+}
+
+// CallJSON is one call in `inspect calls --output json`.
+type CallJSON struct {
+	CallID      string          `json:"call_id"`
+	IdemKey     string          `json:"idem_key"`
+	Fingerprint string          `json:"fingerprint"`
+	ClientID    *string         `json:"client_id"`
+	Seq         *int64          `json:"seq"`
+	Tool        string          `json:"tool"`
+	Args        json.RawMessage `json:"args"`
+	Status      store.Status    `json:"status"`
+	Attempt     int64           `json:"attempt"`
+	Result      json.RawMessage `json:"result"`
+	Error       json.RawMessage `json:"error"`
+	EffectID    *string         `json:"effect_id"`
+	Owner       *string         `json:"owner"`
+	LeaseUntil  *float64        `json:"lease_until"`
+	CreatedAt   float64         `json:"created_at"`
+	UpdatedAt   float64         `json:"updated_at"`
+}
+
+// callJSON converts a stored call to its JSON shape.
+func callJSON(c store.Call) CallJSON {
+	args := c.ArgsJSON
+	if len(args) == 0 {
+		args = json.RawMessage("{}")
+	}
+	return CallJSON{
+		CallID: c.CallID, IdemKey: c.IdemKey, Fingerprint: c.Fingerprint,
+		ClientID: c.ClientID, Seq: c.Seq, Tool: c.Tool, Args: args,
+		Status: c.Status, Attempt: c.Attempt,
+		Result: rawOrNull(c.ResultJSON), Error: rawOrNull(c.ErrorJSON),
+		EffectID: c.EffectID, Owner: c.Owner, LeaseUntil: c.LeaseUntil,
+		CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt,
+	}
+}
+
+// Calls lists calls newest first: the chapter's
+// `SELECT call_id,status,attempt,effect_id FROM calls` with the key and tool.
+// It returns the calls it printed.
+func Calls(ctx context.Context, st store.Store, opts CallsOptions, w io.Writer) ([]store.Call, error) {
+	calls, err := st.ListCalls(ctx, store.ListFilter{Status: opts.Status, Limit: opts.Limit})
+	if err != nil {
+		return nil, fmt.Errorf("listing calls: %w", err)
+	}
+	if opts.Output == FormatJSON {
+		out := make([]CallJSON, 0, len(calls))
+		for _, c := range calls {
+			out = append(out, callJSON(c))
+		}
+		return calls, writeJSON(w, out)
+	}
+	rows := make([][]string, 0, len(calls))
+	for _, c := range calls {
+		rows = append(rows, []string{
+			c.CallID, c.IdemKey, c.Tool, string(c.Status),
+			strconv.FormatInt(c.Attempt, 10), orDash(deref(c.EffectID)),
+			formatTS(c.CreatedAt), formatTS(c.UpdatedAt),
+		})
+	}
+	t := newTable(w, "call_id", "idem_key", "tool", "status", "attempt", "effect_id", "created", "updated")
+	if err := render(t, rows); err != nil {
+		return nil, err
+	}
+	return calls, nil
+}
+
+// EffectsOptions select and format `inspect effects`.
+type EffectsOptions struct {
+	Output Format
+	// Limit caps the rows, newest first (0 = all).
+	Limit int
+}
+
+// EffectJSON is one effect in `inspect effects --output json`.
+type EffectJSON struct {
+	EffectID  string  `json:"effect_id"`
+	CallID    string  `json:"call_id"`
+	Tool      string  `json:"tool"`
+	Amount    *int64  `json:"amount"`
+	CreatedAt float64 `json:"created_at"`
+}
+
+// Effects lists the simulated side effects newest first and returns them.
+func Effects(ctx context.Context, st store.Store, opts EffectsOptions, w io.Writer) ([]store.Effect, error) {
+	effs, err := st.ListEffects(ctx, opts.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing effects: %w", err)
+	}
+	if opts.Output == FormatJSON {
+		out := make([]EffectJSON, 0, len(effs))
+		for _, e := range effs {
+			out = append(out, EffectJSON{EffectID: e.EffectID, CallID: e.CallID, Tool: e.Tool, Amount: e.Amount, CreatedAt: e.CreatedAt})
+		}
+		return effs, writeJSON(w, out)
+	}
+	rows := make([][]string, 0, len(effs))
+	for _, e := range effs {
+		amount := "-"
+		if e.Amount != nil {
+			amount = strconv.FormatInt(*e.Amount, 10)
+		}
+		rows = append(rows, []string{e.EffectID, e.CallID, e.Tool, amount, formatTS(e.CreatedAt)})
+	}
+	if err := render(newTable(w, "effect_id", "call_id", "tool", "amount", "created"), rows); err != nil {
+		return nil, err
+	}
+	return effs, nil
+}

@@ -1,0 +1,76 @@
+package inspect
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+
+	"github.com/idemctl/idemctl/internal/store"
+)
+
+// StatsOptions format `inspect stats`.
+type StatsOptions struct {
+	Output Format
+}
+
+// StatsJSON is the shape of /stats (§4.2): calls are logical requests,
+// effects are side effects. by_status always holds the four states, zero
+// when empty, so scripts can read any of them without a default.
+type StatsJSON struct {
+	Calls    int64            `json:"calls"`
+	Effects  int64            `json:"effects"`
+	ByStatus map[string]int64 `json:"by_status"`
+}
+
+// allStatuses is the order stats prints states in.
+var allStatuses = []store.Status{store.StatusPending, store.StatusRunning, store.StatusSucceeded, store.StatusFailed}
+
+// Stats prints calls, effects and calls by status, and returns them. Normally
+// effects never exceed succeeded calls with an effect tool; more effects than
+// calls means duplicate side effects (§12.11.1).
+func Stats(ctx context.Context, st store.Store, opts StatsOptions, w io.Writer) (store.Stats, error) {
+	s, err := st.Stats(ctx)
+	if err != nil {
+		return store.Stats{}, fmt.Errorf("reading stats: %w", err)
+	}
+	by := map[string]int64{}
+	for _, status := range allStatuses {
+		by[string(status)] = s.ByStatus[status]
+	}
+	for status, n := range s.ByStatus { // a state this version does not know still shows
+		by[string(status)] = n
+	}
+	if opts.Output == FormatJSON {
+		return s, writeJSON(w, StatsJSON{Calls: s.Calls, Effects: s.Effects, ByStatus: by})
+	}
+	rows := [][]string{
+		{"calls", strconv.FormatInt(s.Calls, 10)},
+		{"effects", strconv.FormatInt(s.Effects, 10)},
+	}
+	keys := make([]string, 0, len(by))
+	for k := range by {
+		keys = append(keys, k)
+	}
+	// Known states in lifecycle order, then any others alphabetically.
+	slices.SortFunc(keys, func(a, b string) int {
+		ia, ib := slices.Index(allStatuses, store.Status(a)), slices.Index(allStatuses, store.Status(b))
+		switch {
+		case ia >= 0 && ib >= 0:
+			return ia - ib
+		case ia >= 0:
+			return -1
+		case ib >= 0:
+			return 1
+		}
+		if a < b {
+			return -1
+		}
+		return 1
+	})
+	for _, k := range keys {
+		rows = append(rows, []string{"status " + k, strconv.FormatInt(by[k], 10)})
+	}
+	return s, render(newTable(w, "metric", "value"), rows)
+}
