@@ -1,0 +1,389 @@
+// Package fingerprint computes the request fingerprint of SPEC §4.4 (§12.5.1),
+// version 1:
+//
+//	fingerprint = hex(SHA-256(JCS(normalize({"tool": tool, "args": args}))))
+//
+// where JCS is RFC 8785 canonical JSON and normalize turns every string (member
+// names and values) into Unicode NFC and drops every object member whose value
+// is null. Key order, whitespace, 1 vs 1.0 vs 1e0, NFC vs NFD spellings and
+// {"x": null} vs {} therefore all give the same fingerprint.
+//
+// Inputs that cannot be fingerprinted unambiguously are refused rather than
+// silently coerced: duplicate member names (encoding/json would keep the last
+// one, so two different bodies would look the same), invalid UTF-8 and lone
+// surrogate escapes (encoding/json would turn them into U+FFFD), trailing data,
+// and numbers that are not finite or whose magnitude exceeds 2^53 (beyond it
+// distinct integers share one IEEE double, so "same number" is undecidable).
+//
+// Changing any of these rules changes fingerprints of stored calls, so it must
+// come with a new Version.
+package fingerprint
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/big"
+	"regexp"
+	"sort"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/gowebpki/jcs"
+	"golang.org/x/text/unicode/norm"
+)
+
+// Version is the fingerprint version these rules implement (SPEC §4.4).
+const Version = 1
+
+// MaxDepth bounds the nesting of arrays and objects accepted by ParseJSON and
+// Normalize. Tool arguments are flat; the bound keeps recursion shallow for
+// hostile input.
+const MaxDepth = 64
+
+// MaxExactInteger is 2^53: every integer of at most this magnitude has its own
+// IEEE 754 double, so numbers within it compare exactly.
+const MaxExactInteger = 1 << 53
+
+// Errors returned (wrapped, with the offending path) by this package.
+var (
+	// ErrInvalidJSON: not exactly one well-formed JSON value in valid UTF-8.
+	ErrInvalidJSON = errors.New("invalid JSON")
+	// ErrDuplicateMember: an object has the same member name twice (also
+	// after NFC normalization of the names).
+	ErrDuplicateMember = errors.New("duplicate member")
+	// ErrNumberRange: a number is not finite or its magnitude exceeds 2^53.
+	ErrNumberRange = errors.New("number out of range: magnitude above 2^53 or not finite")
+	// ErrUnsupportedType: Normalize was given a Go value that is not a JSON value.
+	ErrUnsupportedType = errors.New("unsupported value type")
+	// ErrTooDeep: nesting deeper than MaxDepth.
+	ErrTooDeep = errors.New("nesting too deep")
+)
+
+// ParseJSON decodes exactly one JSON value into generic Go values:
+// map[string]any, []any, json.Number, string, bool and nil. Unlike
+// json.Unmarshal it refuses duplicate member names at any depth, trailing
+// data after the value, invalid UTF-8 and unpaired surrogate escapes.
+func ParseJSON(data []byte) (any, error) {
+	// encoding/json replaces invalid UTF-8 with U+FFFD without complaint, which
+	// would let two different byte strings share a fingerprint.
+	if !utf8.Valid(data) {
+		return nil, fmt.Errorf("%w: input is not valid UTF-8", ErrInvalidJSON)
+	}
+	p := parser{dec: json.NewDecoder(bytes.NewReader(data))}
+	p.dec.UseNumber() // keep number literals exact; the range check needs them
+	v, err := p.value("$", 0)
+	if err != nil {
+		return nil, err
+	}
+	if tok, err := p.dec.Token(); err != io.EOF {
+		if err == nil {
+			return nil, fmt.Errorf("%w: trailing data after the value (%v)", ErrInvalidJSON, tok)
+		}
+		return nil, fmt.Errorf("%w: trailing data after the value: %v", ErrInvalidJSON, err)
+	}
+	// Only now, with the syntax known to be good, is every backslash in data
+	// the start of an escape inside a string.
+	if err := checkSurrogateEscapes(data); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+type parser struct {
+	dec *json.Decoder
+}
+
+func (p *parser) token() (json.Token, error) {
+	tok, err := p.dec.Token()
+	if err == io.EOF {
+		return nil, fmt.Errorf("%w: unexpected end of input", ErrInvalidJSON)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidJSON, err)
+	}
+	return tok, nil
+}
+
+func (p *parser) value(path string, depth int) (any, error) {
+	tok, err := p.token()
+	if err != nil {
+		return nil, err
+	}
+	delim, ok := tok.(json.Delim)
+	if !ok {
+		return tok, nil // string, json.Number, bool or nil
+	}
+	if depth >= MaxDepth {
+		return nil, fmt.Errorf("%w: more than %d levels at %s", ErrTooDeep, MaxDepth, path)
+	}
+	switch delim {
+	case '{':
+		obj := map[string]any{}
+		for p.dec.More() {
+			tok, err := p.token()
+			if err != nil {
+				return nil, err
+			}
+			name, ok := tok.(string)
+			if !ok {
+				return nil, fmt.Errorf("%w: member name expected at %s", ErrInvalidJSON, path)
+			}
+			if _, dup := obj[name]; dup {
+				return nil, fmt.Errorf("%w %q at %s", ErrDuplicateMember, name, path)
+			}
+			v, err := p.value(memberPath(path, name), depth+1)
+			if err != nil {
+				return nil, err
+			}
+			obj[name] = v
+		}
+		if _, err := p.token(); err != nil { // the closing '}'
+			return nil, err
+		}
+		return obj, nil
+	case '[':
+		arr := []any{}
+		for i := 0; p.dec.More(); i++ {
+			v, err := p.value(path+"["+strconv.Itoa(i)+"]", depth+1)
+			if err != nil {
+				return nil, err
+			}
+			arr = append(arr, v)
+		}
+		if _, err := p.token(); err != nil { // the closing ']'
+			return nil, err
+		}
+		return arr, nil
+	}
+	return nil, fmt.Errorf("%w: unexpected %v at %s", ErrInvalidJSON, delim, path)
+}
+
+// checkSurrogateEscapes refuses \uD800–\uDFFF escapes that do not form a
+// high+low pair: encoding/json decodes them to U+FFFD, so "\ud800" and
+// "\ufffd" would otherwise fingerprint alike. data must be valid JSON, where a
+// backslash only ever starts an escape inside a string.
+func checkSurrogateEscapes(data []byte) error {
+	for i := 0; i < len(data); i++ {
+		if data[i] != '\\' {
+			continue
+		}
+		if i+1 < len(data) && data[i+1] != 'u' {
+			i++ // a two-byte escape such as \" or \\; skip the escaped byte
+			continue
+		}
+		r, ok := hexRune(data, i)
+		if !ok {
+			return fmt.Errorf("%w: malformed \\u escape at byte %d", ErrInvalidJSON, i)
+		}
+		i += 5
+		switch {
+		case r >= 0xD800 && r <= 0xDBFF:
+			lo, ok := hexRune(data, i+1)
+			if !ok || lo < 0xDC00 || lo > 0xDFFF {
+				return fmt.Errorf("%w: unpaired high surrogate escape \\u%04x", ErrInvalidJSON, r)
+			}
+			i += 6
+		case r >= 0xDC00 && r <= 0xDFFF:
+			return fmt.Errorf("%w: unpaired low surrogate escape \\u%04x", ErrInvalidJSON, r)
+		}
+	}
+	return nil
+}
+
+// hexRune decodes the \uXXXX escape starting at data[i], if there is one.
+func hexRune(data []byte, i int) (rune, bool) {
+	if i+6 > len(data) || data[i] != '\\' || data[i+1] != 'u' {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(data[i+2:i+6]), 16, 32)
+	if err != nil {
+		return 0, false
+	}
+	return rune(n), true
+}
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// memberPath extends a JSONPath-like location ($.args.amount) for messages.
+func memberPath(path, name string) string {
+	if identRE.MatchString(name) {
+		return path + "." + name
+	}
+	return path + "[" + strconv.Quote(name) + "]"
+}
+
+// Normalize returns a normalized copy of a generic JSON value (as produced by
+// ParseJSON; Go numbers and nil maps are accepted too): strings and member
+// names in NFC, object members whose value is null removed at every depth
+// (nulls inside arrays stay, their position is meaningful), and numbers as
+// json.Number after the range check (ErrNumberRange). Member names that only
+// collide after NFC are refused as ErrDuplicateMember.
+func Normalize(v any) (any, error) {
+	return normalize(v, "$", 0)
+}
+
+func normalize(v any, path string, depth int) (any, error) {
+	switch x := v.(type) {
+	case nil:
+		return nil, nil
+	case bool:
+		return x, nil
+	case string:
+		if !utf8.ValidString(x) {
+			return nil, fmt.Errorf("%w: string at %s is not valid UTF-8", ErrInvalidJSON, path)
+		}
+		return norm.NFC.String(x), nil
+	case json.Number:
+		return checkNumber(string(x), path)
+	case float64:
+		return checkFloat(x, path)
+	case float32:
+		return checkFloat(float64(x), path)
+	case int:
+		return checkInt(int64(x), path)
+	case int64:
+		return checkInt(x, path)
+	case int32:
+		return checkInt(int64(x), path)
+	case map[string]any:
+		if depth >= MaxDepth {
+			return nil, fmt.Errorf("%w: more than %d levels at %s", ErrTooDeep, MaxDepth, path)
+		}
+		// Sorted so that, with several problems, the same one is reported
+		// every time.
+		names := make([]string, 0, len(x))
+		for name := range x {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		out := make(map[string]any, len(x))
+		seen := make(map[string]bool, len(x))
+		for _, name := range names {
+			if !utf8.ValidString(name) {
+				return nil, fmt.Errorf("%w: member name at %s is not valid UTF-8", ErrInvalidJSON, path)
+			}
+			nfc := norm.NFC.String(name)
+			// Checked before dropping nulls: the input named one member twice.
+			if seen[nfc] {
+				return nil, fmt.Errorf("%w %q at %s (two spellings of the same name after NFC)", ErrDuplicateMember, nfc, path)
+			}
+			seen[nfc] = true
+			if x[name] == nil {
+				continue // {"x": null} means the same as {}
+			}
+			nv, err := normalize(x[name], memberPath(path, nfc), depth+1)
+			if err != nil {
+				return nil, err
+			}
+			out[nfc] = nv
+		}
+		return out, nil
+	case []any:
+		if depth >= MaxDepth {
+			return nil, fmt.Errorf("%w: more than %d levels at %s", ErrTooDeep, MaxDepth, path)
+		}
+		out := make([]any, len(x))
+		for i, e := range x {
+			ne, err := normalize(e, path+"["+strconv.Itoa(i)+"]", depth+1)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = ne
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("%w %T at %s", ErrUnsupportedType, v, path)
+}
+
+// numberRE is the RFC 8259 number grammar. strconv.ParseFloat alone accepts
+// more (hex floats, "Inf", a leading '+', underscores).
+var numberRE = regexp.MustCompile(`^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$`)
+
+var maxExactRat = new(big.Rat).SetInt64(MaxExactInteger)
+
+// checkNumber validates a JSON number literal and its magnitude.
+func checkNumber(lit, path string) (json.Number, error) {
+	if !numberRE.MatchString(lit) {
+		return "", fmt.Errorf("%w: %q at %s is not a JSON number", ErrInvalidJSON, lit, path)
+	}
+	f, err := strconv.ParseFloat(lit, 64)
+	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+		return "", fmt.Errorf("%w: %s at %s", ErrNumberRange, truncate(lit), path)
+	}
+	a := math.Abs(f)
+	if a > MaxExactInteger {
+		return "", fmt.Errorf("%w: %s at %s", ErrNumberRange, truncate(lit), path)
+	}
+	// Rounding is monotonic, so only a literal that rounds to exactly 2^53
+	// can hide a value above it (2^53+1 rounds to 2^53); decide it exactly.
+	if a == MaxExactInteger {
+		r, ok := new(big.Rat).SetString(lit)
+		if !ok || r.Abs(r).Cmp(maxExactRat) > 0 {
+			return "", fmt.Errorf("%w: %s at %s", ErrNumberRange, truncate(lit), path)
+		}
+	}
+	return json.Number(lit), nil
+}
+
+func checkFloat(f float64, path string) (json.Number, error) {
+	if math.IsInf(f, 0) || math.IsNaN(f) || math.Abs(f) > MaxExactInteger {
+		return "", fmt.Errorf("%w: %v at %s", ErrNumberRange, f, path)
+	}
+	return json.Number(strconv.FormatFloat(f, 'g', -1, 64)), nil
+}
+
+func checkInt(n int64, path string) (json.Number, error) {
+	if n > MaxExactInteger || n < -MaxExactInteger {
+		return "", fmt.Errorf("%w: %d at %s", ErrNumberRange, n, path)
+	}
+	return json.Number(strconv.FormatInt(n, 10)), nil
+}
+
+// truncate keeps error messages bounded for absurdly long literals.
+func truncate(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "..."
+	}
+	return s
+}
+
+// Canonical returns the RFC 8785 (JCS) bytes of an already normalized value:
+// members sorted by UTF-16 code units, no insignificant whitespace, numbers in
+// their ECMAScript shortest form (so 1, 1.0 and 1e0 are all 1).
+func Canonical(v any) ([]byte, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("fingerprint: marshal: %w", err)
+	}
+	out, err := jcs.Transform(raw)
+	if err != nil {
+		return nil, fmt.Errorf("fingerprint: canonicalize: %w", err)
+	}
+	return out, nil
+}
+
+// Of returns the version 1 fingerprint of a tool call: the lowercase hex
+// SHA-256 of the canonical JSON of the normalized {"tool": tool, "args": args}.
+// A nil args is the empty object. client_id and seq are deliberately not part
+// of it (SPEC §4.4).
+func Of(tool string, args map[string]any) (string, error) {
+	if args == nil {
+		args = map[string]any{}
+	}
+	n, err := Normalize(map[string]any{"tool": tool, "args": args})
+	if err != nil {
+		return "", err
+	}
+	c, err := Canonical(n)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(c)
+	return hex.EncodeToString(sum[:]), nil
+}

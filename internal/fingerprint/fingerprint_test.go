@@ -1,0 +1,361 @@
+package fingerprint
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+)
+
+// fpOfBody parses a request-like body {"tool":..., "args":...} the way the
+// server does and returns its fingerprint.
+func fpOfBody(t *testing.T, body string) (string, error) {
+	t.Helper()
+	v, err := ParseJSON([]byte(body))
+	if err != nil {
+		return "", err
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		t.Fatalf("body %s is not an object", body)
+	}
+	tool, _ := m["tool"].(string)
+	args, _ := m["args"].(map[string]any)
+	return Of(tool, args)
+}
+
+// TestGoldenVersion1 pins version 1: the value was computed outside Go with
+//
+//	printf '%s' '{"args":{"amount":100},"tool":"charge"}' | sha256sum
+func TestGoldenVersion1(t *testing.T) {
+	const golden = "c136471529280eb4c70db92d5b8ff8d553408953a5794966a81ad3d42c83ec5d"
+	got, err := Of("charge", map[string]any{"amount": json.Number("100")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != golden {
+		t.Fatalf("Of(charge, amount=100) = %s, want %s", got, golden)
+	}
+	if Version != 1 {
+		t.Fatalf("Version = %d; a new version needs a new golden value", Version)
+	}
+}
+
+// TestSameFingerprint: each group of bodies spells the same call differently
+// and must give one fingerprint (SPEC §4.4).
+func TestSameFingerprint(t *testing.T) {
+	groups := []struct {
+		name   string
+		bodies []string
+	}{
+		{"key order", []string{
+			`{"tool":"send_email","args":{"to":"a@b","subject":"s","body":"b"}}`,
+			`{"args":{"body":"b","subject":"s","to":"a@b"},"tool":"send_email"}`,
+		}},
+		{"whitespace", []string{
+			`{"tool":"charge","args":{"amount":100}}`,
+			" {\n\t\"tool\" : \"charge\" ,\r\n \"args\" : { \"amount\" : 100 } } \n",
+		}},
+		{"1 vs 1.0 vs 1e0", []string{
+			`{"tool":"charge","args":{"amount":1}}`,
+			`{"tool":"charge","args":{"amount":1.0}}`,
+			`{"tool":"charge","args":{"amount":1e0}}`,
+			`{"tool":"charge","args":{"amount":10E-1}}`,
+			`{"tool":"charge","args":{"amount":0.1e1}}`,
+		}},
+		{"negative zero", []string{
+			`{"tool":"t","args":{"n":0}}`,
+			`{"tool":"t","args":{"n":-0}}`,
+			`{"tool":"t","args":{"n":-0.0}}`,
+		}},
+		{"NFC vs NFD in values", []string{
+			`{"tool":"send_email","args":{"to":"ren\u00e9@x"}}`,
+			`{"tool":"send_email","args":{"to":"rene\u0301@x"}}`,
+			"{\"tool\":\"send_email\",\"args\":{\"to\":\"ren\u00e9@x\"}}",
+			"{\"tool\":\"send_email\",\"args\":{\"to\":\"rene\u0301@x\"}}",
+		}},
+		{"NFC vs NFD in keys", []string{
+			`{"tool":"t","args":{"caf\u00e9":1}}`,
+			`{"tool":"t","args":{"cafe\u0301":1}}`,
+		}},
+		{"NFC vs NFD in tool", []string{
+			`{"tool":"caf\u00e9","args":{}}`,
+			`{"tool":"cafe\u0301","args":{}}`,
+		}},
+		{"null member vs absent", []string{
+			`{"tool":"charge","args":{"amount":5}}`,
+			`{"tool":"charge","args":{"amount":5,"x":null}}`,
+		}},
+		{"nested nulls", []string{
+			`{"tool":"t","args":{"a":{"b":null,"c":{"d":null}},"e":[{"f":null}]}}`,
+			`{"tool":"t","args":{"a":{"c":{}},"e":[{}]}}`,
+		}},
+		{"absent args vs empty args vs null args", []string{
+			`{"tool":"t"}`,
+			`{"tool":"t","args":{}}`,
+			`{"tool":"t","args":null}`,
+		}},
+		{"escapes", []string{
+			`{"tool":"t","args":{"s":"<&>\/"}}`,
+			`{"tool":"t","args":{"s":"\u003c\u0026\u003e/"}}`,
+		}},
+		{"2^53 spelled differently", []string{
+			`{"tool":"t","args":{"n":9007199254740992}}`,
+			`{"tool":"t","args":{"n":9.007199254740992e15}}`,
+			`{"tool":"t","args":{"n":9007199254740992.0}}`,
+		}},
+	}
+	for _, g := range groups {
+		t.Run(g.name, func(t *testing.T) {
+			want, err := fpOfBody(t, g.bodies[0])
+			if err != nil {
+				t.Fatalf("%s: %v", g.bodies[0], err)
+			}
+			for _, b := range g.bodies[1:] {
+				got, err := fpOfBody(t, b)
+				if err != nil {
+					t.Fatalf("%s: %v", b, err)
+				}
+				if got != want {
+					t.Errorf("fingerprint of %s = %s, want %s (same as %s)", b, got, want, g.bodies[0])
+				}
+			}
+		})
+	}
+}
+
+// TestDifferentFingerprint: calls that differ in meaning must not collide.
+func TestDifferentFingerprint(t *testing.T) {
+	bodies := []string{
+		`{"tool":"charge","args":{"amount":100}}`,
+		`{"tool":"charge","args":{"amount":101}}`,
+		`{"tool":"charge","args":{"amount":"100"}}`,
+		`{"tool":"charge","args":{"amount":100.5}}`,
+		`{"tool":"charge","args":{}}`,
+		`{"tool":"send_email","args":{"amount":100}}`,
+		`{"tool":"charge","args":{"amount":100,"extra":false}}`,
+		`{"tool":"charge","args":{"Amount":100}}`,
+		`{"tool":"t","args":{"a":[null]}}`,
+		`{"tool":"t","args":{"a":[]}}`,
+		`{"tool":"t","args":{"a":{}}}`,
+		`{"tool":"t","args":{"a":[1,2]}}`,
+		`{"tool":"t","args":{"a":[2,1]}}`,
+		`{"tool":"t","args":{"s":"e\u0301"}}`, // NFC é
+		`{"tool":"t","args":{"s":"e"}}`,
+		`{"tool":"t","args":{"n":9007199254740991}}`,
+		`{"tool":"t","args":{"n":9007199254740992}}`,
+		`{"tool":"t","args":{"n":-9007199254740992}}`,
+	}
+	seen := map[string]string{}
+	for _, b := range bodies {
+		fp, err := fpOfBody(t, b)
+		if err != nil {
+			t.Fatalf("%s: %v", b, err)
+		}
+		if prev, ok := seen[fp]; ok {
+			t.Errorf("%s and %s share fingerprint %s", prev, b, fp)
+		}
+		seen[fp] = b
+	}
+}
+
+// TestRefused: inputs that cannot be fingerprinted unambiguously.
+func TestRefused(t *testing.T) {
+	cases := []struct {
+		name    string
+		body    string
+		want    error
+		message string // substring of the error, when the wording matters
+	}{
+		{"2^53+1", `{"tool":"t","args":{"n":9007199254740993}}`, ErrNumberRange, "$.args.n"},
+		{"-2^53-1", `{"tool":"t","args":{"n":-9007199254740993}}`, ErrNumberRange, "$.args.n"},
+		{"2^53 plus a fraction", `{"tool":"t","args":{"n":9007199254740992.5}}`, ErrNumberRange, ""},
+		{"2^53+1 as exponent", `{"tool":"t","args":{"n":9.007199254740993e15}}`, ErrNumberRange, ""},
+		{"1e400", `{"tool":"t","args":{"n":1e400}}`, ErrNumberRange, ""},
+		{"-1e400", `{"tool":"t","args":{"n":-1e400}}`, ErrNumberRange, ""},
+		{"1e16", `{"tool":"t","args":{"n":1e16}}`, ErrNumberRange, ""},
+		{"big number in array", `{"tool":"t","args":{"a":[1,2,1e300]}}`, ErrNumberRange, "$.args.a[2]"},
+		{"duplicate at top level", `{"tool":"t","tool":"u","args":{}}`, ErrDuplicateMember, `duplicate member "tool" at $`},
+		{"duplicate in args", `{"tool":"t","args":{"x":1,"x":1}}`, ErrDuplicateMember, `duplicate member "x" at $.args`},
+		{"duplicate nested", `{"tool":"t","args":{"a":[{"b":{"y":1,"y":2}}]}}`, ErrDuplicateMember, `duplicate member "y" at $.args.a[0].b`},
+		{"duplicate with null", `{"tool":"t","args":{"x":null,"x":1}}`, ErrDuplicateMember, ""},
+		{"duplicate after NFC", `{"tool":"t","args":{"caf\u00e9":1,"cafe\u0301":2}}`, ErrDuplicateMember, `"café" at $.args`},
+		{"trailing garbage", `{"tool":"t","args":{}} x`, ErrInvalidJSON, "trailing"},
+		{"second value", `{"tool":"t","args":{}}{}`, ErrInvalidJSON, "trailing"},
+		{"trailing brace", `{"tool":"t","args":{}}}`, ErrInvalidJSON, "trailing"},
+		{"empty", ``, ErrInvalidJSON, ""},
+		{"truncated", `{"tool":"t","args":{`, ErrInvalidJSON, ""},
+		{"invalid UTF-8", "{\"tool\":\"t\",\"args\":{\"s\":\"\xff\"}}", ErrInvalidJSON, "UTF-8"},
+		{"lone high surrogate", `{"tool":"t","args":{"s":"\ud800"}}`, ErrInvalidJSON, "surrogate"},
+		{"lone low surrogate", `{"tool":"t","args":{"s":"\udc00x"}}`, ErrInvalidJSON, "surrogate"},
+		{"reversed surrogates", `{"tool":"t","args":{"s":"\udc00\ud800"}}`, ErrInvalidJSON, "surrogate"},
+		{"NaN literal", `{"tool":"t","args":{"n":NaN}}`, ErrInvalidJSON, ""},
+		{"too deep", `{"tool":"t","args":{"a":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}}`, ErrTooDeep, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			fp, err := fpOfBody(t, c.body)
+			if err == nil {
+				t.Fatalf("accepted %q with fingerprint %s", c.body, fp)
+			}
+			if !errors.Is(err, c.want) {
+				t.Fatalf("error %q does not wrap %q", err, c.want)
+			}
+			if c.message != "" && !strings.Contains(err.Error(), c.message) {
+				t.Errorf("error %q does not mention %q", err, c.message)
+			}
+		})
+	}
+}
+
+func TestSurrogatePairAccepted(t *testing.T) {
+	a, err := fpOfBody(t, `{"tool":"t","args":{"s":"\ud83d\ude00"}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := fpOfBody(t, "{\"tool\":\"t\",\"args\":{\"s\":\"\U0001F600\"}}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a != b {
+		t.Errorf("escaped and raw U+1F600 differ: %s vs %s", a, b)
+	}
+	// An escaped backslash followed by "ud800" is text, not an escape.
+	if _, err := fpOfBody(t, `{"tool":"t","args":{"s":"\\ud800"}}`); err != nil {
+		t.Errorf("escaped backslash refused: %v", err)
+	}
+}
+
+func TestBoundariesAccepted(t *testing.T) {
+	for _, n := range []string{"9007199254740992", "-9007199254740992", "9007199254740991", "1e-400", "0.1", "1.5e15"} {
+		if _, err := fpOfBody(t, `{"tool":"t","args":{"n":`+n+`}}`); err != nil {
+			t.Errorf("%s refused: %v", n, err)
+		}
+	}
+}
+
+func TestNormalizeKeepsArrayNullsAndDropsMemberNulls(t *testing.T) {
+	v, err := ParseJSON([]byte(`{"a":[null,1,{"b":null}],"c":null,"d":"e\u0301"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := Normalize(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Canonical(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"a":[null,1,{}],"d":"é"}`; string(c) != want {
+		t.Errorf("Canonical = %s, want %s", c, want)
+	}
+	// Normalize returns a copy: the input still has its null member.
+	if _, ok := v.(map[string]any)["c"]; !ok {
+		t.Error("Normalize modified its input")
+	}
+}
+
+func TestNormalizeGoValues(t *testing.T) {
+	a, err := Of("charge", map[string]any{"amount": 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Of("charge", map[string]any{"amount": 100.0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Of("charge", map[string]any{"amount": json.Number("1e2")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a != b || b != c {
+		t.Errorf("int, float64 and json.Number 100 differ: %s %s %s", a, b, c)
+	}
+	nilArgs, err := Of("t", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	empty, err := Of("t", map[string]any{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nilArgs != empty {
+		t.Error("nil args and empty args differ")
+	}
+	for _, bad := range []any{json.Number("0x10"), json.Number("+1"), json.Number("Inf"), struct{}{}, int64(1<<53 + 1)} {
+		if _, err := Of("t", map[string]any{"v": bad}); err == nil {
+			t.Errorf("Of accepted %#v", bad)
+		}
+	}
+}
+
+func TestParseJSONTypes(t *testing.T) {
+	v, err := ParseJSON([]byte(`{"n":1.50,"s":"x","b":true,"z":null,"a":[]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := v.(map[string]any)
+	if n, ok := m["n"].(json.Number); !ok || n != "1.50" {
+		t.Errorf("n = %#v, want json.Number(\"1.50\")", m["n"])
+	}
+	if m["s"] != "x" || m["b"] != true || m["z"] != nil {
+		t.Errorf("unexpected values: %#v", m)
+	}
+	if a, ok := m["a"].([]any); !ok || len(a) != 0 {
+		t.Errorf("a = %#v, want empty []any", m["a"])
+	}
+	if v, err := ParseJSON([]byte(` 42 `)); err != nil || v != json.Number("42") {
+		t.Errorf("scalar: %#v, %v", v, err)
+	}
+}
+
+// FuzzParseNormalize checks that no input panics and that whatever is
+// accepted canonicalizes to a fixed point: parsing the canonical bytes again
+// gives the same canonical bytes.
+func FuzzParseNormalize(f *testing.F) {
+	for _, s := range []string{
+		`{"tool":"charge","args":{"amount":100}}`,
+		`{"a":{"b":null},"c":[null,1.0,1e0,-0]}`,
+		`{"caf\u00e9":1,"cafe\u0301":2}`,
+		`{"x":1,"x":2}`,
+		`"\ud83d\ude00"`,
+		`"\ud800"`,
+		`9007199254740993`,
+		`1e400`,
+		`[[[[[]]]]]`,
+		"\"\xff\"",
+		`{} x`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		v, err := ParseJSON(data)
+		if err != nil {
+			return
+		}
+		n, err := Normalize(v)
+		if err != nil {
+			return
+		}
+		c1, err := Canonical(n)
+		if err != nil {
+			t.Fatalf("Canonical of normalized %q: %v", data, err)
+		}
+		v2, err := ParseJSON(c1)
+		if err != nil {
+			t.Fatalf("canonical output %q does not parse: %v", c1, err)
+		}
+		n2, err := Normalize(v2)
+		if err != nil {
+			t.Fatalf("canonical output %q does not normalize: %v", c1, err)
+		}
+		c2, err := Canonical(n2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(c1) != string(c2) {
+			t.Fatalf("not a fixed point: %q -> %q", c1, c2)
+		}
+	})
+}
