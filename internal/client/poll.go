@@ -1,0 +1,112 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// Polling parameters (§12.8.3: bounded, with backoff).
+const (
+	// DefaultPollTimeout is the deadline of a Poll given no timeout.
+	DefaultPollTimeout = 5 * time.Second
+	// PollStart is the first pause between two polls; it doubles each time.
+	PollStart = 50 * time.Millisecond
+	// PollMax caps the pause between two polls.
+	PollMax = time.Second
+)
+
+// Poll asks for the call until it is succeeded or failed, or timeout passes
+// (zero means DefaultPollTimeout). Pauses start at PollStart and double up to
+// PollMax; a longer Retry-After from the server is honoured; no pause goes
+// past the deadline, and one last look is taken at the deadline (so Poll may
+// overrun it by at most one request's Timeout).
+//
+// Timeouts, connection errors, 429 and 503 while polling are not fatal: the
+// poll goes on until the deadline. 404 ends at once with not_found: a
+// call_id the server handed out is never forgotten. At the deadline the
+// error has code deadline_exceeded and the returned Call is the last state
+// seen (zero if none).
+func (c *Client) Poll(ctx context.Context, callID string, timeout time.Duration) (Call, error) {
+	return c.poll(ctx, callPath(callID), false, timeout)
+}
+
+// PollByKey is Poll for a client that never received a call_id (§12.8.4):
+// it asks GET /v1/tool-calls/by-key/{key}. A 404 here only means "not
+// recorded yet, or never": it keeps asking until the deadline and then
+// ends with code unknown (errors.Is(err, ErrUnknown)). The safe next step
+// after unknown is to POST again with the same key, never a new one.
+func (c *Client) PollByKey(ctx context.Context, key string, timeout time.Duration) (Call, error) {
+	return c.poll(ctx, keyPath(key), true, timeout)
+}
+
+func (c *Client) poll(ctx context.Context, path string, byKey bool, timeout time.Duration) (Call, error) {
+	if timeout <= 0 {
+		timeout = DefaultPollTimeout
+	}
+	deadline := time.Now().Add(timeout)
+	var (
+		last    Call
+		seen    bool
+		lastErr error
+	)
+	pause := PollStart
+	for {
+		rep, err := c.get(ctx, path)
+		if err != nil && ctx.Err() != nil {
+			return last, ctx.Err()
+		}
+		var retryAfter time.Duration
+		switch {
+		case err != nil && isTransport(err):
+			lastErr = err // the server may be restarting: keep asking
+		case err != nil:
+			return last, err
+		case rep.status == http.StatusOK:
+			last, seen = rep.call, true
+			if last.Final() {
+				return last, nil
+			}
+			retryAfter = rep.retryAfter
+		case rep.status == http.StatusNotFound && byKey:
+			lastErr = rep.apiError() // not recorded (yet): ask again
+			retryAfter = rep.retryAfter
+		case rep.retryable():
+			lastErr = rep.apiError()
+			retryAfter = rep.retryAfter
+		default:
+			return last, rep.apiError()
+		}
+
+		remaining := time.Until(deadline)
+		if remaining <= 0 {
+			break
+		}
+		// The pause grows, yields to a longer Retry-After, and never
+		// sleeps past the deadline.
+		wait := min(max(pause, retryAfter), remaining)
+		if err := c.sleep(ctx, wait); err != nil {
+			return last, err
+		}
+		pause = min(pause*2, PollMax)
+	}
+
+	if byKey && !seen {
+		return last, &APIError{
+			Code: CodeUnknown,
+			Message: fmt.Sprintf("no call recorded under this key after %s: the server may never have received it; "+
+				"POST again with the same key", timeout),
+			Err: lastErr,
+		}
+	}
+	status := "not found"
+	if seen {
+		status = last.Status
+	}
+	return last, &APIError{
+		Code:    CodeDeadline,
+		Message: fmt.Sprintf("call still %s after %s", status, timeout),
+		Err:     lastErr,
+	}
+}
