@@ -1,0 +1,436 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemctl/idemctl/internal/store"
+)
+
+// dbNow is "now" as Unix seconds on the database server's clock.
+//
+// clock_timestamp() rather than now(): now() is frozen at the start of the
+// transaction, so in a transaction that first waited on a row lock it lies
+// in the past, and a lease computed from it would be shorter than asked and
+// an expiry test would lag. clock_timestamp() is the server's wall clock at
+// the moment of evaluation. Because it is volatile, each statement below
+// evaluates it once, in a one-row "clock" subquery or CTE, and every row
+// and column of that statement (lease_until, updated_at, the audit ts)
+// uses that single value.
+//
+// Either way the clock is the database's, shared by every instance; no
+// instance ever sends its own time, so skew between machines cannot move a
+// lease.
+const dbNow = `extract(epoch FROM clock_timestamp())::double precision`
+
+// callColumns lists the calls columns in the order scanCall reads them.
+const callColumns = `call_id, idem_key, fingerprint, client_id, seq, tool, args_json, status,
+  result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at`
+
+// callColumnsOf is callColumns qualified by a table alias, for statements
+// that join calls with other relations.
+func callColumnsOf(alias string) string {
+	return alias + `.call_id, ` + alias + `.idem_key, ` + alias + `.fingerprint, ` + alias + `.client_id, ` +
+		alias + `.seq, ` + alias + `.tool, ` + alias + `.args_json, ` + alias + `.status, ` +
+		alias + `.result_json, ` + alias + `.error_json, ` + alias + `.attempt, ` + alias + `.lease_until, ` +
+		alias + `.owner, ` + alias + `.effect_id, ` + alias + `.created_at, ` + alias + `.updated_at`
+}
+
+// scanCall reads one row of callColumns.
+func scanCall(row pgx.Row) (store.Call, error) {
+	var (
+		c              store.Call
+		args           string
+		status         string
+		result, errObj *string
+	)
+	err := row.Scan(&c.CallID, &c.IdemKey, &c.Fingerprint, &c.ClientID, &c.Seq, &c.Tool, &args, &status,
+		&result, &errObj, &c.Attempt, &c.LeaseUntil, &c.Owner, &c.EffectID, &c.CreatedAt, &c.UpdatedAt)
+	if err != nil {
+		return store.Call{}, err
+	}
+	c.ArgsJSON = json.RawMessage(args)
+	c.Status = store.Status(status)
+	if result != nil {
+		c.ResultJSON = json.RawMessage(*result)
+	}
+	if errObj != nil {
+		c.ErrorJSON = json.RawMessage(*errObj)
+	}
+	return c, nil
+}
+
+// collectCalls reads every row of callColumns.
+func collectCalls(rows pgx.Rows) ([]store.Call, error) {
+	defer rows.Close()
+	var calls []store.Call
+	for rows.Next() {
+		c, err := scanCall(rows)
+		if err != nil {
+			return nil, err
+		}
+		calls = append(calls, c)
+	}
+	return calls, rows.Err()
+}
+
+// insertAudit appends one audit row in tx.
+func insertAudit(ctx context.Context, tx pgx.Tx, ts float64, callID, event, detail string) error {
+	_, err := tx.Exec(ctx, `INSERT INTO audit (ts, call_id, event, detail) VALUES ($1, $2, $3, $4)`,
+		ts, callID, event, detail)
+	return err
+}
+
+// errWinnerVanished: the key's row was gone between the conflicting INSERT
+// and the SELECT. Impossible without deletes; CreateOrGet retries on it.
+var errWinnerVanished = errors.New("postgres: conflicting call row vanished")
+
+// createOrGetTries bounds CreateOrGet's retries on errWinnerVanished.
+const createOrGetTries = 5
+
+// CreateOrGet records a new call for n.IdemKey or returns the existing one.
+//
+// Correct at READ COMMITTED without any table lock: the INSERT ... ON
+// CONFLICT DO NOTHING either inserts (the unique index on idem_key makes
+// exactly one concurrent inserter win; a loser waits for the winner's
+// transaction to end) or returns no row, and then the winner's row is read
+// with FOR UPDATE so that deciding on a retryable reset and performing it
+// cannot interleave with a concurrent reset, claim or completion.
+func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, store.Outcome, error) {
+	if err := s.writable(); err != nil {
+		return store.Call{}, 0, err
+	}
+	for try := 0; try < createOrGetTries; try++ {
+		call, out, err := s.createOrGetOnce(ctx, n)
+		if errors.Is(err, errWinnerVanished) {
+			continue
+		}
+		return call, out, err
+	}
+	return store.Call{}, 0, fmt.Errorf("postgres: create or get %q: %w", n.IdemKey, errWinnerVanished)
+}
+
+func (s *Store) createOrGetOnce(ctx context.Context, n store.NewCall) (store.Call, store.Outcome, error) {
+	var (
+		call store.Call
+		out  store.Outcome
+	)
+	args := string(n.ArgsJSON)
+	if len(n.ArgsJSON) == 0 {
+		args = "{}"
+	}
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		call, err = scanCall(tx.QueryRow(ctx, `
+INSERT INTO calls (call_id, idem_key, fingerprint, client_id, seq, tool, args_json,
+                   status, attempt, created_at, updated_at)
+SELECT $1, $2, $3, $4, $5, $6, $7, 'pending', 0, clock.now, clock.now
+FROM (SELECT `+dbNow+` AS now) AS clock
+ON CONFLICT (idem_key) DO NOTHING
+RETURNING `+callColumns,
+			n.CallID, n.IdemKey, n.Fingerprint, n.ClientID, n.Seq, n.Tool, args))
+		if err == nil {
+			out = store.Created
+			// Same transaction as the insert: a call never exists unaudited.
+			return insertAudit(ctx, tx, call.CreatedAt, call.CallID, store.EventCreated, detailCreated(call))
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+
+		// The key exists (committed: ON CONFLICT waited for its inserter).
+		// FOR UPDATE holds the row until we commit, so the status we decide
+		// on is the status we change.
+		call, err = scanCall(tx.QueryRow(ctx,
+			`SELECT `+callColumns+` FROM calls WHERE idem_key = $1 FOR UPDATE`, n.IdemKey))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return errWinnerVanished
+		}
+		if err != nil {
+			return err
+		}
+		if call.Fingerprint != n.Fingerprint {
+			return store.ErrConflict
+		}
+		if call.Status != store.StatusFailed || !retryable(call.ErrorJSON) {
+			out = store.Existing
+			return nil
+		}
+
+		// A retryable failure asked for again with the same key: run it
+		// again (§12.5.5). Attempt is kept, so the attempt count goes on.
+		call, err = scanCall(tx.QueryRow(ctx, `
+UPDATE calls
+SET status = 'pending', result_json = NULL, error_json = NULL,
+    lease_until = NULL, owner = NULL, updated_at = clock.now
+FROM (SELECT `+dbNow+` AS now) AS clock
+WHERE call_id = $1
+RETURNING `+callColumnsOf("calls"), call.CallID))
+		if err != nil {
+			return err
+		}
+		out = store.RetryReset
+		return insertAudit(ctx, tx, call.UpdatedAt, call.CallID, store.EventRetryReset, detailRetryReset(call))
+	})
+	if err != nil {
+		return store.Call{}, 0, err
+	}
+	return call, out, nil
+}
+
+// retryable reports whether a stored error object says retryable: true.
+func retryable(errObj json.RawMessage) bool {
+	var e struct {
+		Retryable bool `json:"retryable"`
+	}
+	return len(errObj) > 0 && json.Unmarshal(errObj, &e) == nil && e.Retryable
+}
+
+// ClaimNext claims up to limit runnable calls for owner in one statement.
+//
+// The inner SELECT picks pending calls and running calls whose lease has
+// expired by the database's clock, oldest first, FOR UPDATE SKIP LOCKED:
+// rows another instance is claiming, completing or recovering right now are
+// skipped rather than waited for, so concurrent claimers split the work and
+// never block one another. The outer UPDATE repeats the condition so that
+// only a row that is still runnable is taken (belt and braces: the row lock
+// already guarantees it). The audit rows are written by the same statement,
+// hence the same transaction.
+func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration, limit int) ([]store.Call, error) {
+	if err := s.writable(); err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		return nil, nil
+	}
+	rows, err := s.pool.Query(ctx, `
+WITH clock AS MATERIALIZED (
+  SELECT `+dbNow+` AS now
+), picked AS (
+  SELECT c.call_id
+  FROM calls c, clock
+  WHERE c.status = 'pending'
+     OR (c.status = 'running' AND c.lease_until <= clock.now)
+  ORDER BY c.created_at, c.call_id
+  LIMIT $2
+  FOR UPDATE OF c SKIP LOCKED
+), claimed AS (
+  UPDATE calls c
+  SET status = 'running', attempt = c.attempt + 1,
+      lease_until = clock.now + $3, owner = $1, updated_at = clock.now
+  FROM picked, clock
+  WHERE c.call_id = picked.call_id
+    AND (c.status = 'pending' OR (c.status = 'running' AND c.lease_until <= clock.now))
+  RETURNING `+callColumnsOf("c")+`
+), audited AS (
+  INSERT INTO audit (ts, call_id, event, detail)
+  SELECT updated_at, call_id, '`+store.EventClaimed+`', `+detailClaimedSQL+`
+  FROM claimed
+)
+SELECT `+callColumns+` FROM claimed`, owner, limit, lease.Seconds())
+	if err != nil {
+		return nil, interpret(err)
+	}
+	calls, err := collectCalls(rows)
+	if err != nil {
+		return nil, interpret(err)
+	}
+	// RETURNING has no order; hand the calls back oldest first.
+	sort.Slice(calls, func(i, j int) bool {
+		if calls[i].CreatedAt != calls[j].CreatedAt {
+			return calls[i].CreatedAt < calls[j].CreatedAt
+		}
+		return calls[i].CallID < calls[j].CallID
+	})
+	return calls, nil
+}
+
+// Succeed marks the call succeeded and inserts its effect in one
+// transaction, fenced on (owner, attempt).
+func (s *Store) Succeed(ctx context.Context, c store.Completion) (store.Call, error) {
+	return s.complete(ctx, c, store.StatusSucceeded)
+}
+
+// Fail marks the call failed with c.Error, fenced on (owner, attempt).
+func (s *Store) Fail(ctx context.Context, c store.Completion) (store.Call, error) {
+	return s.complete(ctx, c, store.StatusFailed)
+}
+
+// complete is Succeed and Fail: one conditional UPDATE whose WHERE clause
+// is the fencing token. If another worker (or recovery) changed the row
+// meanwhile, READ COMMITTED makes this UPDATE wait for that transaction and
+// re-check the WHERE clause against its result, so a stale worker matches
+// zero rows; then nothing is written (the effect is never inserted) and
+// the refusal is audited on its own.
+func (s *Store) complete(ctx context.Context, c store.Completion, status store.Status) (store.Call, error) {
+	if err := s.writable(); err != nil {
+		return store.Call{}, err
+	}
+	var (
+		result, errObj, effectID *string
+	)
+	event := store.EventFailed
+	if status == store.StatusSucceeded {
+		event = store.EventSucceeded
+		r := string(c.Result)
+		if len(c.Result) == 0 {
+			r = "null"
+		}
+		result = &r
+		if c.Effect != nil {
+			effectID = &c.Effect.EffectID
+		}
+	} else {
+		e := string(c.Error)
+		if len(c.Error) == 0 {
+			e = "null"
+		}
+		errObj = &e
+	}
+
+	var call store.Call
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		call, err = scanCall(tx.QueryRow(ctx, `
+UPDATE calls
+SET status = $4, result_json = $5, error_json = $6, effect_id = $7,
+    lease_until = NULL, owner = NULL, updated_at = clock.now
+FROM (SELECT `+dbNow+` AS now) AS clock
+WHERE call_id = $1
+  -- The fencing token: still running, still ours, still this attempt.
+  AND status = 'running' AND owner = $2 AND attempt = $3
+RETURNING `+callColumnsOf("calls"),
+			c.CallID, c.Owner, c.Attempt, string(status), result, errObj, effectID))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return store.ErrFenced
+		}
+		if err != nil {
+			return err
+		}
+		if status == store.StatusSucceeded && c.Effect != nil {
+			// The last gate (§12.3.2): even if some path reached here twice
+			// for one call, effects.call_id UNIQUE keeps a single effect.
+			tool := c.Effect.Tool
+			if tool == "" {
+				tool = call.Tool
+			}
+			if _, err := tx.Exec(ctx, `
+INSERT INTO effects (effect_id, call_id, tool, amount, created_at)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (call_id) DO NOTHING`,
+				c.Effect.EffectID, c.CallID, tool, c.Effect.Amount, call.UpdatedAt); err != nil {
+				return err
+			}
+		}
+		return insertAudit(ctx, tx, call.UpdatedAt, call.CallID, event, detailCompleted(call, c))
+	})
+	if errors.Is(err, store.ErrFenced) {
+		return store.Call{}, s.auditFenced(ctx, c, status)
+	}
+	if err != nil {
+		return store.Call{}, err
+	}
+	return call, nil
+}
+
+// auditFenced records a refused completion in its own transaction (the
+// completion's was rolled back) and returns ErrFenced, or ErrNotFound if
+// there is no such call at all.
+func (s *Store) auditFenced(ctx context.Context, c store.Completion, status store.Status) error {
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		cur, err := scanCall(tx.QueryRow(ctx, `SELECT `+callColumns+` FROM calls WHERE call_id = $1`, c.CallID))
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO audit (ts, call_id, event, detail) SELECT `+dbNow+`, $1, $2, $3`,
+			c.CallID, store.EventFenced, detailFenced(c, status, cur))
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return store.ErrFenced
+}
+
+// RecoverExpired returns running calls whose lease has expired by the
+// database's clock to pending and audits recover for each.
+//
+// Rows locked by someone else are skipped (SKIP LOCKED): such a row is
+// being completed, claimed or recovered by another instance right now, and
+// waiting for it could deadlock two instances recovering overlapping sets
+// in different orders. The next pass (every 200 ms) sees it again if it
+// still needs recovery.
+func (s *Store) RecoverExpired(ctx context.Context) ([]string, error) {
+	if err := s.writable(); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, `
+WITH clock AS MATERIALIZED (
+  SELECT `+dbNow+` AS now
+), expired AS (
+  SELECT c.call_id, c.owner, c.attempt, c.lease_until
+  FROM calls c, clock
+  -- A live lease (lease_until > now) is never touched.
+  WHERE c.status = 'running' AND (c.lease_until IS NULL OR c.lease_until <= clock.now)
+  FOR UPDATE OF c SKIP LOCKED
+), recovered AS (
+  UPDATE calls c
+  SET status = 'pending', lease_until = NULL, owner = NULL, updated_at = clock.now
+  FROM expired, clock
+  WHERE c.call_id = expired.call_id
+    AND c.status = 'running' AND (c.lease_until IS NULL OR c.lease_until <= clock.now)
+  RETURNING c.call_id, c.created_at, c.updated_at, expired.owner, expired.attempt
+), audited AS (
+  INSERT INTO audit (ts, call_id, event, detail)
+  SELECT updated_at, call_id, '`+store.EventRecover+`', `+detailRecoverSQL+`
+  FROM recovered
+)
+SELECT call_id FROM recovered ORDER BY created_at, call_id`)
+	if err != nil {
+		return nil, interpret(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, interpret(err)
+	}
+	return ids, nil
+}
+
+// Release returns one running call to pending at once if it is still held
+// by owner at attempt: used when the owner process is known to be dead.
+func (s *Store) Release(ctx context.Context, callID, owner string, attempt int64, reason string) error {
+	if err := s.writable(); err != nil {
+		return err
+	}
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		var ts float64
+		err := tx.QueryRow(ctx, `
+UPDATE calls
+SET status = 'pending', lease_until = NULL, owner = NULL, updated_at = clock.now
+FROM (SELECT `+dbNow+` AS now) AS clock
+WHERE call_id = $1
+  -- Same token as a completion: only the exact lease we were told is dead.
+  AND status = 'running' AND owner = $2 AND attempt = $3
+RETURNING updated_at`, callID, owner, attempt).Scan(&ts)
+		if errors.Is(err, pgx.ErrNoRows) {
+			var exists bool
+			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM calls WHERE call_id = $1)`, callID).Scan(&exists); err != nil {
+				return err
+			}
+			if !exists {
+				return store.ErrNotFound
+			}
+			return store.ErrNotClaimable
+		}
+		if err != nil {
+			return err
+		}
+		return insertAudit(ctx, tx, ts, callID, store.EventRecover, reason)
+	})
+}

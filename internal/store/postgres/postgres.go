@@ -1,0 +1,208 @@
+// Package postgres is the PostgreSQL backend of the store seam, for running
+// several idemctl instances against one shared database (§12.2.3: swap
+// calls/effects for a shared database and the unique constraints still hold).
+//
+// It speaks to PostgreSQL through pgx/v5's pool. The design in one screen:
+//
+//   - Every write runs at READ COMMITTED, the server default. Each statement
+//     is either an INSERT ... ON CONFLICT or an UPDATE whose WHERE clause is
+//     the whole precondition (status, owner, attempt, lease), so a concurrent
+//     change is never lost: PostgreSQL waits for the other writer's row lock,
+//     then re-evaluates the WHERE clause against the committed row version
+//     and skips the row if it no longer matches. That is why none of these
+//     statements can fail with a serialization error (40001 only exists at
+//     REPEATABLE READ and above), and why no retry loop is needed around them.
+//   - The idempotency key is guarded by the UNIQUE index on calls.idem_key,
+//     and the at-most-one effect by the UNIQUE index on effects.call_id: the
+//     same last gates as SQLite, now shared by every instance.
+//   - "Now" is always the database server's clock, read inside the statement
+//     that uses it (see dbNow); instances never send a timestamp. A lease is
+//     db-now + duration, and expiry is tested against db-now, so clock skew
+//     between the machines running idemctl cannot make one of them take over
+//     another's live lease.
+//   - The scheduler's pick uses FOR UPDATE SKIP LOCKED so instances claiming
+//     at once divide the runnable calls between them instead of queueing on
+//     the same rows.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/puddle/v2"
+
+	"github.com/idemctl/idemctl/internal/store"
+)
+
+var _ store.Store = (*Store)(nil)
+
+// defaultMaxConns is the pool size when the URL does not set pool_max_conns.
+// pgxpool's own default (max(4, NumCPU)) is too small for a server whose
+// HTTP handlers and workers all touch the database at once.
+const defaultMaxConns = 16
+
+// defaultLockTimeout bounds how long a statement waits for a row lock when
+// Options.BusyTimeout is zero; it plays the role of SQLite's busy timeout.
+const defaultLockTimeout = 5 * time.Second
+
+// Store is a store.Store on a PostgreSQL database. It is safe for
+// concurrent use; several Stores (in one process or many) may share one
+// database.
+type Store struct {
+	pool      *pgxpool.Pool
+	readOnly  bool
+	closeOnce sync.Once
+}
+
+// Open connects to the PostgreSQL database at url (a postgres:// URL or a
+// key=value connection string; pgxpool's pool_* parameters are honoured)
+// and, unless opts.ReadOnly, creates or migrates the schema. Opening
+// read-only migrates nothing, requires the schema to exist, and makes every
+// transaction read-only.
+func Open(ctx context.Context, url string, opts store.Options) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: parse url: %w", err)
+	}
+	if !strings.Contains(url, "pool_max_conns") {
+		cfg.MaxConns = defaultMaxConns
+	}
+	params := cfg.ConnConfig.RuntimeParams
+	if _, ok := params["application_name"]; !ok {
+		params["application_name"] = "idemctl"
+	}
+	lockTimeout := opts.BusyTimeout
+	if lockTimeout <= 0 {
+		lockTimeout = defaultLockTimeout
+	}
+	// A write that waits longer than this for another transaction's lock
+	// fails with 55P03, which we report as ErrUnavailable (503), the same
+	// contract as SQLite's busy timeout.
+	params["lock_timeout"] = fmt.Sprintf("%dms", lockTimeout.Milliseconds())
+	if opts.ReadOnly {
+		// Sent in the startup packet, so every transaction on every pooled
+		// connection is read-only; a write that slips past the ErrReadOnly
+		// guard fails in the server with 25006.
+		params["default_transaction_read_only"] = "on"
+	}
+
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: open: %w", interpret(err))
+	}
+	s := &Store{pool: pool, readOnly: opts.ReadOnly}
+	// pgxpool connects lazily; fail at Open, not at the first request.
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: connect: %w", interpret(err))
+	}
+	if opts.ReadOnly {
+		err = s.checkSchema(ctx)
+	} else {
+		err = s.migrate(ctx)
+	}
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Ping checks the database is reachable.
+func (s *Store) Ping(ctx context.Context) error {
+	return interpret(s.pool.Ping(ctx))
+}
+
+// Close closes the pool, waiting for connections in use to be returned.
+// It is safe to call more than once.
+func (s *Store) Close() error {
+	s.closeOnce.Do(s.pool.Close)
+	return nil
+}
+
+// writable returns ErrReadOnly on a store opened read-only, before any
+// round trip to the database.
+func (s *Store) writable() error {
+	if s.readOnly {
+		return store.ErrReadOnly
+	}
+	return nil
+}
+
+// inTx runs fn in a READ COMMITTED transaction, committing if fn returns nil
+// and rolling back otherwise. Errors are translated into the store's
+// sentinels.
+func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	// READ COMMITTED is named explicitly so a server configured with a
+	// stricter default_transaction_isolation cannot turn these statements
+	// into ones that fail with serialization errors.
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return interpret(err)
+	}
+	if err := fn(tx); err != nil {
+		// Rollback under WithoutCancel: the caller's ctx may be the reason
+		// fn failed, and the connection must still be returned clean.
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return interpret(err)
+	}
+	return interpret(tx.Commit(ctx))
+}
+
+// interpret translates pgx and PostgreSQL errors into the store's sentinels,
+// wrapping the original so its text is kept. Already-translated errors,
+// context errors and nil pass through.
+func interpret(err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, sentinel := range []error{store.ErrNotFound, store.ErrConflict, store.ErrNotClaimable,
+		store.ErrFenced, store.ErrUnavailable, store.ErrReadOnly} {
+		if errors.Is(err, sentinel) {
+			return err
+		}
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: %w", store.ErrNotFound, err)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case pgErr.Code == "25006": // read_only_sql_transaction
+			return fmt.Errorf("%w: %w", store.ErrReadOnly, err)
+		case strings.HasPrefix(pgErr.Code, "08"), // connection exception
+			strings.HasPrefix(pgErr.Code, "53"),  // insufficient resources: disk full, out of memory, too many connections
+			strings.HasPrefix(pgErr.Code, "57P"), // admin/crash shutdown, cannot connect now
+			pgErr.Code == "55P03",                // lock_not_available: waited past lock_timeout
+			// Cannot happen with the statements of this package (see the
+			// package comment), but if a server-side setting ever produces
+			// them they are transient: a same-key retry is safe.
+			pgErr.Code == "40001", pgErr.Code == "40P01":
+			return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+		}
+		return err
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	// Failures below the SQL layer: could not connect, connection lost
+	// mid-statement, pool closed.
+	var connErr *pgconn.ConnectError
+	var netErr net.Error
+	if errors.As(err, &connErr) || errors.As(err, &netErr) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, net.ErrClosed) || errors.Is(err, puddle.ErrClosedPool) ||
+		pgconn.SafeToRetry(err) {
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+	}
+	return err
+}

@@ -1,0 +1,170 @@
+package postgres
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemctl/idemctl/internal/store"
+)
+
+// Reads are single statements outside any explicit transaction: each sees
+// one consistent snapshot of committed data, which is all they need.
+
+// Get returns the call with that id, or ErrNotFound.
+func (s *Store) Get(ctx context.Context, callID string) (store.Call, error) {
+	c, err := scanCall(s.pool.QueryRow(ctx, `SELECT `+callColumns+` FROM calls WHERE call_id = $1`, callID))
+	return c, interpret(err)
+}
+
+// GetByKey returns the call for an idempotency key, or ErrNotFound.
+func (s *Store) GetByKey(ctx context.Context, key string) (store.Call, error) {
+	c, err := scanCall(s.pool.QueryRow(ctx, `SELECT `+callColumns+` FROM calls WHERE idem_key = $1`, key))
+	return c, interpret(err)
+}
+
+// ListCalls returns calls newest first, optionally of one status and at
+// most f.Limit of them.
+func (s *Store) ListCalls(ctx context.Context, f store.ListFilter) ([]store.Call, error) {
+	// NULL parameters mean "no filter" / "no limit" (LIMIT NULL is LIMIT ALL).
+	var status *string
+	if f.Status != "" {
+		v := string(f.Status)
+		status = &v
+	}
+	rows, err := s.pool.Query(ctx, `
+SELECT `+callColumns+`
+FROM calls
+WHERE $1::text IS NULL OR status = $1
+ORDER BY created_at DESC, call_id DESC
+LIMIT $2`, status, limitParam(f.Limit))
+	if err != nil {
+		return nil, interpret(err)
+	}
+	calls, err := collectCalls(rows)
+	return calls, interpret(err)
+}
+
+// ListEffects returns effects newest first (limit 0 = all).
+func (s *Store) ListEffects(ctx context.Context, limit int) ([]store.Effect, error) {
+	rows, err := s.pool.Query(ctx, `
+SELECT effect_id, call_id, tool, amount, created_at
+FROM effects
+ORDER BY created_at DESC, effect_id DESC
+LIMIT $1`, limitParam(limit))
+	if err != nil {
+		return nil, interpret(err)
+	}
+	effs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Effect, error) {
+		var e store.Effect
+		err := r.Scan(&e.EffectID, &e.CallID, &e.Tool, &e.Amount, &e.CreatedAt)
+		return e, err
+	})
+	return effs, interpret(err)
+}
+
+// Audit returns audit rows oldest first; callID "" means every call. With a
+// limit, the newest limit rows, still oldest first.
+func (s *Store) Audit(ctx context.Context, callID string, limit int) ([]store.AuditEvent, error) {
+	var filter *string
+	if callID != "" {
+		filter = &callID
+	}
+	rows, err := s.pool.Query(ctx, `
+SELECT id, ts, call_id, event, detail
+FROM (
+  SELECT id, ts, coalesce(call_id, '') AS call_id, event, coalesce(detail, '') AS detail
+  FROM audit
+  WHERE $1::text IS NULL OR call_id = $1
+  ORDER BY id DESC
+  LIMIT $2
+) AS newest
+ORDER BY id`, filter, limitParam(limit))
+	if err != nil {
+		return nil, interpret(err)
+	}
+	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.AuditEvent, error) {
+		var e store.AuditEvent
+		err := r.Scan(&e.ID, &e.TS, &e.CallID, &e.Event, &e.Detail)
+		return e, err
+	})
+	return evs, interpret(err)
+}
+
+// Dupes returns calls with more than one effect. effects.call_id is UNIQUE,
+// so this is empty unless the schema was tampered with; inspect shows it
+// as proof.
+func (s *Store) Dupes(ctx context.Context) ([]store.Dupe, error) {
+	rows, err := s.pool.Query(ctx, `
+SELECT call_id, count(*)
+FROM effects
+GROUP BY call_id
+HAVING count(*) > 1
+ORDER BY call_id`)
+	if err != nil {
+		return nil, interpret(err)
+	}
+	d, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Dupe, error) {
+		var d store.Dupe
+		err := r.Scan(&d.CallID, &d.Effects)
+		return d, err
+	})
+	return d, interpret(err)
+}
+
+// Attempts returns the attempt distribution, by attempt ascending.
+func (s *Store) Attempts(ctx context.Context) ([]store.AttemptBucket, error) {
+	rows, err := s.pool.Query(ctx, `
+SELECT attempt, count(*)
+FROM calls
+GROUP BY attempt
+ORDER BY attempt`)
+	if err != nil {
+		return nil, interpret(err)
+	}
+	b, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.AttemptBucket, error) {
+		var b store.AttemptBucket
+		err := r.Scan(&b.Attempt, &b.Calls)
+		return b, err
+	})
+	return b, interpret(err)
+}
+
+// Stats counts calls, effects and calls by status, from one snapshot (one
+// statement), so calls and effects are consistent with each other.
+func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
+	rows, err := s.pool.Query(ctx, `
+SELECT status, count(*), (SELECT count(*) FROM effects)
+FROM calls
+GROUP BY status
+UNION ALL
+-- One row even when calls is empty, so the effects count always arrives.
+SELECT NULL, 0, (SELECT count(*) FROM effects)`)
+	if err != nil {
+		return store.Stats{}, interpret(err)
+	}
+	defer rows.Close()
+	st := store.Stats{ByStatus: map[store.Status]int64{}}
+	for rows.Next() {
+		var (
+			status *string
+			n      int64
+		)
+		if err := rows.Scan(&status, &n, &st.Effects); err != nil {
+			return store.Stats{}, interpret(err)
+		}
+		if status != nil {
+			st.ByStatus[store.Status(*status)] = n
+			st.Calls += n
+		}
+	}
+	return st, interpret(rows.Err())
+}
+
+// limitParam turns "0 = all" into SQL's LIMIT NULL (no limit).
+func limitParam(limit int) *int {
+	if limit <= 0 {
+		return nil
+	}
+	return &limit
+}

@@ -1,0 +1,132 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// migrationLockKey is the pg_advisory_xact_lock key that serialises schema
+// migrations of idemctl instances starting at once on one database (the
+// ASCII of "idemctl\x01"). Advisory locks are scoped to the database.
+const migrationLockKey int64 = 0x6964656d63746c01
+
+// migrations are applied in order; migrations[i] brings the schema from
+// version i to version i+1. Append only: never edit a released step.
+//
+// Version 1 is SQLite's schema (§12.3) in PostgreSQL types: times are
+// double precision Unix seconds, JSON is kept as text so the bytes the
+// caller stored are the bytes read back, and audit.id is a bigserial.
+var migrations = []string{
+	`
+CREATE TABLE calls (
+  call_id      text PRIMARY KEY,
+  idem_key     text NOT NULL UNIQUE,
+  fingerprint  text NOT NULL,
+  client_id    text,
+  seq          bigint,
+  tool         text NOT NULL,
+  args_json    text NOT NULL,
+  status       text NOT NULL
+               CHECK (status IN ('pending', 'running', 'succeeded', 'failed')),
+  result_json  text,
+  error_json   text,
+  attempt      bigint NOT NULL DEFAULT 0,
+  lease_until  double precision,
+  owner        text,
+  effect_id    text,
+  created_at   double precision NOT NULL,
+  updated_at   double precision NOT NULL
+);
+-- The scheduler's pick and recovery: status, then lease deadline.
+CREATE INDEX idx_calls_status ON calls (status, lease_until);
+CREATE INDEX idx_calls_client_seq ON calls (client_id, seq);
+
+CREATE TABLE effects (
+  effect_id   text PRIMARY KEY,
+  -- The last gate (§12.3.2): at most one effect per call, whatever any
+  -- instance's worker does.
+  call_id     text NOT NULL UNIQUE,
+  tool        text NOT NULL,
+  amount      bigint,
+  created_at  double precision NOT NULL
+);
+
+CREATE TABLE audit (
+  id       bigserial PRIMARY KEY,
+  ts       double precision NOT NULL,
+  call_id  text,
+  event    text NOT NULL,
+  detail   text
+);
+CREATE INDEX idx_audit_call ON audit (call_id, id);
+`,
+}
+
+// schemaVersion is the version this binary writes and understands.
+var schemaVersion = len(migrations)
+
+// migrate creates or upgrades the schema in one transaction. The advisory
+// lock makes instances that start together take turns: the first applies
+// the migrations, the others then find the schema current and do nothing.
+// Without it, two concurrent CREATE TABLE IF NOT EXISTS can both pass the
+// existence check and one fails on the catalog's unique index.
+func (s *Store) migrate(ctx context.Context) error {
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		// Transaction-scoped: released at commit or rollback, so a crashed
+		// migrator can never leave it held.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLockKey); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_version (
+  version     integer NOT NULL,
+  applied_at  double precision NOT NULL
+)`); err != nil {
+			return err
+		}
+		var current int
+		if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_version`).Scan(&current); err != nil {
+			return err
+		}
+		if current > schemaVersion {
+			return fmt.Errorf("database schema version %d is newer than this idemctl understands (%d): upgrade idemctl", current, schemaVersion)
+		}
+		for v := current; v < schemaVersion; v++ {
+			if _, err := tx.Exec(ctx, migrations[v]); err != nil {
+				return fmt.Errorf("migration to version %d: %w", v+1, err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO schema_version (version, applied_at) VALUES ($1, `+dbNow+`)`, v+1); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("postgres: migrate schema: %w", err)
+	}
+	return nil
+}
+
+// checkSchema verifies, for a read-only store, that the schema exists and
+// is one this binary can read; read-only stores never create it.
+func (s *Store) checkSchema(ctx context.Context) error {
+	var current int
+	err := s.pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_version`).Scan(&current)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+		return errors.New("postgres: no idemctl schema in this database (start idemctl serve on it once to create it)")
+	}
+	if err != nil {
+		return fmt.Errorf("postgres: read schema version: %w", interpret(err))
+	}
+	if current > schemaVersion {
+		return fmt.Errorf("postgres: database schema version %d is newer than this idemctl understands (%d)", current, schemaVersion)
+	}
+	if current < schemaVersion {
+		return fmt.Errorf("postgres: database schema version %d is older than this idemctl's (%d): start idemctl serve on it once to migrate it", current, schemaVersion)
+	}
+	return nil
+}
