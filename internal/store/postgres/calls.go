@@ -99,9 +99,10 @@ const createOrGetTries = 5
 // Correct at READ COMMITTED without any table lock: the INSERT ... ON
 // CONFLICT DO NOTHING either inserts (the unique index on idem_key makes
 // exactly one concurrent inserter win; a loser waits for the winner's
-// transaction to end) or returns no row, and then the winner's row is read
-// with FOR UPDATE so that deciding on a retryable reset and performing it
-// cannot interleave with a concurrent reset, claim or completion.
+// transaction to end) or returns no row, and then the winner's row is read;
+// only a failed call, which a retryable reset may change, is re-read with
+// FOR UPDATE, so deciding on the reset and performing it cannot interleave
+// with a concurrent reset.
 func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, store.Outcome, error) {
 	if err := s.writable(); err != nil {
 		return store.Call{}, 0, err
@@ -144,11 +145,14 @@ RETURNING `+callColumns,
 			return err
 		}
 
-		// The key exists (committed: ON CONFLICT waited for its inserter).
-		// FOR UPDATE holds the row until we commit, so the status we decide
-		// on is the status we change.
+		// The key exists, committed: ON CONFLICT waited for its inserter's
+		// transaction, and this statement's snapshot is newer. A plain read
+		// is enough for the common replay: the fingerprint never changes,
+		// and a non-failed status needs no write. Locking every replay
+		// would instead make the scheduler's SKIP LOCKED pass over a hot
+		// key's call for as long as its clients keep retrying.
 		call, err = scanCall(tx.QueryRow(ctx,
-			`SELECT `+callColumns+` FROM calls WHERE idem_key = $1 FOR UPDATE`, n.IdemKey))
+			`SELECT `+callColumns+` FROM calls WHERE idem_key = $1`, n.IdemKey))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return errWinnerVanished
 		}
@@ -157,6 +161,19 @@ RETURNING `+callColumns,
 		}
 		if call.Fingerprint != n.Fingerprint {
 			return store.ErrConflict
+		}
+		if call.Status != store.StatusFailed {
+			out = store.Existing
+			return nil
+		}
+		// A failed call may be reset. Re-read it FOR UPDATE: the row lock is
+		// held until commit, so the status we decide on is the status we
+		// change, and of two same-key requests racing to reset it, the
+		// second waits and then finds it pending (Existing).
+		call, err = scanCall(tx.QueryRow(ctx,
+			`SELECT `+callColumns+` FROM calls WHERE call_id = $1 FOR UPDATE`, call.CallID))
+		if err != nil {
+			return err
 		}
 		if call.Status != store.StatusFailed || !retryable(call.ErrorJSON) {
 			out = store.Existing

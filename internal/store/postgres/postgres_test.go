@@ -93,6 +93,60 @@ func TestInstancesCreateOrGetOneCall(t *testing.T) {
 	}
 }
 
+// TestInstancesRetryResetOnce: same-key requests racing on two instances
+// to re-run a retryable failure reset it once; the others see it pending.
+func TestInstancesRetryResetOnce(t *testing.T) {
+	inst := instances(t, 2)
+	c := create(t, inst[0], "flaky")
+	got, err := inst[0].ClaimNext(t.Context(), "w", time.Minute, 1)
+	if err != nil || len(got) != 1 {
+		t.Fatalf("claim = %v, %v", got, err)
+	}
+	fail := store.Completion{CallID: c.CallID, Owner: "w", Attempt: 1,
+		Error: []byte(`{"code":"tool_failed","message":"try again","retryable":true}`)}
+	if _, err := inst[0].Fail(t.Context(), fail); err != nil {
+		t.Fatal(err)
+	}
+
+	const perInstance = 8
+	var (
+		wg       sync.WaitGroup
+		start    = make(chan struct{})
+		mu       sync.Mutex
+		outcomes = map[store.Outcome]int{}
+		errs     []error
+	)
+	for _, s := range inst {
+		for range perInstance {
+			n := newCall(t, "flaky")
+			wg.Go(func() {
+				<-start
+				r, out, err := s.CreateOrGet(t.Context(), n)
+				mu.Lock()
+				defer mu.Unlock()
+				if err == nil && (r.CallID != c.CallID || r.Status != store.StatusPending) {
+					err = fmt.Errorf("got %+v, want %s pending", r, c.CallID)
+				}
+				if err != nil {
+					errs = append(errs, err)
+				}
+				outcomes[out]++
+			})
+		}
+	}
+	close(start)
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatalf("CreateOrGet errors: %v", errs)
+	}
+	if outcomes[store.RetryReset] != 1 || outcomes[store.Existing] != 2*perInstance-1 {
+		t.Fatalf("outcomes = %v, want 1 retry_reset and %d existing", outcomes, 2*perInstance-1)
+	}
+	if n := scalar[int64](t, inst[0], `SELECT count(*) FROM audit WHERE event = 'retry_reset'`); n != 1 {
+		t.Fatalf("retry_reset audit rows = %d, want 1", n)
+	}
+}
+
 // TestInstancesClaimEachCallOnce: workers of two instances claiming at once
 // (SKIP LOCKED) claim every call exactly once.
 func TestInstancesClaimEachCallOnce(t *testing.T) {
