@@ -1,0 +1,393 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemctl/idemctl/internal/fingerprint"
+	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/tools"
+)
+
+// exitCrash is the exit status of a chaos crash (SPEC §4.6).
+const exitCrash = 3
+
+// commitTimeout bounds one completion transaction. Completions do not use the
+// worker's context: once a tool has run, recording its outcome matters more
+// than a prompt shutdown.
+const commitTimeout = 10 * time.Second
+
+// executor runs tool calls on a worker pool separate from HTTP handling
+// (§12.6.5). One scheduler goroutine recovers expired leases and calls of
+// dead owners, claims runnable calls up to the number of idle workers, and
+// hands them to the workers. Every decision goes through the store's
+// conditional updates, never through memory: a claim is won by exactly one
+// claimer, and a completion commits only under the (owner, attempt) fencing
+// token the claim returned.
+type executor struct {
+	st       store.Store
+	owner    string  // fencing identity of this executor's claims
+	self     ownerID // this process, for dead-owner recovery
+	selfOK   bool    // self.Start is known, so liveness checks can be trusted
+	proc     procFS
+	workers  int
+	lease    time.Duration
+	interval time.Duration
+	chaos    bool
+	exit     func(code int)
+	// beforeCommit, if set, runs after the tool and before its completion
+	// commits (tests: pause a worker past its lease).
+	beforeCommit func(ctx context.Context, c store.Call)
+	onFinal      func(callID string) // a completion committed
+	log          *slog.Logger
+	m            *metrics
+
+	wake chan struct{}   // capacity 1: coalesces wake-ups
+	jobs chan store.Call // capacity workers: never blocks, claims ≤ idle workers
+	busy atomic.Int64    // claimed calls not yet finished
+
+	workCtx    context.Context // cancelled when the shutdown grace runs out
+	cancelWork context.CancelFunc
+	stopSched  context.CancelFunc
+	schedDone  chan struct{}
+	workerWG   sync.WaitGroup
+
+	lastErr map[string]string // scheduler-only: dedupes repeated error logs
+}
+
+// Wake asks the scheduler to claim now rather than at its next tick. It never
+// blocks; wake-ups coalesce.
+func (e *executor) Wake() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// start launches the scheduler and the workers. The scheduler stops claiming
+// when ctx is done; workers keep running until shutdown.
+func (e *executor) start(ctx context.Context) {
+	e.wake = make(chan struct{}, 1)
+	e.jobs = make(chan store.Call, e.workers)
+	e.schedDone = make(chan struct{})
+	e.lastErr = make(map[string]string)
+	// Tools run under a context of their own: a cancelled request or
+	// server context must not abandon them; only the end of the shutdown
+	// grace does.
+	e.workCtx, e.cancelWork = context.WithCancel(context.WithoutCancel(ctx))
+	var schedCtx context.Context
+	schedCtx, e.stopSched = context.WithCancel(ctx)
+	for i := 0; i < e.workers; i++ {
+		e.workerWG.Add(1)
+		go e.worker()
+	}
+	go e.schedule(schedCtx)
+}
+
+// shutdown stops claiming, lets in-flight tools finish within grace (or
+// until ctx is done), then cancels the rest, whose calls are released so
+// another instance or the next start runs them again at once.
+func (e *executor) shutdown(ctx context.Context, grace time.Duration) error {
+	e.stopSched()
+	<-e.schedDone
+	close(e.jobs) // only the scheduler sends, and it has returned
+
+	done := make(chan struct{})
+	go func() { e.workerWG.Wait(); close(done) }()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-done:
+		e.cancelWork()
+		return nil
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	n := e.busy.Load()
+	e.log.Warn("shutdown grace over, abandoning running tools", "running", n)
+	e.cancelWork()
+	<-done // Run returns promptly on cancel; a commit in progress is bounded by commitTimeout
+	return fmt.Errorf("shutdown: %d tool call(s) abandoned after the grace period", n)
+}
+
+// schedule is the scheduler loop: at start, every interval, and on wake.
+func (e *executor) schedule(ctx context.Context) {
+	defer close(e.schedDone)
+	tick := time.NewTicker(e.interval)
+	defer tick.Stop()
+	for {
+		e.tick(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-e.wake:
+		}
+	}
+}
+
+// tick recovers what can be recovered, then claims up to the idle workers.
+func (e *executor) tick(ctx context.Context) {
+	if ctx.Err() != nil {
+		return
+	}
+	e.recoverExpired(ctx)
+	e.releaseDeadOwners(ctx)
+	for ctx.Err() == nil {
+		free := e.workers - int(e.busy.Load())
+		if free <= 0 {
+			return
+		}
+		// The claim runs to completion even if ctx is cancelled meanwhile:
+		// a claim committed but not handed to a worker would sit under our
+		// lease until it expired.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+		calls, err := e.st.ClaimNext(cctx, e.owner, e.lease, free)
+		cancel()
+		if e.noteErr("claim", err) {
+			return
+		}
+		for _, c := range calls {
+			e.busy.Add(1)
+			e.m.busyWorkers.Inc()
+			e.m.attempts.Observe(float64(c.Attempt))
+			e.log.Info("claimed call", attrCallID, c.CallID, attrKey, c.IdemKey,
+				attrTool, c.Tool, attrAttempt, c.Attempt)
+			e.jobs <- c // never blocks: len(calls) ≤ free ≤ remaining capacity
+		}
+		if len(calls) < free {
+			return // nothing more runnable now
+		}
+	}
+}
+
+// recoverExpired returns expired running calls to pending (audit recover).
+func (e *executor) recoverExpired(ctx context.Context) {
+	ids, err := e.st.RecoverExpired(ctx)
+	if e.noteErr("recover", err) {
+		return
+	}
+	for _, id := range ids {
+		e.m.recoveries.WithLabelValues(recoverExpired).Inc()
+		e.log.Warn("lease expired, call back to pending", e.callAttrs(ctx, id)...)
+	}
+}
+
+// releaseDeadOwners returns at once the running calls whose owner was a
+// process on this host that is gone (§12.7.1's production note): after a
+// crash and restart there is no need to wait out the old lease. Only owners
+// that provably no longer exist are released; other hosts and live
+// processes are never touched.
+func (e *executor) releaseDeadOwners(ctx context.Context) {
+	if !e.selfOK {
+		return
+	}
+	running, err := e.st.ListCalls(ctx, store.ListFilter{Status: store.StatusRunning})
+	if e.noteErr("list running", err) {
+		return
+	}
+	for _, c := range running {
+		if c.Owner == nil {
+			continue
+		}
+		o, gone := e.proc.ownerGone(e.self, *c.Owner)
+		if !gone {
+			continue
+		}
+		reason := fmt.Sprintf("owner process gone (%s pid %d)", o.Host, o.PID)
+		// Fenced on the owner and attempt we saw: if the call moved on
+		// meanwhile, Release refuses and nothing happens.
+		err := e.st.Release(ctx, c.CallID, *c.Owner, c.Attempt, reason)
+		if errors.Is(err, store.ErrNotClaimable) {
+			continue
+		}
+		if err != nil {
+			e.log.Warn("releasing call of dead owner", attrCallID, c.CallID, attrKey, c.IdemKey,
+				attrOwner, *c.Owner, attrErr, err)
+			continue
+		}
+		e.m.recoveries.WithLabelValues(recoverDeadOwner).Inc()
+		e.log.Warn("owner process gone, call back to pending", attrCallID, c.CallID, attrKey, c.IdemKey,
+			attrOwner, *c.Owner, attrAttempt, c.Attempt)
+	}
+}
+
+// callAttrs returns the log attributes of a call known only by id.
+func (e *executor) callAttrs(ctx context.Context, id string) []any {
+	attrs := []any{attrCallID, id}
+	if c, err := e.st.Get(ctx, id); err == nil {
+		attrs = append(attrs, attrKey, c.IdemKey)
+	}
+	return attrs
+}
+
+// noteErr logs a scheduler error once per distinct message (the loop runs
+// five times a second) and reports whether err is non-nil.
+func (e *executor) noteErr(op string, err error) bool {
+	if err == nil {
+		if e.lastErr[op] != "" {
+			e.log.Info("scheduler "+op+" works again", attrOwner, e.owner)
+			delete(e.lastErr, op)
+		}
+		return false
+	}
+	if errors.Is(err, context.Canceled) {
+		return true
+	}
+	if msg := err.Error(); e.lastErr[op] != msg {
+		e.log.Warn("scheduler "+op+" failed", attrErr, err)
+		e.lastErr[op] = msg
+	}
+	return true
+}
+
+// worker runs claimed calls until the job channel closes.
+func (e *executor) worker() {
+	defer e.workerWG.Done()
+	for c := range e.jobs {
+		e.execute(c)
+		e.busy.Add(-1)
+		e.m.busyWorkers.Dec()
+		e.Wake() // a worker is free: claim the backlog now
+	}
+}
+
+// execute runs one attempt of a claimed call and records its outcome.
+func (e *executor) execute(c store.Call) {
+	start := time.Now()
+	log := e.log.With(attrCallID, c.CallID, attrKey, c.IdemKey, attrTool, c.Tool, attrAttempt, c.Attempt)
+	args, out, ran := e.runTool(c, log)
+	if !ran {
+		return
+	}
+
+	chaos := tools.ChaosOf(args)
+	// The before-commit crash fires on the first attempt only: the point is
+	// one crash and the recovery after it, not a call that crashes the
+	// server again on every restart. (The after-commit crash can fire only
+	// once anyway: success is final.)
+	if e.chaos && chaos.CrashBeforeCommit && c.Attempt == 1 {
+		log.Warn("chaos: _crash_before_commit, exiting before the completion commits")
+		e.m.executions.WithLabelValues(c.Tool, execCrashed).Inc()
+		e.exit(exitCrash)
+		return // only reached when exit is a test hook
+	}
+	if e.beforeCommit != nil {
+		e.beforeCommit(e.workCtx, c)
+	}
+
+	done, err := e.commit(c, out)
+	switch {
+	case errors.Is(err, store.ErrFenced):
+		// Another worker took the call over after our lease expired; its
+		// completion (or its coming one) is the call's. Ours must vanish.
+		e.m.fenced.Inc()
+		e.m.executions.WithLabelValues(c.Tool, execFenced).Inc()
+		log.Warn("completion fenced: lease lost to another worker", attrOwner, e.owner, attrErr, err)
+		return
+	case err != nil:
+		e.m.executions.WithLabelValues(c.Tool, execError).Inc()
+		log.Error("recording completion failed; the lease will bring the call back", attrErr, err)
+		return
+	}
+	e.m.executions.WithLabelValues(c.Tool, string(done.Status)).Inc()
+	e.m.execSeconds.WithLabelValues(c.Tool).Observe(time.Since(start).Seconds())
+	log.Info("call "+string(done.Status), attrStatus, done.Status, attrDuration, time.Since(start))
+
+	if e.chaos && chaos.CrashAfterCommit && done.Status == store.StatusSucceeded {
+		log.Warn("chaos: _crash_after_commit, exiting before the response")
+		e.m.executions.WithLabelValues(c.Tool, execCrashed).Inc()
+		e.exit(exitCrash)
+		return
+	}
+	e.onFinal(c.CallID)
+}
+
+// runTool decodes the stored args and runs the tool. ran is false when the
+// attempt was abandoned (shutdown): the call has then been released.
+func (e *executor) runTool(c store.Call, log *slog.Logger) (args map[string]any, out tools.Outcome, ran bool) {
+	defer func() {
+		// A panicking tool is a bug; it must not take the server down, and
+		// re-running it would panic again: fail the call for good.
+		if p := recover(); p != nil {
+			log.Error("tool panicked", "panic", p, "stack", string(debug.Stack()))
+			out, ran = tools.Outcome{Err: &tools.ToolError{Code: codeInternal,
+				Message: fmt.Sprintf("tool panicked: %v", p)}}, true
+		}
+	}()
+	v, err := fingerprint.ParseJSON(c.ArgsJSON)
+	args, _ = v.(map[string]any)
+	if err != nil || args == nil {
+		return nil, tools.Outcome{Err: &tools.ToolError{Code: codeInternal,
+			Message: fmt.Sprintf("stored args unreadable: %v", err)}}, true
+	}
+	out, err = tools.Run(e.workCtx, tools.Invocation{CallID: c.CallID, Tool: c.Tool, Args: args, Attempt: c.Attempt})
+	if err != nil && e.workCtx.Err() != nil {
+		e.abandon(c, log)
+		return args, out, false
+	}
+	if err != nil {
+		// Validate accepted these args when they were stored; refusing
+		// them now means the rules changed. Retrying cannot help.
+		return args, tools.Outcome{Err: &tools.ToolError{Code: "invalid_args", Message: err.Error()}}, true
+	}
+	return args, out, true
+}
+
+// abandon releases a call whose tool was cancelled by shutdown, so it runs
+// again at once elsewhere instead of after its lease.
+func (e *executor) abandon(c store.Call, log *slog.Logger) {
+	e.m.executions.WithLabelValues(c.Tool, execAbandoned).Inc()
+	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
+	defer cancel()
+	err := e.st.Release(ctx, c.CallID, e.owner, c.Attempt, "abandoned at shutdown")
+	if err != nil && !errors.Is(err, store.ErrNotClaimable) {
+		log.Warn("releasing abandoned call failed; its lease will expire", attrErr, err)
+		return
+	}
+	log.Warn("tool abandoned at shutdown, call released")
+}
+
+// commit records the outcome under the claim's fencing token. A transient
+// failure is retried a few times: the lease is still ours, and a retry after
+// an ambiguous failure is safe (fenced on owner and attempt; the effect is
+// unique per call).
+func (e *executor) commit(c store.Call, out tools.Outcome) (store.Call, error) {
+	comp := store.Completion{CallID: c.CallID, Owner: e.owner, Attempt: c.Attempt}
+	if out.Err != nil {
+		raw, err := json.Marshal(out.Err)
+		if err != nil {
+			return store.Call{}, err
+		}
+		comp.Error = raw
+	} else {
+		comp.Result, comp.Effect = out.Result, out.Effect
+	}
+	var (
+		done store.Call
+		err  error
+	)
+	for try := 0; try < 3; try++ {
+		if try > 0 {
+			time.Sleep(time.Duration(100<<try) * time.Millisecond)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
+		if out.Err != nil {
+			done, err = e.st.Fail(ctx, comp)
+		} else {
+			done, err = e.st.Succeed(ctx, comp)
+		}
+		cancel()
+		if err == nil || errors.Is(err, store.ErrFenced) {
+			return done, err
+		}
+	}
+	return done, err
+}

@@ -1,0 +1,289 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/idemctl/idemctl/internal/store"
+)
+
+// waitRecheck is how often a held "Prefer: wait" request re-reads the call
+// when no completion signal arrives: the call may be completed by another
+// instance sharing the database.
+const waitRecheck = 500 * time.Millisecond
+
+// routes builds the mux. Each API path is registered twice: with its method
+// (Go 1.22 patterns) and without, the latter answering 405 in JSON instead
+// of the mux's text/plain; "/" answers 404 in JSON.
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	route := func(method, path string, h http.HandlerFunc) {
+		mux.HandleFunc(method+" "+path, h)
+		allow := method
+		if method == http.MethodGet {
+			allow = "GET, HEAD" // GET patterns match HEAD too
+		}
+		mux.HandleFunc(path, s.methodNotAllowed(allow))
+	}
+	route(http.MethodPost, "/v1/tool-calls", s.handleCreate)
+	route(http.MethodGet, "/v1/tool-calls/{call_id}", s.handleGet)
+	// {key...}: a key may contain '/' (any visible ASCII).
+	route(http.MethodGet, "/v1/tool-calls/by-key/{key...}", s.handleGetByKey)
+	route(http.MethodGet, "/stats", s.handleStats)
+	route(http.MethodGet, "/healthz", s.handleHealthz)
+	route(http.MethodGet, "/readyz", s.handleReadyz)
+	route(http.MethodGet, "/metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{
+		ErrorLog: slogPrinter{s.log},
+	}).ServeHTTP)
+	mux.HandleFunc("/", s.handleNotFound)
+	return s.instrument(s.recoverer(mux))
+}
+
+// handleCreate is POST /v1/tool-calls (SPEC §4.1): validate everything,
+// then record or find the call in one store transaction.
+func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
+	key, aerr := idempotencyKey(r.Header)
+	if aerr != nil {
+		writeAPIError(w, s.log, aerr)
+		return
+	}
+	if r.ContentLength > MaxBodyBytes {
+		writeError(w, s.log, http.StatusRequestEntityTooLarge, codePayloadTooLarge,
+			fmt.Sprintf("body is %d bytes; at most %d are accepted", r.ContentLength, MaxBodyBytes))
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			writeError(w, s.log, http.StatusRequestEntityTooLarge, codePayloadTooLarge,
+				fmt.Sprintf("body exceeds %d bytes", MaxBodyBytes))
+			return
+		}
+		writeError(w, s.log, http.StatusBadRequest, codeBadRequest, "reading body: "+err.Error())
+		return
+	}
+	req, aerr := parseCreate(body, s.cfg.Chaos)
+	if aerr != nil {
+		writeAPIError(w, s.log, aerr)
+		return
+	}
+	callID, err := newCallID()
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+
+	call, outcome, err := s.st.CreateOrGet(r.Context(), req.newCall(callID, key))
+	switch {
+	case errors.Is(err, store.ErrConflict):
+		s.m.calls.WithLabelValues(callsConflict).Inc()
+		s.log.Info("idempotency conflict: same key, different fingerprint", attrKey, key, attrTool, req.Tool)
+		writeError(w, s.log, http.StatusConflict, codeConflict,
+			"idempotency key already used with a different request (same key, different fingerprint)")
+		return
+	case err != nil:
+		s.storeError(w, r, err, attrKey, key)
+		return
+	}
+	switch outcome {
+	case store.Created:
+		s.m.calls.WithLabelValues(callsCreated).Inc()
+	case store.RetryReset:
+		s.m.calls.WithLabelValues(callsRetryReset).Inc()
+	default:
+		s.m.calls.WithLabelValues(callsReplayed).Inc()
+	}
+	s.log.Info("tool call "+outcome.String(), attrCallID, call.CallID, attrKey, key,
+		attrTool, call.Tool, attrStatus, call.Status)
+	if outcome == store.Created || outcome == store.RetryReset {
+		s.exec.Wake() // start now, not at the next tick
+	}
+	s.respondCall(w, r, call, outcome != store.Created, true)
+}
+
+// handleGet is GET /v1/tool-calls/{call_id}.
+func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("call_id")
+	call, err := s.st.Get(r.Context(), id)
+	if errors.Is(err, store.ErrNotFound) {
+		writeError(w, s.log, http.StatusNotFound, codeNotFound, "no call with id "+strconv.Quote(id))
+		return
+	}
+	if err != nil {
+		s.storeError(w, r, err, attrCallID, id)
+		return
+	}
+	s.respondCall(w, r, call, false, false)
+}
+
+// handleGetByKey is GET /v1/tool-calls/by-key/{key} (§12.8.4: the client
+// never saw a call_id). 404 means the key was never recorded: resend the
+// POST with the same key.
+func (s *Server) handleGetByKey(w http.ResponseWriter, r *http.Request) {
+	key := r.PathValue("key")
+	call, err := s.st.GetByKey(r.Context(), key)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && key == "") {
+		writeError(w, s.log, http.StatusNotFound, codeNotFound, "no call with idempotency key "+strconv.Quote(key))
+		return
+	}
+	if err != nil {
+		s.storeError(w, r, err, attrKey, key)
+		return
+	}
+	s.respondCall(w, r, call, false, false)
+}
+
+// respondCall answers with a call, first holding the response under
+// "Prefer: wait=N" until the call is final or N seconds pass. POST answers
+// 200 for a final call and 202 otherwise; GET always 200. replayed marks a
+// response that returns an already existing call (Idempotent-Replayed).
+func (s *Server) respondCall(w http.ResponseWriter, r *http.Request, call store.Call, replayed, isPost bool) {
+	h := w.Header()
+	if wait, ok := preferWait(r.Header, s.cfg.MaxWait); ok {
+		if !call.Status.Final() {
+			call = s.waitFinal(r.Context(), call, wait)
+		}
+		h.Set("Preference-Applied", "wait="+strconv.Itoa(int(wait/time.Second)))
+		h.Add("Vary", "Prefer")
+	}
+	h.Set("Location", CallPath(call.CallID))
+	if replayed {
+		h.Set("Idempotent-Replayed", "true")
+	}
+	status := http.StatusOK
+	if !call.Status.Final() {
+		h.Set("Retry-After", "1") // poll again in a second (or use Prefer: wait)
+		if isPost {
+			status = http.StatusAccepted // accepted, not done (§12.4.3)
+		}
+	}
+	writeJSON(w, s.log, status, viewOf(call))
+}
+
+// waitFinal waits until call is final, d has passed, the client left or
+// the server stops, and returns the call's latest state. The executor's
+// completion signal makes it prompt; a slow re-read covers completions by
+// other instances.
+func (s *Server) waitFinal(ctx context.Context, call store.Call, d time.Duration) store.Call {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	recheck := time.NewTicker(waitRecheck)
+	defer recheck.Stop()
+	for {
+		// Subscribe before reading, so a completion in between is not lost.
+		done, release := s.waiters.subscribe(call.CallID)
+		if c, err := s.st.Get(ctx, call.CallID); err == nil {
+			call = c
+		}
+		if call.Status.Final() {
+			release()
+			return call
+		}
+		select {
+		case <-done:
+		case <-recheck.C:
+		case <-deadline.C:
+			release()
+			return call
+		case <-ctx.Done():
+			release()
+			return call
+		case <-s.closing:
+			release()
+			return call
+		}
+		release()
+	}
+}
+
+// handleStats is GET /stats: logical calls against side effects (§12.11.1).
+func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
+	st, err := s.st.Stats(r.Context())
+	if err != nil {
+		s.storeError(w, r, err)
+		return
+	}
+	by := map[store.Status]int64{}
+	for _, status := range []store.Status{store.StatusPending, store.StatusRunning, store.StatusSucceeded, store.StatusFailed} {
+		by[status] = st.ByStatus[status] // all four, zeros included
+	}
+	writeJSON(w, s.log, http.StatusOK, StatsView{Calls: st.Calls, Effects: st.Effects, ByStatus: by})
+}
+
+// handleHealthz is GET /healthz: the process is up.
+func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, s.log, http.StatusOK, statusView{Status: "ok"})
+}
+
+// handleReadyz is GET /readyz: the database answers and the server is not
+// stopping.
+func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
+	select {
+	case <-s.closing:
+		w.Header().Set("Retry-After", "1")
+		writeError(w, s.log, http.StatusServiceUnavailable, codeUnavailable, "shutting down")
+		return
+	default:
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.st.Ping(ctx); err != nil {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, s.log, http.StatusServiceUnavailable, codeUnavailable, "database unreachable: "+err.Error())
+		return
+	}
+	writeJSON(w, s.log, http.StatusOK, statusView{Status: "ok"})
+}
+
+func (s *Server) handleNotFound(w http.ResponseWriter, r *http.Request) {
+	writeError(w, s.log, http.StatusNotFound, codeNotFound, "no route for "+r.Method+" "+r.URL.Path)
+}
+
+func (s *Server) methodNotAllowed(allow string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		writeError(w, s.log, http.StatusMethodNotAllowed, codeMethodNotAllowed,
+			fmt.Sprintf("method %s not allowed on %s (allowed: %s)", r.Method, r.URL.Path, allow))
+	}
+}
+
+// storeError maps a store error: unavailable → 503 with Retry-After, a
+// client that left → nothing useful to say, anything else → 500, logged.
+func (s *Server) storeError(w http.ResponseWriter, r *http.Request, err error, attrs ...any) {
+	switch {
+	case errors.Is(err, store.ErrUnavailable):
+		s.log.Warn("database unavailable", append(attrs, attrErr, err)...)
+		w.Header().Set("Retry-After", "1")
+		writeError(w, s.log, http.StatusServiceUnavailable, codeUnavailable, "database unavailable, retry with the same key")
+	case r.Context().Err() != nil:
+		// The client is gone; whatever we write goes nowhere.
+		writeError(w, s.log, http.StatusServiceUnavailable, codeUnavailable, "request cancelled")
+	default:
+		s.internalError(w, r, err, attrs...)
+	}
+}
+
+// internalError logs err and answers 500 internal without details.
+func (s *Server) internalError(w http.ResponseWriter, r *http.Request, err error, attrs ...any) {
+	s.log.Error("internal error", append(attrs, attrMethod, r.Method, attrPath, r.URL.Path, attrErr, err)...)
+	writeError(w, s.log, http.StatusInternalServerError, codeInternal, "internal error")
+}
+
+// newCallID returns "c_" + 16 lowercase hex digits from crypto/rand.
+func newCallID() (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("call id: %w", err)
+	}
+	return "c_" + hex.EncodeToString(b[:]), nil
+}

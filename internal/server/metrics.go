@@ -1,0 +1,149 @@
+package server
+
+import (
+	"context"
+	"math"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/idemctl/idemctl/internal/store"
+)
+
+// Label values of idemctl_calls_total{outcome}.
+const (
+	callsCreated    = "created"
+	callsReplayed   = "replayed"
+	callsRetryReset = "retry_reset"
+	callsConflict   = "conflict"
+)
+
+// Label values of idemctl_executions_total{outcome}.
+const (
+	execSucceeded = "succeeded"
+	execFailed    = "failed"
+	execFenced    = "fenced"    // the commit was refused: the lease had moved on
+	execAbandoned = "abandoned" // shutdown cancelled the tool; the call was released
+	execCrashed   = "crashed"   // a chaos hook ended the process (in tests: the exit hook)
+	execError     = "error"     // the commit failed (database); the lease brings the call back
+)
+
+// Label values of idemctl_lease_recoveries_total{reason}.
+const (
+	recoverExpired   = "expired"
+	recoverDeadOwner = "dead_owner"
+)
+
+// metrics are one Server's Prometheus collectors, in a registry of its own:
+// no global state, so a test process can run many servers.
+type metrics struct {
+	reg *prometheus.Registry
+
+	requests       *prometheus.CounterVec   // route, code
+	requestSeconds *prometheus.HistogramVec // route
+	calls          *prometheus.CounterVec   // outcome
+	executions     *prometheus.CounterVec   // tool, outcome
+	attempts       prometheus.Histogram
+	recoveries     *prometheus.CounterVec // reason
+	fenced         prometheus.Counter
+	busyWorkers    prometheus.Gauge
+	execSeconds    *prometheus.HistogramVec // tool
+}
+
+// newMetrics builds the collectors. queueDepth is read at scrape time.
+// extra, if not nil, also receives the idemctl collectors (not the Go and
+// process ones, which an embedding program registers itself).
+func newMetrics(queueDepth func() float64, extra prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemctl_http_requests_total",
+			Help: "HTTP requests by route pattern and status code.",
+		}, []string{"route", "code"}),
+		requestSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "idemctl_http_request_duration_seconds",
+			Help:    "HTTP request latency by route pattern (includes Prefer: wait holds).",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"route"}),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemctl_calls_total",
+			Help: "POST /v1/tool-calls results: created, replayed (same key, same fingerprint), retry_reset, conflict (same key, other fingerprint).",
+		}, []string{"outcome"}),
+		executions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemctl_executions_total",
+			Help: "Tool attempts by tool and outcome (succeeded, failed, fenced, abandoned, crashed, error).",
+		}, []string{"tool", "outcome"}),
+		attempts: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "idemctl_execution_attempt",
+			Help:    "Attempt number of each claimed execution; mass above 1 means leases expire or processes crash (§12.12.5).",
+			Buckets: []float64{1, 2, 3, 5, 10},
+		}),
+		recoveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemctl_lease_recoveries_total",
+			Help: "Running calls returned to pending: lease expired, or owner process gone (dead_owner).",
+		}, []string{"reason"}),
+		fenced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "idemctl_fenced_commits_total",
+			Help: "Completions refused because the worker no longer held the lease it claimed.",
+		}),
+		busyWorkers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "idemctl_workers_busy",
+			Help: "Workers currently running a claimed call.",
+		}),
+		execSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "idemctl_execution_duration_seconds",
+			Help:    "Time from claim to committed completion, by tool.",
+			Buckets: []float64{.001, .005, .01, .05, .1, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"tool"}),
+	}
+	depth := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "idemctl_queue_depth",
+		Help: "Calls waiting to run (status pending), read from the database at scrape time.",
+	}, queueDepth)
+	own := []prometheus.Collector{
+		m.requests, m.requestSeconds, m.calls, m.executions, m.attempts,
+		m.recoveries, m.fenced, m.busyWorkers, m.execSeconds, depth,
+	}
+	for _, c := range own {
+		if err := m.reg.Register(c); err != nil {
+			return nil, err
+		}
+		if extra != nil {
+			if err := extra.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, c := range []prometheus.Collector{
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	} {
+		if err := m.reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	// Pre-create the label values a dashboard expects, so they read 0
+	// instead of being absent before the first event.
+	for _, o := range []string{callsCreated, callsReplayed, callsRetryReset, callsConflict} {
+		m.calls.WithLabelValues(o)
+	}
+	for _, r := range []string{recoverExpired, recoverDeadOwner} {
+		m.recoveries.WithLabelValues(r)
+	}
+	return m, nil
+}
+
+// pendingGauge returns a scrape-time reader of the pending count. A failed
+// read reports NaN rather than a misleading 0.
+func pendingGauge(st store.Store) func() float64 {
+	return func() float64 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		s, err := st.Stats(ctx)
+		if err != nil {
+			return math.NaN()
+		}
+		return float64(s.ByStatus[store.StatusPending])
+	}
+}

@@ -1,0 +1,140 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// ownerID identifies the process holding a lease: the host it runs on, its
+// pid, and its start time. The start time is what makes the identity safe to
+// act on: pids are reused, so "host:pid" alone could name a new, unrelated
+// process (or a later idemctl) and a dead owner's call would look held
+// forever — or a live owner's call would look abandoned.
+type ownerID struct {
+	Host string
+	PID  int
+	// Start is field 22 of /proc/<pid>/stat: the process start time in clock
+	// ticks since boot. Together with PID it is unique on a host until reboot.
+	Start uint64
+}
+
+// String renders the identity as stored in calls.owner: "host:pid:start".
+func (o ownerID) String() string {
+	return o.Host + ":" + strconv.Itoa(o.PID) + ":" + strconv.FormatUint(o.Start, 10)
+}
+
+// parseOwner parses an owner column value: "host:pid:start", optionally
+// followed by "/suffix" (the executor instance inside the process). It is
+// parsed from the right because only the host is free text. Owners written by
+// anything else (or by older versions) do not parse; their calls are left to
+// lease expiry.
+func parseOwner(s string) (ownerID, bool) {
+	if i := strings.IndexByte(s, '/'); i >= 0 {
+		s = s[:i]
+	}
+	j := strings.LastIndexByte(s, ':')
+	if j < 0 {
+		return ownerID{}, false
+	}
+	start, err := strconv.ParseUint(s[j+1:], 10, 64)
+	if err != nil {
+		return ownerID{}, false
+	}
+	s = s[:j]
+	k := strings.LastIndexByte(s, ':')
+	if k <= 0 {
+		return ownerID{}, false
+	}
+	pid, err := strconv.Atoi(s[k+1:])
+	if err != nil || pid <= 0 {
+		return ownerID{}, false
+	}
+	return ownerID{Host: s[:k], PID: pid, Start: start}, true
+}
+
+// procFS reads process information from a /proc tree; tests point it at a
+// fake one.
+type procFS struct {
+	root string // "/proc"
+}
+
+var errNoProcFS = errors.New("process start time unavailable (no /proc)")
+
+// self returns this process's identity. Without /proc (not Linux) the start
+// time is unknown and dead-owner recovery must stay off.
+func (p procFS) self() (ownerID, error) {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		return ownerID{}, fmt.Errorf("hostname: %w", err)
+	}
+	pid := os.Getpid()
+	st, err := p.stat(pid)
+	if err != nil {
+		return ownerID{Host: host, PID: pid}, err
+	}
+	return ownerID{Host: host, PID: pid, Start: st.start}, nil
+}
+
+type procStat struct {
+	state byte   // field 3: R, S, D, Z (zombie), X (dead), ...
+	start uint64 // field 22: starttime in clock ticks since boot
+}
+
+// stat reads /proc/<pid>/stat. A missing file means no such process.
+func (p procFS) stat(pid int) (procStat, error) {
+	data, err := os.ReadFile(p.root + "/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return procStat{}, err
+		}
+		return procStat{}, fmt.Errorf("%w: %v", errNoProcFS, err)
+	}
+	return parseProcStat(string(data))
+}
+
+// parseProcStat extracts the state and starttime of a /proc/<pid>/stat line.
+// Field 2 (comm) is parenthesized and may itself contain spaces and ')', so
+// fields are counted from the last ')'.
+func parseProcStat(line string) (procStat, error) {
+	end := strings.LastIndexByte(line, ')')
+	if end < 0 {
+		return procStat{}, fmt.Errorf("malformed /proc stat line")
+	}
+	rest := strings.Fields(line[end+1:]) // rest[0] is field 3 (state)
+	const startField = 22 - 3
+	if len(rest) <= startField || len(rest[0]) != 1 {
+		return procStat{}, fmt.Errorf("malformed /proc stat line: %d fields after comm", len(rest))
+	}
+	start, err := strconv.ParseUint(rest[startField], 10, 64)
+	if err != nil {
+		return procStat{}, fmt.Errorf("malformed /proc stat starttime: %w", err)
+	}
+	return procStat{state: rest[0][0], start: start}, nil
+}
+
+// ownerGone reports whether owner is a process on this host (self.Host) that
+// certainly no longer runs: its pid is gone, now belongs to a process started
+// at another time (pid reuse), or is a zombie (exited, not yet reaped — its
+// tools no longer run). Anything uncertain — another host, an unparsable
+// owner, an unreadable /proc — answers false: a live lease is never taken on
+// a guess, and lease expiry still recovers the call.
+func (p procFS) ownerGone(self ownerID, owner string) (ownerID, bool) {
+	o, ok := parseOwner(owner)
+	if !ok || o.Host != self.Host || self.Start == 0 {
+		return o, false
+	}
+	if o.PID == self.PID && o.Start == self.Start {
+		return o, false // this very process: its own executors hold the lease
+	}
+	st, err := p.stat(o.PID)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return o, true
+	case err != nil:
+		return o, false
+	}
+	return o, st.start != o.Start || st.state == 'Z' || st.state == 'X'
+}

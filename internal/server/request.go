@@ -1,0 +1,202 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemctl/idemctl/internal/fingerprint"
+	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/tools"
+)
+
+// Request limits (SPEC §4.1).
+const (
+	// MaxBodyBytes caps a POST body; larger bodies get 413 payload_too_large.
+	MaxBodyBytes = 1 << 20
+	// MaxKeyLength caps the Idempotency-Key header.
+	MaxKeyLength = 255
+)
+
+// idempotencyKeyHeader is the request header carrying the client's key.
+const idempotencyKeyHeader = "Idempotency-Key"
+
+// apiError is a refusal with its HTTP status and stable code (SPEC §4.3).
+type apiError struct {
+	status  int
+	code    string
+	message string
+}
+
+func (e *apiError) Error() string { return e.code + ": " + e.message }
+
+func badRequest(format string, a ...any) *apiError {
+	return &apiError{status: http.StatusBadRequest, code: codeBadRequest, message: fmt.Sprintf(format, a...)}
+}
+
+// idempotencyKey reads and checks the Idempotency-Key header: required, sent
+// once, 1–255 visible ASCII characters (0x21–0x7E). Spaces, control and
+// non-ASCII bytes are refused rather than normalized: the key is compared
+// byte for byte, and a key that some proxy could rewrite is not an identity.
+func idempotencyKey(h http.Header) (string, *apiError) {
+	vals, ok := h[idempotencyKeyHeader]
+	if !ok {
+		return "", &apiError{status: http.StatusBadRequest, code: codeMissingKey,
+			message: "the Idempotency-Key header is required: generate one key per logical call and reuse it on every retry"}
+	}
+	if len(vals) != 1 {
+		return "", badRequest("Idempotency-Key must be sent once, got %d values", len(vals))
+	}
+	key := vals[0]
+	if key == "" {
+		return "", badRequest("Idempotency-Key is empty; it must be 1 to %d visible ASCII characters", MaxKeyLength)
+	}
+	if len(key) > MaxKeyLength {
+		return "", badRequest("Idempotency-Key is %d bytes; at most %d are allowed", len(key), MaxKeyLength)
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c < 0x21 || c > 0x7E {
+			return "", badRequest("Idempotency-Key has byte 0x%02x at offset %d; only visible ASCII (0x21-0x7E) is allowed", c, i)
+		}
+	}
+	return key, nil
+}
+
+// createRequest is a checked POST /v1/tool-calls body, ready to store.
+type createRequest struct {
+	Tool        string
+	Args        map[string]any  // normalized
+	ArgsJSON    json.RawMessage // canonical (RFC 8785) bytes of Args
+	Fingerprint string
+	ClientID    *string
+	Seq         *int64
+}
+
+// bodyFields are the only members a POST body may have.
+var bodyFields = map[string]bool{"tool": true, "args": true, "client_id": true, "seq": true}
+
+// parseCreate checks a POST body completely — syntax, members, tool,
+// arguments, fingerprint — so that a refused request stores nothing.
+func parseCreate(body []byte, chaos bool) (createRequest, *apiError) {
+	var req createRequest
+	v, err := fingerprint.ParseJSON(body) // refuses duplicate members and trailing data
+	if err != nil {
+		return req, badRequest("body: %v", err)
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return req, badRequest("body must be a JSON object like {\"tool\": \"charge\", \"args\": {\"amount\": 100}}")
+	}
+	var unknown []string
+	for name := range obj {
+		if !bodyFields[name] {
+			unknown = append(unknown, strconv.Quote(name))
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return req, badRequest("body: unknown member(s) %s (allowed: tool, args, client_id, seq)", strings.Join(unknown, ", "))
+	}
+
+	tool, ok := obj["tool"].(string)
+	switch {
+	case obj["tool"] == nil:
+		return req, badRequest("body: tool is required")
+	case !ok:
+		return req, badRequest("body: tool must be a string")
+	case !tools.Known(tool):
+		return req, badRequest("body: unknown tool %q (known: %s)", tool, strings.Join(tools.Names(), ", "))
+	}
+	req.Tool = tool
+
+	// args absent or null both mean {}: a null member means the same as an
+	// absent one, as it does inside args for the fingerprint.
+	args := map[string]any{}
+	if raw, present := obj["args"]; present && raw != nil {
+		a, ok := raw.(map[string]any)
+		if !ok {
+			return req, badRequest("body: args must be a JSON object")
+		}
+		args = a
+	}
+	if raw := obj["client_id"]; raw != nil {
+		s, ok := raw.(string)
+		if !ok {
+			return req, badRequest("body: client_id must be a string")
+		}
+		req.ClientID = &s
+	}
+	if raw := obj["seq"]; raw != nil {
+		n, ok := raw.(json.Number)
+		if !ok {
+			return req, badRequest("body: seq must be an integer")
+		}
+		i, err := strconv.ParseInt(string(n), 10, 64)
+		if err != nil {
+			return req, badRequest("body: seq must be an integer, got %s", n)
+		}
+		req.Seq = &i
+	}
+
+	norm, err := fingerprint.Normalize(args)
+	if err != nil {
+		return req, badRequest("args: %v", err)
+	}
+	req.Args = norm.(map[string]any)
+	if err := tools.Validate(tool, req.Args, chaos); err != nil {
+		return req, badRequest("%v", err)
+	}
+	if req.Fingerprint, err = fingerprint.Of(tool, req.Args); err != nil {
+		return req, badRequest("args: %v", err)
+	}
+	if req.ArgsJSON, err = fingerprint.Canonical(req.Args); err != nil {
+		return req, badRequest("args: %v", err)
+	}
+	return req, nil
+}
+
+// newCall turns a checked request into the row CreateOrGet records.
+func (r createRequest) newCall(callID, key string) store.NewCall {
+	return store.NewCall{
+		CallID:      callID,
+		IdemKey:     key,
+		Fingerprint: r.Fingerprint,
+		ClientID:    r.ClientID,
+		Seq:         r.Seq,
+		Tool:        r.Tool,
+		ArgsJSON:    r.ArgsJSON,
+	}
+}
+
+// preferWait returns the wait=N preference of RFC 7240 Prefer headers,
+// clamped to max; ok is false when there is none, it is malformed, or it is
+// zero (nothing to apply). Preferences are comma separated and may carry
+// ";"-parameters; the value may be quoted. Malformed preferences are ignored,
+// as RFC 7240 §2 asks of servers.
+func preferWait(h http.Header, max time.Duration) (time.Duration, bool) {
+	for _, line := range h.Values("Prefer") {
+		for _, pref := range strings.Split(line, ",") {
+			token, _, _ := strings.Cut(pref, ";") // parameters of wait are meaningless
+			name, value, hasValue := strings.Cut(strings.TrimSpace(token), "=")
+			if !strings.EqualFold(strings.TrimSpace(name), "wait") || !hasValue {
+				continue
+			}
+			value = strings.Trim(strings.TrimSpace(value), `"`)
+			if value == "" || strings.TrimLeft(value, "0123456789") != "" {
+				return 0, false // delta-seconds only: "1.5", "-1" are malformed
+			}
+			n, err := strconv.ParseInt(value, 10, 64)
+			if err != nil || time.Duration(n) > max/time.Second {
+				// Too many digits to parse is still a (huge) wait: clamp.
+				return max, max > 0
+			}
+			d := time.Duration(n) * time.Second
+			return d, d > 0
+		}
+	}
+	return 0, false
+}

@@ -1,0 +1,132 @@
+package server
+
+import (
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strconv"
+
+	"github.com/idemctl/idemctl/internal/store"
+)
+
+// Error codes: stable API, clients branch on them (SPEC §4.3).
+const (
+	codeMissingKey       = "missing_idempotency_key"
+	codeBadRequest       = "bad_request"
+	codeConflict         = "idempotency_conflict"
+	codeNotFound         = "not_found"
+	codePayloadTooLarge  = "payload_too_large"
+	codeMethodNotAllowed = "method_not_allowed"
+	codeUnavailable      = "unavailable"
+	codeInternal         = "internal"
+)
+
+// CallPath is the path of a call's resource; Location and query_url use it.
+func CallPath(callID string) string { return "/v1/tool-calls/" + callID }
+
+// CallView is the JSON shape of a call (SPEC §4.3). Result and Error are the
+// stored JSON, or null. Times are Unix seconds.
+type CallView struct {
+	CallID      string          `json:"call_id"`
+	IdemKey     string          `json:"idem_key"`
+	Tool        string          `json:"tool"`
+	Args        json.RawMessage `json:"args"`
+	Status      store.Status    `json:"status"`
+	Attempt     int64           `json:"attempt"`
+	Result      json.RawMessage `json:"result"`
+	Error       json.RawMessage `json:"error"`
+	EffectID    *string         `json:"effect_id"`
+	ClientID    *string         `json:"client_id,omitempty"`
+	Seq         *int64          `json:"seq,omitempty"`
+	Fingerprint string          `json:"fingerprint"`
+	CreatedAt   float64         `json:"created_at"`
+	UpdatedAt   float64         `json:"updated_at"`
+	QueryURL    string          `json:"query_url"`
+}
+
+// viewOf renders a stored call. A nil json.RawMessage marshals as null.
+func viewOf(c store.Call) CallView {
+	return CallView{
+		CallID:      c.CallID,
+		IdemKey:     c.IdemKey,
+		Tool:        c.Tool,
+		Args:        nonNilJSON(c.ArgsJSON, "{}"),
+		Status:      c.Status,
+		Attempt:     c.Attempt,
+		Result:      nullable(c.ResultJSON),
+		Error:       nullable(c.ErrorJSON),
+		EffectID:    c.EffectID,
+		ClientID:    c.ClientID,
+		Seq:         c.Seq,
+		Fingerprint: c.Fingerprint,
+		CreatedAt:   c.CreatedAt,
+		UpdatedAt:   c.UpdatedAt,
+		QueryURL:    CallPath(c.CallID),
+	}
+}
+
+func nullable(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 {
+		return nil // marshals as null
+	}
+	return raw
+}
+
+func nonNilJSON(raw json.RawMessage, def string) json.RawMessage {
+	if len(raw) == 0 {
+		return json.RawMessage(def)
+	}
+	return raw
+}
+
+// ErrorBody is the JSON shape of every error response.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is the inner object of ErrorBody. Clients branch on Code.
+type ErrorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// StatsView is the /stats body: logical calls against side effects.
+type StatsView struct {
+	Calls    int64                  `json:"calls"`
+	Effects  int64                  `json:"effects"`
+	ByStatus map[store.Status]int64 `json:"by_status"`
+}
+
+// statusView is the /healthz and /readyz body.
+type statusView struct {
+	Status string `json:"status"`
+}
+
+// writeJSON writes v as the JSON response with status. Encoding happens
+// before the header is written, so a value that cannot be encoded becomes a
+// clean 500 instead of a truncated 200.
+func writeJSON(w http.ResponseWriter, log *slog.Logger, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		log.Error("encoding response", attrErr, err)
+		status = http.StatusInternalServerError
+		body = []byte(`{"error":{"code":"internal","message":"response encoding failed"}}`)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)+1))
+	h.Set("Cache-Control", "no-store") // calls change state; never serve a stale one
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n')) // a failed write means the client left
+}
+
+// writeError writes the error shape of SPEC §4.3.
+func writeError(w http.ResponseWriter, log *slog.Logger, status int, code, message string) {
+	writeJSON(w, log, status, ErrorBody{Error: ErrorDetail{Code: code, Message: message}})
+}
+
+// writeAPIError writes an *apiError.
+func writeAPIError(w http.ResponseWriter, log *slog.Logger, e *apiError) {
+	writeError(w, log, e.status, e.code, e.message)
+}

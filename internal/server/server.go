@@ -1,0 +1,337 @@
+// Package server is idemctl's HTTP service (SPEC §4, §5; §12.4–§12.7): the
+// handlers that record a tool call under its idempotency key and answer with
+// the one call that key names, and the executor that runs recorded calls on a
+// worker pool under leases, recovers them after crashes, and commits each
+// outcome only while it still holds the lease.
+//
+// The correctness lives in the store's transactions and constraints
+// (calls.idem_key UNIQUE, conditional claims, fenced completions,
+// effects.call_id UNIQUE); this package decides what to ask the store and
+// how to say the answer over HTTP, and keeps nothing in memory that a crash
+// could make wrong.
+//
+// Typical use:
+//
+//	srv, err := server.New(server.Config{Addr: "127.0.0.1:8081"}, st)
+//	...
+//	ln, err := net.Listen("tcp", "127.0.0.1:8081")
+//	err = srv.Run(ctx, ln) // until ctx is cancelled, then a graceful stop
+//
+// or, without a listener of its own (tests, an in-process bench):
+//
+//	err = srv.Start(ctx)             // the executor
+//	ts := httptest.NewServer(srv.Handler())
+//	defer srv.Shutdown(context.Background())
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemctl/idemctl/internal/store"
+)
+
+// Defaults of Config's zero values.
+const (
+	DefaultAddr            = "127.0.0.1:8081"
+	DefaultWorkers         = 8
+	DefaultLease           = 30 * time.Second // longer than the longest tool (sleep: 10s)
+	DefaultRecoverInterval = 200 * time.Millisecond
+	DefaultShutdownGrace   = 15 * time.Second
+	DefaultMaxWait         = 30 * time.Second
+)
+
+// Config configures a Server. Zero values take the defaults above.
+type Config struct {
+	// Addr is the address the server is meant to listen on. New checks it
+	// for Chaos; Run serves on whatever listener it is given.
+	Addr string
+	// Workers is the number of tool executions run at once.
+	Workers int
+	// Lease is how long a claim holds a call before another worker may
+	// take it over (§12.5.3). It must exceed the longest tool's run time.
+	Lease time.Duration
+	// Chaos enables the _crash_* argument hooks (SPEC §4.6). Refused
+	// unless Addr is a loopback address.
+	Chaos bool
+	// RecoverInterval is the scheduler's tick: lease recovery and claiming
+	// (§12.7.1: 200 ms).
+	RecoverInterval time.Duration
+	// ShutdownGrace bounds how long a stop waits for running tools.
+	ShutdownGrace time.Duration
+	// MaxWait caps "Prefer: wait=N"; larger N are clamped.
+	MaxWait time.Duration
+	// Logger receives structured logs; nil discards them.
+	Logger *slog.Logger
+	// Registry, if set, also receives the idemctl_* collectors. The
+	// server always keeps a private registry for GET /metrics, so many
+	// servers can live in one process.
+	Registry prometheus.Registerer
+	// Exit ends the process for a chaos crash; nil means os.Exit. Tests
+	// set it to observe the crash without losing the test binary.
+	Exit func(code int)
+
+	// beforeCommit, if set, runs in the worker between the tool and its
+	// completion transaction (tests: pause a worker past its lease).
+	beforeCommit func(ctx context.Context, c store.Call)
+	// proc overrides where process liveness is read (tests).
+	proc *procFS
+}
+
+// Server is the HTTP service plus its executor. Create it with New.
+type Server struct {
+	cfg     Config
+	st      store.Store
+	log     *slog.Logger
+	m       *metrics
+	exec    *executor
+	waiters *waiters
+	handler http.Handler
+	owner   string
+
+	started   atomic.Bool
+	closing   chan struct{} // closed when a stop begins: waits return, readyz fails
+	closeOnce sync.Once
+}
+
+// instances numbers the executors of this process, so two servers in one
+// process (tests, a bench) hold leases under different owners.
+var instances atomic.Int64
+
+// New validates cfg, fills its defaults and builds a Server on st. It does
+// not start anything: call Run, or Start and serve Handler yourself.
+func New(cfg Config, st store.Store) (*Server, error) {
+	if st == nil {
+		return nil, errors.New("server: nil store")
+	}
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	proc := procFS{root: "/proc"}
+	if cfg.proc != nil {
+		proc = *cfg.proc
+	}
+	self, err := proc.self()
+	selfOK := err == nil && self.Start != 0
+	if !selfOK {
+		// Without a start time, liveness cannot be told from pid reuse:
+		// recovery of dead owners' calls falls back to lease expiry.
+		log.Warn("process start time unknown; calls of crashed servers wait for their lease to expire", attrErr, err)
+	}
+	if self.Host == "" {
+		self.Host = "unknown-host"
+	}
+	owner := fmt.Sprintf("%s/%d", self, instances.Add(1))
+
+	s := &Server{
+		cfg:     cfg,
+		st:      st,
+		log:     log,
+		waiters: newWaiters(),
+		owner:   owner,
+		closing: make(chan struct{}),
+	}
+	s.m, err = newMetrics(pendingGauge(st), cfg.Registry)
+	if err != nil {
+		return nil, fmt.Errorf("server: metrics: %w", err)
+	}
+	s.exec = &executor{
+		st:           st,
+		owner:        owner,
+		self:         self,
+		selfOK:       selfOK,
+		proc:         proc,
+		workers:      cfg.Workers,
+		lease:        cfg.Lease,
+		interval:     cfg.RecoverInterval,
+		chaos:        cfg.Chaos,
+		exit:         cfg.Exit,
+		beforeCommit: cfg.beforeCommit,
+		onFinal:      s.waiters.notify,
+		log:          log,
+		m:            s.m,
+	}
+	s.handler = s.routes()
+	return s, nil
+}
+
+// fill validates the configuration and applies defaults.
+func (c *Config) fill() error {
+	if c.Addr == "" {
+		c.Addr = DefaultAddr
+	}
+	if c.Workers == 0 {
+		c.Workers = DefaultWorkers
+	}
+	if c.Lease == 0 {
+		c.Lease = DefaultLease
+	}
+	if c.RecoverInterval == 0 {
+		c.RecoverInterval = DefaultRecoverInterval
+	}
+	if c.ShutdownGrace == 0 {
+		c.ShutdownGrace = DefaultShutdownGrace
+	}
+	if c.MaxWait == 0 {
+		c.MaxWait = DefaultMaxWait
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.Exit == nil {
+		c.Exit = osExit
+	}
+	var errs []error
+	if c.Workers < 1 {
+		errs = append(errs, fmt.Errorf("workers must be at least 1, got %d", c.Workers))
+	}
+	if c.Lease < 0 {
+		errs = append(errs, fmt.Errorf("lease must be positive, got %s", c.Lease))
+	}
+	if c.RecoverInterval < 0 || c.ShutdownGrace < 0 || c.MaxWait < 0 {
+		errs = append(errs, errors.New("recover interval, shutdown grace and max wait must not be negative"))
+	}
+	if c.Chaos {
+		if err := checkLoopback(c.Addr); err != nil {
+			errs = append(errs, fmt.Errorf("--chaos makes the process exit on request, so it is only allowed on a loopback address: %w", err))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("server: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// checkLoopback accepts host:port where host is localhost or an IP in
+// 127.0.0.0/8 or ::1. An empty host means every interface.
+func checkLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("address %q: %w", addr, err)
+	}
+	if strings.EqualFold(host, "localhost") {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	if host == "" {
+		return fmt.Errorf("address %q listens on every interface", addr)
+	}
+	return fmt.Errorf("address %q is not loopback", addr)
+}
+
+// Owner is the lease owner this server's executor claims calls under:
+// "host:pid:starttime/instance".
+func (s *Server) Owner() string { return s.owner }
+
+// Handler returns the HTTP handler: the API routes with JSON errors,
+// metrics and panic recovery. Usable with httptest or any http.Server.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Start starts the executor: scheduler and workers. It returns at once. The
+// scheduler stops claiming when ctx is done; call Shutdown to let running
+// tools finish and stop the workers. A Server starts once.
+func (s *Server) Start(ctx context.Context) error {
+	if !s.started.CompareAndSwap(false, true) {
+		return errors.New("server: already started")
+	}
+	s.log.Info("executor starting", attrOwner, s.owner, "workers", s.cfg.Workers,
+		"lease", s.cfg.Lease, "chaos", s.cfg.Chaos)
+	s.exec.start(ctx)
+	return nil
+}
+
+// Shutdown stops claiming, releases handlers held by "Prefer: wait", and
+// waits for running tools up to ShutdownGrace or until ctx is done; tools
+// still running then are cancelled and their calls released. It does not
+// close the store. Safe to call on a server that never started.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.beginClose()
+	if !s.started.Load() {
+		return nil
+	}
+	return s.exec.shutdown(ctx, s.cfg.ShutdownGrace)
+}
+
+// beginClose marks the server as stopping.
+func (s *Server) beginClose() {
+	s.closeOnce.Do(func() { close(s.closing) })
+}
+
+// Wake makes the scheduler claim at once (after a call became runnable
+// through some other path than this server's POST).
+func (s *Server) Wake() { s.exec.Wake() }
+
+// Run starts the executor and serves HTTP on ln until ctx is cancelled, then
+// stops: no new connections, held waits answered, running tools given
+// ShutdownGrace to finish. It returns nil after a clean stop.
+func (s *Server) Run(ctx context.Context, ln net.Listener) error {
+	if s.cfg.Chaos {
+		if err := checkLoopback(ln.Addr().String()); err != nil {
+			return fmt.Errorf("server: --chaos is only allowed on a loopback address: %w", err)
+		}
+	}
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+	hs := s.httpServer()
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	s.log.Info("serving", attrAddr, ln.Addr().String())
+
+	var serveErr error
+	select {
+	case serveErr = <-errc:
+	case <-ctx.Done():
+	}
+	s.log.Info("shutting down", "grace", s.cfg.ShutdownGrace)
+	s.beginClose() // first, so held "Prefer: wait" requests answer and the HTTP drain is quick
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownGrace)
+	defer cancel()
+	var (
+		wg      sync.WaitGroup
+		httpErr error
+	)
+	wg.Go(func() {
+		if httpErr = hs.Shutdown(stopCtx); httpErr != nil {
+			_ = hs.Close() // grace over: cut the remaining connections
+		}
+	})
+	execErr := s.Shutdown(stopCtx)
+	wg.Wait()
+	if errors.Is(serveErr, http.ErrServerClosed) {
+		serveErr = nil
+	}
+	err := errors.Join(serveErr, httpErr, execErr)
+	if err == nil {
+		s.log.Info("stopped cleanly")
+	}
+	return err
+}
+
+// httpServer is the http.Server Run uses. Timeouts bound slow clients;
+// WriteTimeout must outlast the longest "Prefer: wait".
+func (s *Server) httpServer() *http.Server {
+	return &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      s.cfg.MaxWait + 15*time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+}
