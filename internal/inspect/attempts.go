@@ -36,7 +36,8 @@ type AttemptsReport struct {
 	MultiAttempt int64 `json:"multi_attempt"`
 	// MultiAttemptPct is MultiAttempt as a percentage of Ran.
 	MultiAttemptPct float64 `json:"multi_attempt_pct"`
-	// Hint explains a high MultiAttemptPct; "" when it is low.
+	// Hint explains a high MultiAttemptPct (printed after the table as
+	// "hint: ..."); "" when it is low.
 	Hint string `json:"hint"`
 }
 
@@ -73,7 +74,7 @@ func Attempts(ctx context.Context, st store.Store, opts AttemptsOptions, w io.Wr
 		return rep, err
 	}
 	if rep.Hint != "" {
-		if _, err := fmt.Fprintln(w, rep.Hint); err != nil {
+		if _, err := fmt.Fprintln(w, "hint: "+rep.Hint); err != nil {
 			return rep, err
 		}
 	}
@@ -102,7 +103,7 @@ func Distribution(buckets []store.AttemptBucket, threshold float64) AttemptsRepo
 	}
 	rep.MultiAttemptPct = pct(rep.MultiAttempt, rep.Ran)
 	if rep.Ran > 0 && float64(rep.MultiAttempt) > threshold*float64(rep.Ran) {
-		rep.Hint = fmt.Sprintf("hint: %.1f%% of the calls that ran needed more than one attempt (over %.0f%%). "+
+		rep.Hint = fmt.Sprintf("%.1f%% of the calls that ran needed more than one attempt (over %.0f%%). "+
 			"Usual causes (§12.12.5): the lease is shorter than the tool's run time, so running calls are "+
 			"taken as expired; too few workers, so calls queue past their lease; tools slower than expected; "+
 			"a process crashing and restarting. Same-key retries of retryable failures (retry_reset) also add "+

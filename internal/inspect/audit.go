@@ -83,13 +83,13 @@ func Audit(ctx context.Context, st store.Store, opts AuditOptions, w io.Writer) 
 		for _, e := range events {
 			rows = append(rows, []string{relative(e.TS - first), formatTS(e.TS), e.Event, e.Detail})
 		}
-		return events, render(newTable(w, "t", "time", "event", "detail"), rows)
+		return events, render(newTable(w, "elapsed", "time", "event", "detail"), rows)
 	}
 	rows := make([][]string, 0, len(events))
 	for _, e := range events {
 		rows = append(rows, []string{strconv.FormatInt(e.ID, 10), formatTS(e.TS), relative(e.TS - first), e.CallID, e.Event, e.Detail})
 	}
-	return events, render(newTable(w, "id", "time", "t", "call_id", "event", "detail"), rows)
+	return events, render(newTable(w, "id", "time", "elapsed", "call_id", "event", "detail"), rows)
 }
 
 // relative formats an offset in seconds as "+0.000s".

@@ -1,0 +1,265 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+)
+
+// LoadStats is what one load run measured. It is embedded in Report (the
+// service) and Ceiling (the bare handler), so both read the same in JSON.
+type LoadStats struct {
+	// N is the number of requests sent.
+	N int `json:"n"`
+	// WallS is the wall time of the whole load, in seconds.
+	WallS float64 `json:"wall_s"`
+	// RPS is N / WallS.
+	RPS float64 `json:"rps"`
+	// LatencyMS is over the requests that got a response.
+	LatencyMS Latency `json:"latency_ms"`
+	// Status counts responses by HTTP status ("202": 300).
+	Status map[string]int `json:"status"`
+	// Status0 counts requests that got no response (timeout, refused, reset).
+	Status0 int `json:"status0"`
+	// Errors holds up to maxErrors distinct transport errors behind status0.
+	Errors []string `json:"errors"`
+}
+
+// Latency percentiles in milliseconds (nearest rank).
+type Latency struct {
+	P50  float64 `json:"p50"`
+	P95  float64 `json:"p95"`
+	P99  float64 `json:"p99"`
+	Max  float64 `json:"max"`
+	Mean float64 `json:"mean"`
+}
+
+// maxErrors caps the distinct error messages kept for the report.
+const maxErrors = 5
+
+// load is one load run's plan.
+type load struct {
+	client      *http.Client
+	url         string // full POST URL
+	body        []byte
+	key         func(i int) string
+	n           int
+	duration    time.Duration
+	concurrency int
+	progress    io.Writer
+	label       string
+}
+
+// loadResult is a run's raw outcome.
+type loadResult struct {
+	LoadStats
+	// ackedKeys is the number of distinct keys that got a 2xx.
+	ackedKeys int
+	// serverErrors counts 5xx responses.
+	serverErrors int
+}
+
+// worker-local tallies, merged after the run: no lock on the hot path.
+type tally struct {
+	lat     []time.Duration
+	status  map[int]int
+	status0 int
+	errs    []string
+	acked   map[string]struct{}
+}
+
+// newHTTPClient returns the one client every request of a bench uses, the
+// service's and the ceiling's alike. Its transport keeps c idle connections
+// per host so c workers reuse connections instead of dialing per request.
+func newHTTPClient(concurrency int, timeout time.Duration) *http.Client {
+	tr := &http.Transport{
+		Proxy:               nil, // a bench of a loopback service must never go through an env proxy
+		DialContext:         (&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        2 * concurrency, // service and ceiling hosts
+		MaxIdleConnsPerHost: concurrency,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}
+	return &http.Client{Transport: tr, Timeout: timeout}
+}
+
+// run sends the load and measures it. Requests aborted because ctx was
+// cancelled are not counted; run then returns ctx's error.
+func (l *load) run(ctx context.Context) (loadResult, error) {
+	var bar *progressbar.ProgressBar
+	if l.progress != nil {
+		max := int64(l.n)
+		if l.duration > 0 {
+			max = -1 // unknown length: a spinner with a count
+		}
+		bar = progressbar.NewOptions64(max,
+			progressbar.OptionSetWriter(l.progress),
+			progressbar.OptionSetDescription(l.label),
+			progressbar.OptionShowCount(),
+			progressbar.OptionShowIts(),
+			progressbar.OptionSetItsString("req"),
+			progressbar.OptionThrottle(100*time.Millisecond),
+			progressbar.OptionClearOnFinish(),
+		)
+	}
+
+	var next atomic.Int64
+	var deadline time.Time
+	tallies := make([]*tally, l.concurrency)
+	var wg sync.WaitGroup
+	start := time.Now()
+	if l.duration > 0 {
+		deadline = start.Add(l.duration)
+	}
+	for w := range l.concurrency {
+		t := &tally{status: map[int]int{}, acked: map[string]struct{}{}}
+		tallies[w] = t
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if l.duration > 0 && !time.Now().Before(deadline) {
+					return
+				}
+				i := int(next.Add(1) - 1)
+				if l.duration == 0 && i >= l.n {
+					return
+				}
+				l.one(ctx, t, i)
+				if bar != nil {
+					_ = bar.Add(1) // the bar is drawing only; its error is not the bench's
+				}
+			}
+		})
+	}
+	wg.Wait()
+	wall := time.Since(start)
+	if bar != nil {
+		_ = bar.Finish()
+	}
+	if err := ctx.Err(); err != nil {
+		return loadResult{}, err
+	}
+	return merge(tallies, wall), nil
+}
+
+// one sends request i and records its outcome in t.
+func (l *load) one(ctx context.Context, t *tally, i int) {
+	key := l.key(i)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, l.url, bytes.NewReader(l.body))
+	if err != nil {
+		t.status0++
+		t.addErr(err.Error())
+		return
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	start := time.Now()
+	resp, err := l.client.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return // aborted by us, not a failure of the service
+		}
+		t.status0++
+		t.addErr(err.Error())
+		return
+	}
+	// The body is read to the end, as §12.12.1's resp.read() does, so the
+	// latency includes the whole reply and the connection can be reused.
+	_, copyErr := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if copyErr != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		t.status0++
+		t.addErr("reading body: " + copyErr.Error())
+		return
+	}
+	t.lat = append(t.lat, time.Since(start))
+	t.status[resp.StatusCode]++
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		t.acked[key] = struct{}{}
+	}
+}
+
+// addErr keeps the first maxErrors distinct messages.
+func (t *tally) addErr(msg string) {
+	if len(t.errs) < maxErrors && !slices.Contains(t.errs, msg) {
+		t.errs = append(t.errs, msg)
+	}
+}
+
+// merge combines the workers' tallies into one result.
+func merge(tallies []*tally, wall time.Duration) loadResult {
+	r := loadResult{LoadStats: LoadStats{Status: map[string]int{}, Errors: []string{}}}
+	var lat []time.Duration
+	acked := map[string]struct{}{}
+	for _, t := range tallies {
+		lat = append(lat, t.lat...)
+		r.Status0 += t.status0
+		for code, n := range t.status {
+			r.Status[strconv.Itoa(code)] += n
+			r.N += n
+			if code >= 500 {
+				r.serverErrors += n
+			}
+		}
+		for _, e := range t.errs {
+			if len(r.Errors) < maxErrors && !slices.Contains(r.Errors, e) {
+				r.Errors = append(r.Errors, e)
+			}
+		}
+		for k := range t.acked {
+			acked[k] = struct{}{}
+		}
+	}
+	r.N += r.Status0
+	r.ackedKeys = len(acked)
+	r.WallS = wall.Seconds()
+	if r.WallS > 0 {
+		r.RPS = float64(r.N) / r.WallS
+	}
+	r.LatencyMS = percentiles(lat)
+	return r
+}
+
+// percentiles computes nearest-rank percentiles in milliseconds.
+func percentiles(lat []time.Duration) Latency {
+	if len(lat) == 0 {
+		return Latency{}
+	}
+	slices.Sort(lat)
+	rank := func(p float64) float64 {
+		// Nearest rank: the smallest value with at least p of the samples at or below it.
+		i := int(math.Ceil(p*float64(len(lat)))) - 1
+		i = max(0, min(i, len(lat)-1))
+		return ms(lat[i])
+	}
+	var sum time.Duration
+	for _, d := range lat {
+		sum += d
+	}
+	return Latency{
+		P50: rank(0.50), P95: rank(0.95), P99: rank(0.99),
+		Max:  ms(lat[len(lat)-1]),
+		Mean: ms(sum / time.Duration(len(lat))),
+	}
+}
+
+// ms converts a duration to milliseconds.
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// String renders a latency line like §12.12.2's.
+func (l Latency) String() string {
+	return fmt.Sprintf("p50=%.2fms  p95=%.2fms  p99=%.2fms  max=%.2fms", l.P50, l.P95, l.P99, l.Max)
+}

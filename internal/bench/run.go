@@ -1,0 +1,153 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/idemctl/idemctl/internal/inspect"
+)
+
+// stopTimeout bounds stopping the in-process server and the ceiling.
+const stopTimeout = 20 * time.Second
+
+// Run performs one bench: the load, the drain, the /stats deltas, the
+// attempt distribution (in-process server only), the ceiling (if asked) and
+// the invariant checks. It writes the report to out in opts.Output and
+// returns it; Report.OK is false when an invariant broke. An error means
+// the bench itself could not run (bad options, service unreachable).
+func Run(ctx context.Context, opts Options, out io.Writer) (rep Report, err error) {
+	if err := opts.Validate(); err != nil {
+		return Report{}, err
+	}
+	body, err := opts.requestBody()
+	if err != nil {
+		return Report{}, err
+	}
+	runID, err := newRunID()
+	if err != nil {
+		return Report{}, err
+	}
+	rep = Report{
+		RunID: runID, Tool: opts.Tool, SameKey: opts.SameKey, Concurrency: opts.Concurrency,
+		DurationS: opts.Duration.Seconds(), Server: "external", Base: strings.TrimRight(opts.Base, "/"),
+		Checks: []Check{},
+	}
+	client := newHTTPClient(opts.Concurrency, opts.Timeout)
+	defer client.CloseIdleConnections()
+
+	var proc *inProcess
+	if opts.Base == "" {
+		if proc, err = startInProcess(ctx, opts.Workers, opts.Lease); err != nil {
+			return Report{}, fmt.Errorf("starting in-process server: %w", err)
+		}
+		defer func() {
+			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+			defer cancel()
+			if stopErr := proc.stop(stopCtx); stopErr != nil {
+				err = errors.Join(err, fmt.Errorf("stopping in-process server: %w", stopErr))
+			}
+		}()
+		rep.Base, rep.Server, rep.Workers = proc.l.base, "in-process", opts.Workers
+	}
+
+	if rep.StatsBefore, err = fetchStats(ctx, client, rep.Base); err != nil {
+		return Report{}, err
+	}
+
+	key := func(i int) string { return fmt.Sprintf("bench-%s-%d", runID, i) }
+	keysSent := func(r loadResult) int { return r.N }
+	if opts.SameKey {
+		same := fmt.Sprintf("bench-%s-same", runID)
+		key = func(int) string { return same }
+		keysSent = func(r loadResult) int { return min(r.N, 1) }
+	}
+	l := &load{
+		client: client, url: rep.Base + "/v1/tool-calls", body: body, key: key,
+		n: opts.N, duration: opts.Duration, concurrency: opts.Concurrency,
+		progress: opts.Progress, label: "service",
+	}
+	res, err := l.run(ctx)
+	if err != nil {
+		return Report{}, fmt.Errorf("load: %w", err)
+	}
+	rep.LoadStats, rep.AckedKeys = res.LoadStats, res.ackedKeys
+
+	// After the load: wait for the workers to finish what was accepted, so
+	// effects can be compared with acknowledged keys.
+	drainStart := time.Now()
+	if opts.DrainTimeout > 0 {
+		rep.StatsAfter, rep.Drained, err = drain(ctx, client, rep.Base, opts.DrainTimeout)
+		rep.DrainS = time.Since(drainStart).Seconds()
+	} else {
+		rep.StatsAfter, err = fetchStats(ctx, client, rep.Base)
+		rep.Drained = rep.StatsAfter.busy() == 0
+	}
+	if err != nil {
+		return Report{}, err
+	}
+	rep.CallsDelta = rep.StatsAfter.Calls - rep.StatsBefore.Calls
+	rep.EffectsDelta = rep.StatsAfter.Effects - rep.StatsBefore.Effects
+
+	if proc != nil {
+		buckets, err := proc.st.Attempts(ctx)
+		if err != nil {
+			return Report{}, fmt.Errorf("reading attempt distribution: %w", err)
+		}
+		a := inspect.Distribution(buckets, 0)
+		rep.Attempts = &a
+	} else {
+		rep.AttemptsNote = "skipped: the service is external; run `idemctl inspect attempts --db ...` on its database"
+	}
+
+	if opts.Ceiling {
+		if rep.Ceiling, err = runCeiling(ctx, l); err != nil {
+			return Report{}, err
+		}
+		if rep.Ceiling.RPS > 0 {
+			rep.Ceiling.Fraction = rep.RPS / rep.Ceiling.RPS
+		}
+	}
+
+	rep.Checks = checks(checkInput{
+		sameKey:      opts.SameKey,
+		effectTool:   effectTools[opts.Tool],
+		keysSent:     keysSent(res),
+		acked:        res.ackedKeys,
+		clean:        res.Status0 == 0 && res.serverErrors == 0,
+		drainChecked: opts.DrainTimeout > 0,
+		drained:      rep.Drained,
+		calls:        rep.CallsDelta,
+		effects:      rep.EffectsDelta,
+	})
+	rep.OK = allOK(rep.Checks)
+	if err := writeReport(out, opts.Output, rep); err != nil {
+		return rep, fmt.Errorf("writing report: %w", err)
+	}
+	return rep, nil
+}
+
+// runCeiling runs the service's load plan, with the same client, against
+// the bare handler served by the same kind of http.Server.
+func runCeiling(ctx context.Context, service *load) (*Ceiling, error) {
+	bare, err := serve(bareHandler())
+	if err != nil {
+		return nil, fmt.Errorf("ceiling: %w", err)
+	}
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+		defer cancel()
+		_ = bare.stop(stopCtx) // a bare handler holds nothing worth reporting on
+	}()
+	l := *service
+	l.url = bare.base + "/v1/tool-calls"
+	l.label = "ceiling"
+	res, err := l.run(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("ceiling load: %w", err)
+	}
+	return &Ceiling{LoadStats: res.LoadStats}, nil
+}
