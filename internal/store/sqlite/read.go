@@ -1,0 +1,269 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+
+	"github.com/idemctl/idemctl/internal/store"
+)
+
+// querier is what *sql.DB, *sql.Conn and *sql.Tx have in common.
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// callCols is the column list scanCall expects, in its order.
+const callCols = `call_id, idem_key, fingerprint, client_id, seq, tool, args_json, status,
+	result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanCall(sc scanner) (store.Call, error) {
+	var (
+		c                         store.Call
+		clientID, result, errJSON sql.NullString
+		owner, effectID           sql.NullString
+		seq                       sql.NullInt64
+		lease                     sql.NullFloat64
+		args, status              string
+	)
+	err := sc.Scan(&c.CallID, &c.IdemKey, &c.Fingerprint, &clientID, &seq, &c.Tool, &args, &status,
+		&result, &errJSON, &c.Attempt, &lease, &owner, &effectID, &c.CreatedAt, &c.UpdatedAt)
+	if err != nil {
+		return store.Call{}, err
+	}
+	c.Status = store.Status(status)
+	c.ArgsJSON = json.RawMessage(args)
+	c.ClientID = nullString(clientID)
+	c.Seq = nullInt(seq)
+	c.ResultJSON = nullJSON(result)
+	c.ErrorJSON = nullJSON(errJSON)
+	c.LeaseUntil = nullFloat(lease)
+	c.Owner = nullString(owner)
+	c.EffectID = nullString(effectID)
+	return c, nil
+}
+
+func nullString(v sql.NullString) *string {
+	if !v.Valid {
+		return nil
+	}
+	return &v.String
+}
+
+func nullInt(v sql.NullInt64) *int64 {
+	if !v.Valid {
+		return nil
+	}
+	return &v.Int64
+}
+
+func nullFloat(v sql.NullFloat64) *float64 {
+	if !v.Valid {
+		return nil
+	}
+	return &v.Float64
+}
+
+func nullJSON(v sql.NullString) json.RawMessage {
+	if !v.Valid {
+		return nil
+	}
+	return json.RawMessage(v.String)
+}
+
+// jsonArg binds JSON as TEXT (a []byte would be stored as a BLOB), and
+// empty JSON as NULL.
+func jsonArg(m json.RawMessage) any {
+	if len(m) == 0 {
+		return nil
+	}
+	return string(m)
+}
+
+// getCall reads one call by call_id (byKey false) or idem_key (byKey true).
+func getCall(ctx context.Context, q querier, byKey bool, v string) (store.Call, error) {
+	query := `SELECT ` + callCols + ` FROM calls WHERE call_id = ?`
+	if byKey {
+		query = `SELECT ` + callCols + ` FROM calls WHERE idem_key = ?`
+	}
+	return scanCall(q.QueryRowContext(ctx, query, v))
+}
+
+// Get returns the call with that id, or store.ErrNotFound.
+func (s *Store) Get(ctx context.Context, callID string) (store.Call, error) {
+	c, err := getCall(ctx, s.r, false, callID)
+	return c, mapErr(ctx, "get "+callID, err)
+}
+
+// GetByKey returns the call for an idempotency key, or store.ErrNotFound.
+func (s *Store) GetByKey(ctx context.Context, key string) (store.Call, error) {
+	c, err := getCall(ctx, s.r, true, key)
+	return c, mapErr(ctx, "get by key", err)
+}
+
+// limitArg turns "0 means all" into SQLite's "LIMIT -1 means no limit".
+func limitArg(n int) int {
+	if n <= 0 {
+		return -1
+	}
+	return n
+}
+
+// ListCalls returns calls newest first, optionally of one status.
+func (s *Store) ListCalls(ctx context.Context, f store.ListFilter) ([]store.Call, error) {
+	// rowid breaks ties between calls created in the same microsecond.
+	query := `SELECT ` + callCols + ` FROM calls ORDER BY created_at DESC, rowid DESC LIMIT ?`
+	args := []any{limitArg(f.Limit)}
+	if f.Status != "" {
+		query = `SELECT ` + callCols + ` FROM calls WHERE status = ? ORDER BY created_at DESC, rowid DESC LIMIT ?`
+		args = []any{string(f.Status), limitArg(f.Limit)}
+	}
+	rows, err := s.r.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, mapErr(ctx, "list calls", err)
+	}
+	defer rows.Close()
+	out := []store.Call{}
+	for rows.Next() {
+		c, err := scanCall(rows)
+		if err != nil {
+			return nil, mapErr(ctx, "list calls", err)
+		}
+		out = append(out, c)
+	}
+	return out, mapErr(ctx, "list calls", rows.Err())
+}
+
+// ListEffects returns effects newest first (limit 0 = all).
+func (s *Store) ListEffects(ctx context.Context, limit int) ([]store.Effect, error) {
+	rows, err := s.r.QueryContext(ctx,
+		`SELECT effect_id, call_id, tool, amount, created_at FROM effects
+		 ORDER BY created_at DESC, rowid DESC LIMIT ?`, limitArg(limit))
+	if err != nil {
+		return nil, mapErr(ctx, "list effects", err)
+	}
+	defer rows.Close()
+	out := []store.Effect{}
+	for rows.Next() {
+		var (
+			e      store.Effect
+			amount sql.NullInt64
+		)
+		if err := rows.Scan(&e.EffectID, &e.CallID, &e.Tool, &amount, &e.CreatedAt); err != nil {
+			return nil, mapErr(ctx, "list effects", err)
+		}
+		e.Amount = nullInt(amount)
+		out = append(out, e)
+	}
+	return out, mapErr(ctx, "list effects", rows.Err())
+}
+
+// Audit returns audit rows oldest first; callID "" means every call. With a
+// limit, the newest limit rows, still oldest first.
+func (s *Store) Audit(ctx context.Context, callID string, limit int) ([]store.AuditEvent, error) {
+	// The inner query picks the newest rows, the outer one restores order.
+	query := `SELECT id, ts, call_id, event, detail FROM
+		(SELECT id, ts, call_id, event, detail FROM audit ORDER BY id DESC LIMIT ?) ORDER BY id`
+	args := []any{limitArg(limit)}
+	if callID != "" {
+		query = `SELECT id, ts, call_id, event, detail FROM
+			(SELECT id, ts, call_id, event, detail FROM audit WHERE call_id = ? ORDER BY id DESC LIMIT ?) ORDER BY id`
+		args = []any{callID, limitArg(limit)}
+	}
+	rows, err := s.r.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, mapErr(ctx, "audit", err)
+	}
+	defer rows.Close()
+	out := []store.AuditEvent{}
+	for rows.Next() {
+		var (
+			e            store.AuditEvent
+			call, detail sql.NullString
+		)
+		if err := rows.Scan(&e.ID, &e.TS, &call, &e.Event, &detail); err != nil {
+			return nil, mapErr(ctx, "audit", err)
+		}
+		e.CallID, e.Detail = call.String, detail.String
+		out = append(out, e)
+	}
+	return out, mapErr(ctx, "audit", rows.Err())
+}
+
+// Dupes returns calls with more than one effect. effects.call_id is UNIQUE,
+// so this is always empty; inspect runs it so an operator can see that.
+func (s *Store) Dupes(ctx context.Context) ([]store.Dupe, error) {
+	rows, err := s.r.QueryContext(ctx,
+		`SELECT call_id, count(*) FROM effects GROUP BY call_id HAVING count(*) > 1 ORDER BY call_id`)
+	if err != nil {
+		return nil, mapErr(ctx, "dupes", err)
+	}
+	defer rows.Close()
+	out := []store.Dupe{}
+	for rows.Next() {
+		var d store.Dupe
+		if err := rows.Scan(&d.CallID, &d.Effects); err != nil {
+			return nil, mapErr(ctx, "dupes", err)
+		}
+		out = append(out, d)
+	}
+	return out, mapErr(ctx, "dupes", rows.Err())
+}
+
+// Attempts returns how many calls took how many attempts, by attempt.
+func (s *Store) Attempts(ctx context.Context) ([]store.AttemptBucket, error) {
+	rows, err := s.r.QueryContext(ctx,
+		`SELECT attempt, count(*) FROM calls GROUP BY attempt ORDER BY attempt`)
+	if err != nil {
+		return nil, mapErr(ctx, "attempts", err)
+	}
+	defer rows.Close()
+	out := []store.AttemptBucket{}
+	for rows.Next() {
+		var b store.AttemptBucket
+		if err := rows.Scan(&b.Attempt, &b.Calls); err != nil {
+			return nil, mapErr(ctx, "attempts", err)
+		}
+		out = append(out, b)
+	}
+	return out, mapErr(ctx, "attempts", rows.Err())
+}
+
+// Stats counts calls, effects and calls by status, from one snapshot so
+// the numbers add up.
+func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
+	st := store.Stats{ByStatus: map[store.Status]int64{
+		// Every status is present, zero or not, so /stats has a fixed shape.
+		store.StatusPending: 0, store.StatusRunning: 0, store.StatusSucceeded: 0, store.StatusFailed: 0,
+	}}
+	err := s.readTx(ctx, "stats", func(tx *sql.Tx) error {
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM effects`).Scan(&st.Effects); err != nil {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT status, count(*) FROM calls GROUP BY status`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				status string
+				n      int64
+			)
+			if err := rows.Scan(&status, &n); err != nil {
+				return err
+			}
+			st.ByStatus[store.Status(status)] = n
+			st.Calls += n
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return store.Stats{}, err
+	}
+	return st, nil
+}
