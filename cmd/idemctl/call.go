@@ -1,16 +1,208 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/idemctl/idemctl/internal/client"
 )
 
-// TODO(placeholder): replaced by the real command.
-func newCallCmd(streams *IOStreams) *cobra.Command {
-	return &cobra.Command{
-		Use:   "call",
-		Short: "not implemented yet",
-		RunE:  func(*cobra.Command, []string) error { return errors.New("call: not implemented yet") },
+// callOptions are the flags of idemctl call.
+type callOptions struct {
+	Base          string
+	Key           string
+	Tool          string
+	Amount        int64
+	Args          string
+	Timeout       time.Duration
+	Retries       int
+	NewKeyOnRetry bool
+	ClientID      string
+	Seq           int64
+	PollTimeout   time.Duration
+
+	amountSet, seqSet bool
+	args              map[string]any // built by Validate
+}
+
+// defaultChargeAmount is used when `--tool charge` comes with neither
+// --amount nor --args, so `idemctl call --key K` works as a demo.
+const defaultChargeAmount = 100
+
+// Validate checks the flags and builds the args object.
+func (o *callOptions) Validate() error {
+	if o.Base == "" {
+		return errors.New("--base is required")
 	}
+	if o.Key == "" {
+		return errors.New("--key is required: the client chooses the idempotency key, once, and reuses it on every retry")
+	}
+	if o.Tool == "" {
+		return errors.New("--tool must not be empty")
+	}
+	if o.Timeout <= 0 {
+		return fmt.Errorf("--timeout must be positive, got %s", o.Timeout)
+	}
+	if o.Retries < 0 {
+		return fmt.Errorf("--retries must be ≥ 0, got %d", o.Retries)
+	}
+	if o.PollTimeout < 0 {
+		return fmt.Errorf("--poll-timeout must be ≥ 0, got %s", o.PollTimeout)
+	}
+	o.args = map[string]any{}
+	if o.Args != "" {
+		dec := json.NewDecoder(bytes.NewReader([]byte(o.Args)))
+		dec.UseNumber() // keep 100 as 100, not 1e+02
+		if err := dec.Decode(&o.args); err != nil || o.args == nil {
+			return fmt.Errorf("--args must be a JSON object: %v", err)
+		}
+		if _, err := dec.Token(); err != io.EOF {
+			return errors.New("--args must be a single JSON object")
+		}
+	}
+	if o.amountSet {
+		o.args["amount"] = o.Amount
+	} else if o.Args == "" && o.Tool == "charge" {
+		o.args["amount"] = defaultChargeAmount
+	}
+	return nil
+}
+
+func newCallCmd(streams *IOStreams) *cobra.Command {
+	opts := &callOptions{}
+	cmd := &cobra.Command{
+		Use:   "call",
+		Short: "Make one logical tool call with same-key retries, then wait for its end",
+		Long: `Make one logical tool call: POST it under --key, retrying with the SAME key on
+timeouts, connection errors, 429 and 503 (backoff min(2^n·100ms, 1s) + jitter,
+Retry-After honoured); 400/409 end at once. Then poll until the call is final.
+
+Prints one JSON line per attempt, then the final call as one JSON line.
+Exit status 1 when the call failed, the retries ran out, or polling hit
+--poll-timeout.
+
+--new-key-on-retry sends attempt n with key K-n: the bug of §12.8.2, kept
+to show that a retry with a new key is a new call and a second charge.`,
+		Example: `  idemctl call --key demo-1 --tool charge --amount 100
+  idemctl call --key mail-1 --tool send_email --args '{"to":"a@example.com"}'
+  idemctl call --key demo-bad --amount 100 --timeout 100ms --new-key-on-retry`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts.amountSet = cmd.Flags().Changed("amount")
+			opts.seqSet = cmd.Flags().Changed("seq")
+			if err := opts.Validate(); err != nil {
+				return err
+			}
+			return runCall(cmd, opts, streams)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.Base, "base", "http://127.0.0.1:8081", "server base URL")
+	f.StringVar(&opts.Key, "key", "", "idempotency key (required); the same on every retry")
+	f.StringVar(&opts.Tool, "tool", "charge", "tool: charge, send_email, sleep, fail")
+	f.Int64Var(&opts.Amount, "amount", 0, "sets args.amount (charge; 100 when --tool charge has neither --amount nor --args)")
+	f.StringVar(&opts.Args, "args", "", `the whole args object as JSON, e.g. '{"to":"a@example.com"}'`)
+	f.DurationVar(&opts.Timeout, "timeout", client.DefaultTimeout, "timeout of one attempt")
+	f.IntVar(&opts.Retries, "retries", client.DefaultRetries, "retries after the first attempt (0 = none)")
+	f.BoolVar(&opts.NewKeyOnRetry, "new-key-on-retry", false, "use K-0, K-1, ... per attempt (demonstrates the duplicate-effect bug)")
+	f.StringVar(&opts.ClientID, "client-id", "", "optional client label (not part of the fingerprint)")
+	f.Int64Var(&opts.Seq, "seq", 0, "optional client sequence number (not part of the fingerprint)")
+	f.DurationVar(&opts.PollTimeout, "poll-timeout", 10*time.Second, "how long to poll for a final state (0 = do not poll)")
+	return cmd
+}
+
+func runCall(cmd *cobra.Command, opts *callOptions, streams *IOStreams) error {
+	ctx := cmd.Context()
+	retries := opts.Retries
+	if retries == 0 {
+		retries = -1 // client.Client: zero means the default, negative means none
+	}
+	var printErr error
+	c := &client.Client{
+		Base:          opts.Base,
+		Timeout:       opts.Timeout,
+		Retries:       retries,
+		NewKeyOnRetry: opts.NewKeyOnRetry,
+		OnAttempt: func(r client.AttemptRecord) {
+			if err := cliWriteJSONLine(streams.Out, r); err != nil && printErr == nil {
+				printErr = err
+			}
+		},
+	}
+	req := client.Request{Tool: opts.Tool, Args: opts.args, ClientID: opts.ClientID}
+	if opts.seqSet {
+		req.Seq = &opts.Seq
+	}
+	res, err := c.Call(ctx, opts.Key, req)
+	if printErr != nil {
+		return printErr
+	}
+	if err != nil {
+		cliWriteErrorLine(streams.Out, err)
+		return &ExitError{Code: 1, Err: err}
+	}
+	call := res.Call
+	if !call.Final() && opts.PollTimeout > 0 {
+		call, err = c.Poll(ctx, call.CallID, opts.PollTimeout)
+		if err != nil {
+			if call.CallID != "" {
+				_ = cliWriteJSONLine(streams.Out, call) // the last state seen
+			}
+			cliWriteErrorLine(streams.Out, err)
+			return &ExitError{Code: 1, Err: err}
+		}
+	}
+	if err := cliWriteJSONLine(streams.Out, call); err != nil {
+		return err
+	}
+	return cliCallExit(call)
+}
+
+// cliCallExit maps a call's end state to the exit status: failed is 1. A
+// call left unfinished because polling was off (--poll-timeout 0) is 0: it
+// was accepted and will finish without the client.
+func cliCallExit(call client.Call) error {
+	if call.Status == client.StatusFailed {
+		return &ExitError{Code: 1, Err: fmt.Errorf("call %s failed: %s", call.CallID, bytes.TrimSpace(call.Error))}
+	}
+	return nil
+}
+
+// cliWriteJSONLine writes v as one compact JSON line.
+func cliWriteJSONLine(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	// Compact: a server's raw bytes may be indented; one value, one line.
+	if err := json.Compact(&buf, b); err != nil {
+		return err
+	}
+	buf.WriteByte('\n')
+	_, err = w.Write(buf.Bytes())
+	return err
+}
+
+// cliWriteErrorLine writes a client-side end as the API's error shape, so a
+// script reading the lines branches on error.code in every case.
+func cliWriteErrorLine(w io.Writer, err error) {
+	code, msg := "error", err.Error()
+	var apiErr *client.APIError
+	if errors.As(err, &apiErr) {
+		code, msg = apiErr.Code, apiErr.Message
+	}
+	type body struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	}
+	_ = cliWriteJSONLine(w, struct {
+		Error body `json:"error"`
+	}{body{code, msg}})
 }

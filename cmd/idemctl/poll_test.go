@@ -1,0 +1,70 @@
+package main
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+)
+
+func TestPollByIDPrintsFinalCall(t *testing.T) {
+	fs := newCLIFakeServer(t, nil, []func(http.ResponseWriter){
+		cliAnswer(200, cliCall("pending")),
+		cliAnswer(200, cliCall("succeeded")),
+	})
+	out, errOut, code := cliRun(t, "poll", "c_1", "--base", fs.URL)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	lines := cliLines(t, out)
+	if len(lines) != 1 || lines[0]["status"] != "succeeded" {
+		t.Fatalf("output:\n%s", out)
+	}
+}
+
+func TestPollByKeyUnknownExitsOne(t *testing.T) {
+	fs := newCLIFakeServer(t, nil, []func(http.ResponseWriter){
+		cliAnswer(404, `{"error":{"code":"not_found","message":"no such key"}}`),
+	})
+	out, _, code := cliRun(t, "poll", "--key", "never", "--timeout", "200ms", "--base", fs.URL)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	if !strings.Contains(out, `"code":"unknown"`) {
+		t.Fatalf("output:\n%s", out)
+	}
+	fs.mu.Lock()
+	gets := append([]string(nil), fs.gets...)
+	fs.mu.Unlock()
+	if len(gets) == 0 || gets[0] != "/v1/tool-calls/by-key/never" {
+		t.Fatalf("gets = %v", gets)
+	}
+}
+
+func TestPollDeadlinePrintsLastState(t *testing.T) {
+	fs := newCLIFakeServer(t, nil, []func(http.ResponseWriter){cliAnswer(200, cliCall("running"))})
+	out, _, code := cliRun(t, "poll", "c_1", "--timeout", "200ms", "--base", fs.URL)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	lines := cliLines(t, out)
+	if len(lines) != 2 || lines[0]["status"] != "running" || lines[1]["error"].(map[string]any)["code"] != "deadline_exceeded" {
+		t.Fatalf("output:\n%s", out)
+	}
+}
+
+func TestPollOptionsValidate(t *testing.T) {
+	for _, tc := range []struct {
+		o  pollOptions
+		ok bool
+	}{
+		{pollOptions{Base: "x", Timeout: 1}, false},
+		{pollOptions{Base: "x", CallID: "c", Key: "k", Timeout: 1}, false},
+		{pollOptions{Base: "x", CallID: "c", Timeout: 1}, true},
+		{pollOptions{Base: "x", Key: "k", Timeout: 1}, true},
+		{pollOptions{Base: "x", Key: "k"}, false},
+	} {
+		if err := tc.o.Validate(); (err == nil) != tc.ok {
+			t.Errorf("%+v: Validate = %v", tc.o, err)
+		}
+	}
+}
