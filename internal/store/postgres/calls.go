@@ -69,7 +69,7 @@ func scanCall(row pgx.Row) (store.Call, error) {
 // collectCalls reads every row of callColumns.
 func collectCalls(rows pgx.Rows) ([]store.Call, error) {
 	defer rows.Close()
-	var calls []store.Call
+	calls := []store.Call{}
 	for rows.Next() {
 		c, err := scanCall(rows)
 		if err != nil {
@@ -139,7 +139,7 @@ RETURNING `+callColumns,
 		if err == nil {
 			out = store.Created
 			// Same transaction as the insert: a call never exists unaudited.
-			return insertAudit(ctx, tx, call.CreatedAt, call.CallID, store.EventCreated, detailCreated(call))
+			return insertAudit(ctx, tx, call.CreatedAt, call.CallID, store.EventCreated, call.Tool)
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return err
@@ -160,7 +160,8 @@ RETURNING `+callColumns,
 			return err
 		}
 		if call.Fingerprint != n.Fingerprint {
-			return store.ErrConflict
+			// Same key, different request: refuse, write nothing (409).
+			return fmt.Errorf("postgres create: key %q: %w", n.IdemKey, store.ErrConflict)
 		}
 		if call.Status != store.StatusFailed {
 			out = store.Existing
@@ -182,18 +183,19 @@ RETURNING `+callColumns,
 
 		// A retryable failure asked for again with the same key: run it
 		// again (§12.5.5). Attempt is kept, so the attempt count goes on.
+		prevErr := call.ErrorJSON
 		call, err = scanCall(tx.QueryRow(ctx, `
 UPDATE calls
 SET status = 'pending', result_json = NULL, error_json = NULL,
     lease_until = NULL, owner = NULL, updated_at = clock.now
 FROM (SELECT `+dbNow+` AS now) AS clock
-WHERE call_id = $1
+WHERE call_id = $1 AND status = 'failed'
 RETURNING `+callColumnsOf("calls"), call.CallID))
 		if err != nil {
 			return err
 		}
 		out = store.RetryReset
-		return insertAudit(ctx, tx, call.UpdatedAt, call.CallID, store.EventRetryReset, detailRetryReset(call))
+		return insertAudit(ctx, tx, call.UpdatedAt, call.CallID, store.EventRetryReset, "after "+errorSummary(prevErr))
 	})
 	if err != nil {
 		return store.Call{}, 0, err
@@ -201,12 +203,14 @@ RETURNING `+callColumnsOf("calls"), call.CallID))
 	return call, out, nil
 }
 
-// retryable reports whether a stored error object says retryable: true.
+// retryable reports whether a stored error object says "retryable": true,
+// the only thing that makes a failed call resettable. Anything else (false,
+// missing, not a boolean, unparsable) is final.
 func retryable(errObj json.RawMessage) bool {
 	var e struct {
-		Retryable bool `json:"retryable"`
+		Retryable *bool `json:"retryable"`
 	}
-	return len(errObj) > 0 && json.Unmarshal(errObj, &e) == nil && e.Retryable
+	return json.Unmarshal(errObj, &e) == nil && e.Retryable != nil && *e.Retryable
 }
 
 // ClaimNext claims up to limit runnable calls for owner in one statement.
@@ -223,8 +227,11 @@ func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration
 	if err := s.writable(); err != nil {
 		return nil, err
 	}
+	if lease < 0 {
+		return nil, fmt.Errorf("postgres claim: negative lease %v", lease)
+	}
 	if limit <= 0 {
-		return nil, nil
+		return []store.Call{}, nil
 	}
 	rows, err := s.pool.Query(ctx, `
 WITH clock AS MATERIALIZED (
@@ -252,11 +259,11 @@ WITH clock AS MATERIALIZED (
 )
 SELECT `+callColumns+` FROM claimed`, owner, limit, lease.Seconds())
 	if err != nil {
-		return nil, interpret(err)
+		return nil, interpret(ctx, err)
 	}
 	calls, err := collectCalls(rows)
 	if err != nil {
-		return nil, interpret(err)
+		return nil, interpret(ctx, err)
 	}
 	// RETURNING has no order; hand the calls back oldest first.
 	sort.Slice(calls, func(i, j int) bool {
@@ -290,25 +297,30 @@ func (s *Store) complete(ctx context.Context, c store.Completion, status store.S
 		return store.Call{}, err
 	}
 	var (
-		result, errObj, effectID *string
+		result, errObj *string
+		event, detail  string
 	)
-	event := store.EventFailed
 	if status == store.StatusSucceeded {
-		event = store.EventSucceeded
-		r := string(c.Result)
-		if len(c.Result) == 0 {
-			r = "null"
+		if e := c.Effect; e != nil {
+			if e.EffectID == "" {
+				return store.Call{}, fmt.Errorf("postgres succeed %s: effect without an effect id", c.CallID)
+			}
+			if e.CallID != "" && e.CallID != c.CallID {
+				return store.Call{}, fmt.Errorf("postgres succeed %s: effect belongs to call %s", c.CallID, e.CallID)
+			}
 		}
-		result = &r
-		if c.Effect != nil {
-			effectID = &c.Effect.EffectID
+		if len(c.Result) > 0 {
+			r := string(c.Result)
+			result = &r
 		}
+		event, detail = store.EventSucceeded, detailNoEffect
 	} else {
 		e := string(c.Error)
-		if len(c.Error) == 0 {
-			e = "null"
+		if e == "" {
+			e = "{}"
 		}
 		errObj = &e
+		event, detail = store.EventFailed, errorSummary(json.RawMessage(e))
 	}
 
 	var call store.Call
@@ -316,39 +328,48 @@ func (s *Store) complete(ctx context.Context, c store.Completion, status store.S
 		var err error
 		call, err = scanCall(tx.QueryRow(ctx, `
 UPDATE calls
-SET status = $4, result_json = $5, error_json = $6, effect_id = $7,
+SET status = $4, result_json = $5, error_json = $6,
     lease_until = NULL, owner = NULL, updated_at = clock.now
 FROM (SELECT `+dbNow+` AS now) AS clock
 WHERE call_id = $1
   -- The fencing token: still running, still ours, still this attempt.
   AND status = 'running' AND owner = $2 AND attempt = $3
 RETURNING `+callColumnsOf("calls"),
-			c.CallID, c.Owner, c.Attempt, string(status), result, errObj, effectID))
+			c.CallID, c.Owner, c.Attempt, string(status), result, errObj))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return store.ErrFenced
 		}
 		if err != nil {
 			return err
 		}
-		if status == store.StatusSucceeded && c.Effect != nil {
-			// The last gate (§12.3.2): even if some path reached here twice
-			// for one call, effects.call_id UNIQUE keeps a single effect.
-			tool := c.Effect.Tool
-			if tool == "" {
-				tool = call.Tool
-			}
+		if e := c.Effect; status == store.StatusSucceeded && e != nil {
+			// ON CONFLICT (call_id) DO NOTHING: effects.call_id UNIQUE is
+			// the last gate (§12.3.2). effect_id is derived from call_id,
+			// so a second insert for one call is the same effect and is
+			// dropped; a clash on effect_id with another call is a unique
+			// violation and rolls the whole completion back.
 			if _, err := tx.Exec(ctx, `
 INSERT INTO effects (effect_id, call_id, tool, amount, created_at)
-VALUES ($1, $2, $3, $4, $5)
+VALUES ($1, $2, coalesce(nullif($3, ''), $4), $5, $6)
 ON CONFLICT (call_id) DO NOTHING`,
-				c.Effect.EffectID, c.CallID, tool, c.Effect.Amount, call.UpdatedAt); err != nil {
+				e.EffectID, c.CallID, e.Tool, call.Tool, e.Amount, call.UpdatedAt); err != nil {
 				return err
 			}
+			// Point the call at the effect that exists: the one just
+			// inserted, unless an earlier one was kept.
+			call, err = scanCall(tx.QueryRow(ctx, `
+UPDATE calls SET effect_id = (SELECT effect_id FROM effects WHERE call_id = $1)
+WHERE call_id = $1
+RETURNING `+callColumns, c.CallID))
+			if err != nil {
+				return err
+			}
+			detail = *call.EffectID
 		}
-		return insertAudit(ctx, tx, call.UpdatedAt, call.CallID, event, detailCompleted(call, c))
+		return insertAudit(ctx, tx, call.UpdatedAt, call.CallID, event, detail)
 	})
 	if errors.Is(err, store.ErrFenced) {
-		return store.Call{}, s.auditFenced(ctx, c, status)
+		return store.Call{}, s.auditFenced(ctx, c)
 	}
 	if err != nil {
 		return store.Call{}, err
@@ -359,20 +380,22 @@ ON CONFLICT (call_id) DO NOTHING`,
 // auditFenced records a refused completion in its own transaction (the
 // completion's was rolled back) and returns ErrFenced, or ErrNotFound if
 // there is no such call at all.
-func (s *Store) auditFenced(ctx context.Context, c store.Completion, status store.Status) error {
+func (s *Store) auditFenced(ctx context.Context, c store.Completion) error {
+	var detail string
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		cur, err := scanCall(tx.QueryRow(ctx, `SELECT `+callColumns+` FROM calls WHERE call_id = $1`, c.CallID))
 		if err != nil {
-			return err
+			return err // ErrNoRows: no such call, nothing to fence
 		}
+		detail = detailFenced(c, cur)
 		_, err = tx.Exec(ctx, `INSERT INTO audit (ts, call_id, event, detail) SELECT `+dbNow+`, $1, $2, $3`,
-			c.CallID, store.EventFenced, detailFenced(c, status, cur))
+			c.CallID, store.EventFenced, detail)
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	return store.ErrFenced
+	return fmt.Errorf("postgres complete %s: %w: %s", c.CallID, store.ErrFenced, detail)
 }
 
 // RecoverExpired returns running calls whose lease has expired by the
@@ -402,19 +425,19 @@ WITH clock AS MATERIALIZED (
   FROM expired, clock
   WHERE c.call_id = expired.call_id
     AND c.status = 'running' AND (c.lease_until IS NULL OR c.lease_until <= clock.now)
-  RETURNING c.call_id, c.created_at, c.updated_at, expired.owner, expired.attempt
+  RETURNING c.call_id, c.created_at, c.updated_at, expired.owner, expired.attempt, expired.lease_until
 ), audited AS (
   INSERT INTO audit (ts, call_id, event, detail)
   SELECT updated_at, call_id, '`+store.EventRecover+`', `+detailRecoverSQL+`
   FROM recovered
 )
-SELECT call_id FROM recovered ORDER BY created_at, call_id`)
+SELECT call_id FROM recovered ORDER BY lease_until, created_at, call_id`)
 	if err != nil {
-		return nil, interpret(err)
+		return nil, interpret(ctx, err)
 	}
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return nil, interpret(err)
+		return nil, interpret(ctx, err)
 	}
 	return ids, nil
 }
@@ -441,9 +464,9 @@ RETURNING updated_at`, callID, owner, attempt).Scan(&ts)
 				return err
 			}
 			if !exists {
-				return store.ErrNotFound
+				return fmt.Errorf("postgres release %s: %w", callID, store.ErrNotFound)
 			}
-			return store.ErrNotClaimable
+			return fmt.Errorf("postgres release %s (owner %s, attempt %d): %w", callID, owner, attempt, store.ErrNotClaimable)
 		}
 		if err != nil {
 			return err

@@ -8,50 +8,55 @@ import (
 )
 
 // The audit detail of each event (SPEC §3: "detail holds the owner, effect
-// id or reason"), kept identical to the SQLite backend's so inspect shows
-// the same story whichever database holds it.
+// id or reason"), worded exactly as the SQLite backend words it, so inspect
+// tells the same story whichever database holds it:
+//
+//	created      the tool
+//	claimed      the owner
+//	succeeded    the effect id, or "no effect"
+//	failed       "code: message" of the error
+//	retry_reset  "after " + the failure it resets
+//	recover      "lease expired (owner O, attempt N)", or Release's reason
+//	fenced       "owner O attempt N refused: call is <status ...>"
 
-// detailCreated: the tool the call runs.
-func detailCreated(c store.Call) string { return c.Tool }
+// detailNoEffect is the succeeded detail of a call without a side effect.
+const detailNoEffect = "no effect"
 
-// detailRetryReset: why the call runs again.
-func detailRetryReset(prev store.Call) string {
-	return fmt.Sprintf("retryable failure at attempt %d; reset to pending by a same-key request", prev.Attempt)
-}
-
-// detailClaimedSQL is the claimed detail as a SQL expression over ClaimNext's
-// parameters: the owner ($1).
+// detailClaimedSQL is the claimed detail as a SQL expression over
+// ClaimNext's parameters: the owner ($1).
 const detailClaimedSQL = `$1`
 
-// detailCompleted: for a success, the effect id (empty without an effect);
-// for a failure, the error code and message.
-func detailCompleted(c store.Call, comp store.Completion) string {
-	if c.Status == store.StatusSucceeded {
-		if comp.Effect != nil {
-			return comp.Effect.EffectID
-		}
-		return ""
-	}
+// detailRecoverSQL is the recover detail as a SQL expression over
+// RecoverExpired's "recovered" rows (the owner and attempt whose lease
+// lapsed).
+const detailRecoverSQL = `'lease expired (owner ' || coalesce(owner, '') || ', attempt ' || attempt || ')'`
+
+// errorSummary renders an error object {"code","message"} for audit detail.
+func errorSummary(errJSON json.RawMessage) string {
 	var e struct {
 		Code    string `json:"code"`
 		Message string `json:"message"`
 	}
-	if json.Unmarshal(comp.Error, &e) != nil || (e.Code == "" && e.Message == "") {
-		return string(comp.Error)
+	if json.Unmarshal(errJSON, &e) != nil || (e.Code == "" && e.Message == "") {
+		const max = 200
+		if len(errJSON) > max {
+			return string(errJSON[:max]) + "…"
+		}
+		return string(errJSON)
+	}
+	if e.Message == "" {
+		return e.Code
 	}
 	return e.Code + ": " + e.Message
 }
 
-// detailFenced: the refused token and who holds the call now.
-func detailFenced(comp store.Completion, status store.Status, cur store.Call) string {
-	holder := string(cur.Status)
+// detailFenced: the refused token and where the call stands now.
+func detailFenced(comp store.Completion, cur store.Call) string {
+	now := string(cur.Status)
 	if cur.Owner != nil {
-		holder += " owner=" + *cur.Owner
+		now += fmt.Sprintf(" under owner %s attempt %d", *cur.Owner, cur.Attempt)
+	} else {
+		now += fmt.Sprintf(" at attempt %d", cur.Attempt)
 	}
-	return fmt.Sprintf("stale %s refused: owner=%s attempt=%d; call is %s attempt=%d",
-		status, comp.Owner, comp.Attempt, holder, cur.Attempt)
+	return fmt.Sprintf("owner %s attempt %d refused: call is %s", comp.Owner, comp.Attempt, now)
 }
-
-// detailRecoverSQL is the recover detail of RecoverExpired as a SQL
-// expression over its "expired" CTE: the owner whose lease lapsed.
-const detailRecoverSQL = `'lease expired: owner=' || coalesce(owner, '') || ' attempt=' || attempt`

@@ -97,13 +97,13 @@ func Open(ctx context.Context, url string, opts store.Options) (*Store, error) {
 
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: open: %w", interpret(err))
+		return nil, fmt.Errorf("postgres: open: %w", interpret(ctx, err))
 	}
 	s := &Store{pool: pool, readOnly: opts.ReadOnly}
 	// pgxpool connects lazily; fail at Open, not at the first request.
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("postgres: connect: %w", interpret(err))
+		return nil, fmt.Errorf("postgres: connect: %w", interpret(ctx, err))
 	}
 	if opts.ReadOnly {
 		err = s.checkSchema(ctx)
@@ -119,7 +119,7 @@ func Open(ctx context.Context, url string, opts store.Options) (*Store, error) {
 
 // Ping checks the database is reachable.
 func (s *Store) Ping(ctx context.Context) error {
-	return interpret(s.pool.Ping(ctx))
+	return interpret(ctx, s.pool.Ping(ctx))
 }
 
 // Close closes the pool, waiting for connections in use to be returned.
@@ -147,21 +147,23 @@ func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	// into ones that fail with serialization errors.
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
-		return interpret(err)
+		return interpret(ctx, err)
 	}
 	if err := fn(tx); err != nil {
 		// Rollback under WithoutCancel: the caller's ctx may be the reason
 		// fn failed, and the connection must still be returned clean.
 		_ = tx.Rollback(context.WithoutCancel(ctx))
-		return interpret(err)
+		return interpret(ctx, err)
 	}
-	return interpret(tx.Commit(ctx))
+	return interpret(ctx, tx.Commit(ctx))
 }
 
 // interpret translates pgx and PostgreSQL errors into the store's sentinels,
-// wrapping the original so its text is kept. Already-translated errors,
-// context errors and nil pass through.
-func interpret(err error) error {
+// wrapping the original so its text is kept. Already-translated errors and
+// nil pass through. If ctx is done, the caller's context is the cause,
+// whatever the driver made of it (a connection cut mid-query looks like a
+// network error), so the context's error is reported.
+func interpret(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -170,6 +172,12 @@ func interpret(err error) error {
 		if errors.Is(err, sentinel) {
 			return err
 		}
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		if errors.Is(err, ctxErr) {
+			return err
+		}
+		return fmt.Errorf("%w (%v)", ctxErr, err)
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%w: %w", store.ErrNotFound, err)

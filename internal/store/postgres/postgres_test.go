@@ -476,6 +476,95 @@ func TestLeaseUsesDatabaseClock(t *testing.T) {
 	}
 }
 
+// TestAuditDetails: each event's detail says what the SQLite backend's
+// says, so inspect reads the same on either database.
+func TestAuditDetails(t *testing.T) {
+	s := open(t, freshURL(t), store.Options{})
+	ctx := t.Context()
+	claim := func(owner string, lease time.Duration) store.Call {
+		t.Helper()
+		got, err := s.ClaimNext(ctx, owner, lease, 1)
+		if err != nil || len(got) != 1 {
+			t.Fatalf("claim = %v, %v", got, err)
+		}
+		return got[0]
+	}
+
+	c := create(t, s, "k")
+	first := claim("w1", 50*time.Millisecond)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		rec, err := s.RecoverExpired(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rec) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("lease never expired")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	second := claim("w2", time.Minute)
+	if _, err := s.Succeed(ctx, success(first)); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("stale Succeed: %v", err)
+	}
+	if _, err := s.Fail(ctx, store.Completion{CallID: c.CallID, Owner: "w2", Attempt: second.Attempt,
+		Error: []byte(`{"code":"tool_failed","message":"boom","retryable":true}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, out, err := s.CreateOrGet(ctx, newCall(t, "k")); err != nil || out != store.RetryReset {
+		t.Fatalf("reset = %v, %v", out, err)
+	}
+	third := claim("w3", time.Minute)
+	if err := s.Release(ctx, c.CallID, "w3", third.Attempt, "owner pid 42 gone"); err != nil {
+		t.Fatal(err)
+	}
+	fourth := claim("w4", time.Minute)
+	done := success(fourth)
+	if _, err := s.Succeed(ctx, done); err != nil {
+		t.Fatal(err)
+	}
+
+	evs, err := s.Audit(ctx, c.CallID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range evs {
+		got = append(got, e.Event+": "+e.Detail)
+	}
+	want := []string{
+		"created: charge",
+		"claimed: w1",
+		"recover: lease expired (owner w1, attempt 1)",
+		"claimed: w2",
+		"fenced: owner w1 attempt 1 refused: call is running under owner w2 attempt 2",
+		"failed: tool_failed: boom",
+		"retry_reset: after tool_failed: boom",
+		"claimed: w3",
+		"recover: owner pid 42 gone",
+		"claimed: w4",
+		"succeeded: " + done.Effect.EffectID,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("audit:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+
+	// A success without a side effect.
+	create(t, s, "k2")
+	quiet := success(claim("w5", time.Minute))
+	quiet.Effect = nil
+	if _, err := s.Succeed(ctx, quiet); err != nil {
+		t.Fatal(err)
+	}
+	last, err := s.Audit(ctx, quiet.CallID, 1)
+	if err != nil || len(last) != 1 || last[0].Detail != "no effect" {
+		t.Fatalf("succeeded detail without effect = %+v, %v; want \"no effect\"", last, err)
+	}
+}
+
 // TestReadOnlyNeedsSchema: a read-only store never creates the schema, and
 // says so when it is missing.
 func TestReadOnlyNeedsSchema(t *testing.T) {
@@ -490,7 +579,7 @@ func TestReadOnlyNeedsSchema(t *testing.T) {
 	ro := open(t, u, store.Options{ReadOnly: true})
 	// Even a write that bypassed the guard is refused by the server.
 	_, err := ro.pool.Exec(t.Context(), `INSERT INTO audit (ts, event) VALUES (0, 'x')`)
-	if err = interpret(err); !errors.Is(err, store.ErrReadOnly) {
+	if err = interpret(t.Context(), err); !errors.Is(err, store.ErrReadOnly) {
 		t.Fatalf("raw write on a read-only pool: err = %v, want ErrReadOnly", err)
 	}
 }
@@ -573,7 +662,7 @@ func TestInterpret(t *testing.T) {
 		{"canceled", context.Canceled, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := interpret(tc.err)
+			got := interpret(t.Context(), tc.err)
 			if !errors.Is(got, tc.err) {
 				t.Fatalf("interpret lost the original error: %v", got)
 			}
@@ -589,7 +678,13 @@ func TestInterpret(t *testing.T) {
 			}
 		})
 	}
-	if interpret(nil) != nil {
+	if interpret(t.Context(), nil) != nil {
 		t.Fatal("interpret(nil) != nil")
+	}
+	// With the caller's context done, its error is the cause reported.
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := interpret(ctx, fmt.Errorf("read: %w", io.ErrUnexpectedEOF)); !errors.Is(err, context.Canceled) || errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("interpret with a canceled context = %v, want context.Canceled", err)
 	}
 }

@@ -14,13 +14,13 @@ import (
 // Get returns the call with that id, or ErrNotFound.
 func (s *Store) Get(ctx context.Context, callID string) (store.Call, error) {
 	c, err := scanCall(s.pool.QueryRow(ctx, `SELECT `+callColumns+` FROM calls WHERE call_id = $1`, callID))
-	return c, interpret(err)
+	return c, interpret(ctx, err)
 }
 
 // GetByKey returns the call for an idempotency key, or ErrNotFound.
 func (s *Store) GetByKey(ctx context.Context, key string) (store.Call, error) {
 	c, err := scanCall(s.pool.QueryRow(ctx, `SELECT `+callColumns+` FROM calls WHERE idem_key = $1`, key))
-	return c, interpret(err)
+	return c, interpret(ctx, err)
 }
 
 // ListCalls returns calls newest first, optionally of one status and at
@@ -39,10 +39,10 @@ WHERE $1::text IS NULL OR status = $1
 ORDER BY created_at DESC, call_id DESC
 LIMIT $2`, status, limitParam(f.Limit))
 	if err != nil {
-		return nil, interpret(err)
+		return nil, interpret(ctx, err)
 	}
 	calls, err := collectCalls(rows)
-	return calls, interpret(err)
+	return calls, interpret(ctx, err)
 }
 
 // ListEffects returns effects newest first (limit 0 = all).
@@ -53,14 +53,14 @@ FROM effects
 ORDER BY created_at DESC, effect_id DESC
 LIMIT $1`, limitParam(limit))
 	if err != nil {
-		return nil, interpret(err)
+		return nil, interpret(ctx, err)
 	}
 	effs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Effect, error) {
 		var e store.Effect
 		err := r.Scan(&e.EffectID, &e.CallID, &e.Tool, &e.Amount, &e.CreatedAt)
 		return e, err
 	})
-	return effs, interpret(err)
+	return effs, interpret(ctx, err)
 }
 
 // Audit returns audit rows oldest first; callID "" means every call. With a
@@ -81,14 +81,14 @@ FROM (
 ) AS newest
 ORDER BY id`, filter, limitParam(limit))
 	if err != nil {
-		return nil, interpret(err)
+		return nil, interpret(ctx, err)
 	}
 	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.AuditEvent, error) {
 		var e store.AuditEvent
 		err := r.Scan(&e.ID, &e.TS, &e.CallID, &e.Event, &e.Detail)
 		return e, err
 	})
-	return evs, interpret(err)
+	return evs, interpret(ctx, err)
 }
 
 // Dupes returns calls with more than one effect. effects.call_id is UNIQUE,
@@ -102,14 +102,14 @@ GROUP BY call_id
 HAVING count(*) > 1
 ORDER BY call_id`)
 	if err != nil {
-		return nil, interpret(err)
+		return nil, interpret(ctx, err)
 	}
 	d, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Dupe, error) {
 		var d store.Dupe
 		err := r.Scan(&d.CallID, &d.Effects)
 		return d, err
 	})
-	return d, interpret(err)
+	return d, interpret(ctx, err)
 }
 
 // Attempts returns the attempt distribution, by attempt ascending.
@@ -120,14 +120,14 @@ FROM calls
 GROUP BY attempt
 ORDER BY attempt`)
 	if err != nil {
-		return nil, interpret(err)
+		return nil, interpret(ctx, err)
 	}
 	b, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.AttemptBucket, error) {
 		var b store.AttemptBucket
 		err := r.Scan(&b.Attempt, &b.Calls)
 		return b, err
 	})
-	return b, interpret(err)
+	return b, interpret(ctx, err)
 }
 
 // Stats counts calls, effects and calls by status, from one snapshot (one
@@ -141,24 +141,28 @@ UNION ALL
 -- One row even when calls is empty, so the effects count always arrives.
 SELECT NULL, 0, (SELECT count(*) FROM effects)`)
 	if err != nil {
-		return store.Stats{}, interpret(err)
+		return store.Stats{}, interpret(ctx, err)
 	}
 	defer rows.Close()
-	st := store.Stats{ByStatus: map[store.Status]int64{}}
+	st := store.Stats{ByStatus: map[store.Status]int64{
+		// Every status is present, zero or not, so /stats has a fixed
+		// shape (as with SQLite).
+		store.StatusPending: 0, store.StatusRunning: 0, store.StatusSucceeded: 0, store.StatusFailed: 0,
+	}}
 	for rows.Next() {
 		var (
 			status *string
 			n      int64
 		)
 		if err := rows.Scan(&status, &n, &st.Effects); err != nil {
-			return store.Stats{}, interpret(err)
+			return store.Stats{}, interpret(ctx, err)
 		}
 		if status != nil {
 			st.ByStatus[store.Status(*status)] = n
 			st.Calls += n
 		}
 	}
-	return st, interpret(rows.Err())
+	return st, interpret(ctx, rows.Err())
 }
 
 // limitParam turns "0 = all" into SQL's LIMIT NULL (no limit).

@@ -44,16 +44,19 @@ CREATE TABLE calls (
 -- The scheduler's pick and recovery: status, then lease deadline.
 CREATE INDEX idx_calls_status ON calls (status, lease_until);
 CREATE INDEX idx_calls_client_seq ON calls (client_id, seq);
+-- Oldest-first claims and newest-first listings.
+CREATE INDEX idx_calls_created ON calls (created_at);
 
 CREATE TABLE effects (
   effect_id   text PRIMARY KEY,
   -- The last gate (§12.3.2): at most one effect per call, whatever any
   -- instance's worker does.
-  call_id     text NOT NULL UNIQUE,
+  call_id     text NOT NULL UNIQUE REFERENCES calls (call_id),
   tool        text NOT NULL,
   amount      bigint,
   created_at  double precision NOT NULL
 );
+CREATE INDEX idx_effects_created ON effects (created_at);
 
 CREATE TABLE audit (
   id       bigserial PRIMARY KEY,
@@ -120,7 +123,7 @@ func (s *Store) checkSchema(ctx context.Context) error {
 		return errors.New("postgres: no idemctl schema in this database (start idemctl serve on it once to create it)")
 	}
 	if err != nil {
-		return fmt.Errorf("postgres: read schema version: %w", interpret(err))
+		return fmt.Errorf("postgres: read schema version: %w", interpret(ctx, err))
 	}
 	if current > schemaVersion {
 		return fmt.Errorf("postgres: database schema version %d is newer than this idemctl understands (%d)", current, schemaVersion)
