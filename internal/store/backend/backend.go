@@ -1,0 +1,86 @@
+// Package backend opens the store.Store a DSN names, choosing the backend
+// from its scheme (river's rivercli does the same): postgres:// and
+// postgresql:// URLs go to PostgreSQL, sqlite:// URLs, file: URIs and plain
+// file paths to the embedded SQLite.
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/store/sqlite"
+)
+
+// Kind is a storage backend.
+type Kind int
+
+// The backends Open can choose.
+const (
+	SQLite Kind = iota + 1
+	Postgres
+)
+
+func (k Kind) String() string {
+	switch k {
+	case SQLite:
+		return "sqlite"
+	case Postgres:
+		return "postgres"
+	}
+	return "unknown"
+}
+
+// Accepted lists the DSN forms Open understands, for error messages and
+// --help text.
+const Accepted = "postgres://..., postgresql://..., sqlite://PATH, file:PATH, or a plain file path"
+
+// Parse tells which backend dsn names and what to hand that backend: the
+// URL unchanged for PostgreSQL; for SQLite, the path (sqlite:// stripped)
+// or the file: URI as given.
+func Parse(dsn string) (Kind, string, error) {
+	if strings.TrimSpace(dsn) == "" {
+		return 0, "", fmt.Errorf("empty database DSN; accepted: %s", Accepted)
+	}
+	lower := strings.ToLower(dsn)
+	switch {
+	case strings.HasPrefix(lower, "postgres://"), strings.HasPrefix(lower, "postgresql://"):
+		return Postgres, dsn, nil
+	case strings.HasPrefix(lower, "sqlite:"):
+		// sqlite:///abs/path, sqlite://rel.db and sqlite:rel.db all name a path.
+		path := dsn[len("sqlite:"):]
+		path = strings.TrimPrefix(path, "//")
+		if path == "" {
+			return 0, "", errors.New("sqlite:// DSN without a path (e.g. sqlite://idem.db or sqlite:///var/lib/idem.db)")
+		}
+		return SQLite, path, nil
+	case strings.HasPrefix(lower, "file:"):
+		return SQLite, dsn, nil
+	}
+	if i := strings.Index(dsn, "://"); i >= 0 {
+		// Name only the scheme: the rest of a URL may hold a password.
+		return 0, "", fmt.Errorf("unknown database scheme %q; accepted: %s", dsn[:i]+"://", Accepted)
+	}
+	return SQLite, dsn, nil
+}
+
+// Open opens the store dsn names. See Parse for the forms.
+func Open(ctx context.Context, dsn string, opts store.Options) (store.Store, error) {
+	kind, target, err := Parse(dsn)
+	if err != nil {
+		return nil, err
+	}
+	switch kind {
+	case Postgres:
+		return openPostgres(ctx, target, opts)
+	default:
+		s, err := sqlite.Open(ctx, target, opts)
+		if err != nil {
+			// Return a nil interface, not a typed nil *sqlite.Store.
+			return nil, err
+		}
+		return s, nil
+	}
+}
