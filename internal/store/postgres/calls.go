@@ -215,14 +215,16 @@ func retryable(errObj json.RawMessage) bool {
 
 // ClaimNext claims up to limit runnable calls for owner in one statement.
 //
-// The inner SELECT picks pending calls and running calls whose lease has
+// The "picked" step selects pending calls and running calls whose lease has
 // expired by the database's clock, oldest first, FOR UPDATE SKIP LOCKED:
 // rows another instance is claiming, completing or recovering right now are
 // skipped rather than waited for, so concurrent claimers split the work and
-// never block one another. The outer UPDATE repeats the condition so that
-// only a row that is still runnable is taken (belt and braces: the row lock
-// already guarantees it). The audit rows are written by the same statement,
-// hence the same transaction.
+// never block one another. It is MATERIALIZED so the pick, with its LIMIT
+// and row locks, stays a step of its own (the same as UPDATE ... WHERE
+// call_id IN (SELECT ... FOR UPDATE SKIP LOCKED)). The UPDATE repeats the
+// runnable condition so that only a row still runnable is taken (belt and
+// braces: the row lock already guarantees it). The audit rows are written
+// by the same statement, hence in the same transaction.
 func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration, limit int) ([]store.Call, error) {
 	if err := s.writable(); err != nil {
 		return nil, err
@@ -236,7 +238,7 @@ func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration
 	rows, err := s.pool.Query(ctx, `
 WITH clock AS MATERIALIZED (
   SELECT `+dbNow+` AS now
-), picked AS (
+), picked AS MATERIALIZED (
   SELECT c.call_id
   FROM calls c, clock
   WHERE c.status = 'pending'
@@ -413,7 +415,7 @@ func (s *Store) RecoverExpired(ctx context.Context) ([]string, error) {
 	rows, err := s.pool.Query(ctx, `
 WITH clock AS MATERIALIZED (
   SELECT `+dbNow+` AS now
-), expired AS (
+), expired AS MATERIALIZED (
   SELECT c.call_id, c.owner, c.attempt, c.lease_until
   FROM calls c, clock
   -- A live lease (lease_until > now) is never touched.
