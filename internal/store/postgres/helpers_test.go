@@ -26,7 +26,7 @@ func baseURL(t *testing.T) string {
 	if u == "" {
 		t.Skip(urlEnv + " not set: skipping PostgreSQL tests")
 	}
-	return u
+	return lowerScheme(u)
 }
 
 // freshURL creates a schema of its own for this test in the database of

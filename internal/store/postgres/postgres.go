@@ -69,6 +69,7 @@ type Store struct {
 // read-only migrates nothing, requires the schema to exist, and makes every
 // transaction read-only.
 func Open(ctx context.Context, url string, opts store.Options) (*Store, error) {
+	url = lowerScheme(url)
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: parse url: %w", err)
@@ -115,6 +116,18 @@ func Open(ctx context.Context, url string, opts store.Options) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// lowerScheme lower-cases a URL's postgres:// or postgresql:// scheme:
+// schemes are case-insensitive (RFC 3986) but pgx recognises only the
+// lower-case spelling and would read "POSTGRES://..." as key=value pairs.
+func lowerScheme(url string) string {
+	for _, scheme := range []string{"postgresql://", "postgres://"} {
+		if len(url) >= len(scheme) && strings.EqualFold(url[:len(scheme)], scheme) {
+			return scheme + url[len(scheme):]
+		}
+	}
+	return url
 }
 
 // Ping checks the database is reachable.

@@ -639,6 +639,20 @@ func TestOpenUnreachableIsUnavailable(t *testing.T) {
 	}
 }
 
+// TestLowerScheme: an upper-case scheme is still a URL to pgx.
+func TestLowerScheme(t *testing.T) {
+	for in, want := range map[string]string{
+		"POSTGRES://u@h/db":       "postgres://u@h/db",
+		"PostgreSQL://u@h/db?x=Y": "postgresql://u@h/db?x=Y",
+		"postgres://u@h/DB":       "postgres://u@h/DB",
+		"host=h dbname=DB":        "host=h dbname=DB",
+	} {
+		if got := lowerScheme(in); got != want {
+			t.Errorf("lowerScheme(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
 // TestInterpret maps driver and server errors to the store's sentinels.
 func TestInterpret(t *testing.T) {
 	pg := func(code string) error { return fmt.Errorf("exec: %w", &pgconn.PgError{Code: code}) }
