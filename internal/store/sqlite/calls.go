@@ -358,13 +358,13 @@ func fenced(ctx context.Context, tx *sql.Tx, res sql.Result, err error, c store.
 		Scan(&status, &owner, &att); err != nil {
 		return err // sql.ErrNoRows: no such call, nothing to fence
 	}
-	now := fmt.Sprintf("%s", status)
+	state := status
 	if owner.Valid {
-		now += fmt.Sprintf(" under owner %s attempt %d", owner.String, att)
+		state += fmt.Sprintf(" under owner %s attempt %d", owner.String, att)
 	} else {
-		now += fmt.Sprintf(" at attempt %d", att)
+		state += fmt.Sprintf(" at attempt %d", att)
 	}
-	return &fencedError{detail: fmt.Sprintf("owner %s attempt %d refused: call is %s", c.Owner, c.Attempt, now)}
+	return &fencedError{detail: fmt.Sprintf("owner %s attempt %d refused: call is %s", c.Owner, c.Attempt, state)}
 }
 
 // auditFenced turns a completion's failure into its result. A fenced

@@ -46,7 +46,10 @@ type Store struct {
 	// w is the write pool: nil when read-only. MaxOpenConns(1): SQLite
 	// admits one writer at a time anyway, and queueing writers in Go
 	// instead of letting several connections spin on SQLITE_BUSY avoids
-	// busy-retry storms and their latency tail.
+	// busy-retry storms and their latency tail (SQLite's busy handler
+	// sleeps in growing steps). Measured on 2 cores with 20 goroutines
+	// creating calls (BenchmarkCreateOrGetParallel): one writer ≈ 0.43–0.53
+	// ms/op, four writers ≈ 0.54 ms/op — commits are fsync-bound either way.
 	w *sql.DB
 	// r is the read pool; its connections are query_only.
 	r *sql.DB
