@@ -69,6 +69,10 @@ type Client struct {
 	// OnAttempt, if set, is called after every POST attempt with its record
 	// (idemctl call prints each as a JSON line).
 	OnAttempt func(AttemptRecord)
+	// PreferWait, if positive, asks the server to hold each POST's reply
+	// until the call is final or this long has passed (Prefer: wait=N,
+	// whole seconds rounded up, SPEC §4.1). Timeout must exceed it.
+	PreferWait time.Duration
 }
 
 // Request is the body of POST /v1/tool-calls.
@@ -362,6 +366,10 @@ func (c *Client) post(ctx context.Context, key string, body []byte) (AttemptReco
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Idempotency-Key", key)
+	if c.PreferWait > 0 {
+		secs := int64((c.PreferWait + time.Second - 1) / time.Second)
+		hreq.Header.Set("Prefer", "wait="+strconv.FormatInt(secs, 10))
+	}
 	rep, err := c.do(hreq)
 	if err != nil {
 		rec.Error = describe(err)

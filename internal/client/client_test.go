@@ -282,6 +282,32 @@ func TestCallConnectionRefusedExhausts(t *testing.T) {
 	}
 }
 
+func TestCallPreferWait(t *testing.T) {
+	var got []string
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Header.Get("Prefer"))
+		mu.Unlock()
+		respond(200, callJSON("c_1", "K", "succeeded"))(w, r)
+	}))
+	defer srv.Close()
+	c, _ := setup(t, srv.URL)
+	c.PreferWait = 1500 * time.Millisecond
+	if _, err := c.Call(t.Context(), "K", Request{Tool: "charge"}); err != nil {
+		t.Fatal(err)
+	}
+	c.PreferWait = 0
+	if _, err := c.Call(t.Context(), "K", Request{Tool: "charge"}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(got, []string{"wait=2", ""}) {
+		t.Fatalf("Prefer headers = %q, want wait=2 (rounded up) then none", got)
+	}
+}
+
 func TestCallNewKeyOnRetry(t *testing.T) {
 	fs := newFakeServer(t, hang, respond(503, errJSON("unavailable")), respond(202, callJSON("c_3", "K-2", "pending")))
 	c, _ := setup(t, fs.srv.URL)
