@@ -23,6 +23,7 @@ const (
 	Postgres
 )
 
+// String names the backend ("sqlite", "postgres").
 func (k Kind) String() string {
 	switch k {
 	case SQLite:
