@@ -299,8 +299,8 @@ func (s *Store) complete(ctx context.Context, c store.Completion, status store.S
 		return store.Call{}, err
 	}
 	var (
-		result, errObj *string
-		event, detail  string
+		result, errObj, effectID *string
+		event, detail            string
 	)
 	if status == store.StatusSucceeded {
 		if e := c.Effect; e != nil {
@@ -310,6 +310,7 @@ func (s *Store) complete(ctx context.Context, c store.Completion, status store.S
 			if e.CallID != "" && e.CallID != c.CallID {
 				return store.Call{}, fmt.Errorf("postgres succeed %s: effect belongs to call %s", c.CallID, e.CallID)
 			}
+			effectID = &e.EffectID
 		}
 		if len(c.Result) > 0 {
 			r := string(c.Result)
@@ -330,14 +331,14 @@ func (s *Store) complete(ctx context.Context, c store.Completion, status store.S
 		var err error
 		call, err = scanCall(tx.QueryRow(ctx, `
 UPDATE calls
-SET status = $4, result_json = $5, error_json = $6,
+SET status = $4, result_json = $5, error_json = $6, effect_id = $7,
     lease_until = NULL, owner = NULL, updated_at = clock.now
 FROM (SELECT `+dbNow+` AS now) AS clock
 WHERE call_id = $1
   -- The fencing token: still running, still ours, still this attempt.
   AND status = 'running' AND owner = $2 AND attempt = $3
 RETURNING `+callColumnsOf("calls"),
-			c.CallID, c.Owner, c.Attempt, string(status), result, errObj))
+			c.CallID, c.Owner, c.Attempt, string(status), result, errObj, effectID))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return store.ErrFenced
 		}
@@ -350,19 +351,22 @@ RETURNING `+callColumnsOf("calls"),
 			// so a second insert for one call is the same effect and is
 			// dropped; a clash on effect_id with another call is a unique
 			// violation and rolls the whole completion back.
-			if _, err := tx.Exec(ctx, `
+			var inserted string
+			err := tx.QueryRow(ctx, `
 INSERT INTO effects (effect_id, call_id, tool, amount, created_at)
 VALUES ($1, $2, coalesce(nullif($3, ''), $4), $5, $6)
-ON CONFLICT (call_id) DO NOTHING`,
-				e.EffectID, c.CallID, e.Tool, call.Tool, e.Amount, call.UpdatedAt); err != nil {
-				return err
-			}
-			// Point the call at the effect that exists: the one just
-			// inserted, unless an earlier one was kept.
-			call, err = scanCall(tx.QueryRow(ctx, `
+ON CONFLICT (call_id) DO NOTHING
+RETURNING effect_id`,
+				e.EffectID, c.CallID, e.Tool, call.Tool, e.Amount, call.UpdatedAt).Scan(&inserted)
+			if errors.Is(err, pgx.ErrNoRows) {
+				// The call already had an effect (cannot happen while the
+				// fencing holds: a call with an effect is succeeded, hence
+				// not running). Point the call at the effect that exists.
+				call, err = scanCall(tx.QueryRow(ctx, `
 UPDATE calls SET effect_id = (SELECT effect_id FROM effects WHERE call_id = $1)
 WHERE call_id = $1
 RETURNING `+callColumns, c.CallID))
+			}
 			if err != nil {
 				return err
 			}

@@ -565,6 +565,33 @@ func TestAuditDetails(t *testing.T) {
 	}
 }
 
+// TestSucceedKeepsExistingEffect: if a call somehow already has an effect
+// row (planted here by hand; the fencing makes it impossible otherwise),
+// Succeed adds none and points the call at the one that exists.
+func TestSucceedKeepsExistingEffect(t *testing.T) {
+	s := open(t, freshURL(t), store.Options{})
+	create(t, s, "k")
+	got, err := s.ClaimNext(t.Context(), "w", time.Minute, 1)
+	if err != nil || len(got) != 1 {
+		t.Fatalf("claim = %v, %v", got, err)
+	}
+	c := got[0]
+	if _, err := s.pool.Exec(t.Context(), `INSERT INTO effects (effect_id, call_id, tool, amount, created_at)
+VALUES ('eff_planted', $1, 'charge', 1, 0)`, c.CallID); err != nil {
+		t.Fatal(err)
+	}
+	done, err := s.Succeed(t.Context(), success(c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done.EffectID == nil || *done.EffectID != "eff_planted" {
+		t.Fatalf("call's effect_id = %v, want eff_planted", done.EffectID)
+	}
+	if n := scalar[int64](t, s, `SELECT count(*) FROM effects WHERE call_id = $1`, c.CallID); n != 1 {
+		t.Fatalf("effects of the call = %d, want 1", n)
+	}
+}
+
 // TestReadOnlyNeedsSchema: a read-only store never creates the schema, and
 // says so when it is missing.
 func TestReadOnlyNeedsSchema(t *testing.T) {
