@@ -163,6 +163,11 @@ func (l *load) one(ctx context.Context, t *tally, i int) {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
+	// net/http treats a request with an Idempotency-Key header as
+	// replayable and silently resends it when a reused connection fails.
+	// Without GetBody it cannot: every request is sent exactly once, so a
+	// dropped reply shows up as status0 instead of being hidden by a retry.
+	req.GetBody = nil
 	start := time.Now()
 	resp, err := l.client.Do(req)
 	if err != nil {

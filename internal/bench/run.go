@@ -45,6 +45,10 @@ func Run(ctx context.Context, opts Options, out io.Writer) (rep Report, err erro
 			return Report{}, fmt.Errorf("starting in-process server: %w", err)
 		}
 		defer func() {
+			// Close the client's idle connections first: http.Server.Shutdown
+			// waits up to 5s for a connection that never carried a request
+			// (the transport may dial one more than it ends up using).
+			client.CloseIdleConnections()
 			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
 			defer cancel()
 			if stopErr := proc.stop(stopCtx); stopErr != nil {
@@ -138,6 +142,7 @@ func runCeiling(ctx context.Context, service *load) (*Ceiling, error) {
 		return nil, fmt.Errorf("ceiling: %w", err)
 	}
 	defer func() {
+		service.client.CloseIdleConnections() // see Run: lets Shutdown return at once
 		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
 		defer cancel()
 		_ = bare.stop(stopCtx) // a bare handler holds nothing worth reporting on
