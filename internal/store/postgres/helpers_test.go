@@ -46,22 +46,22 @@ func freshURL(t *testing.T) string {
 	schema := "idemctl_test_" + hex.EncodeToString(b[:])
 	admin(t, base, "CREATE SCHEMA "+schema)
 	t.Cleanup(func() { admin(t, base, "DROP SCHEMA IF EXISTS "+schema+" CASCADE") })
-	return withSearchPath(t, base, schema)
+	return withParam(t, base, "search_path", schema)
 }
 
-// withSearchPath adds search_path=schema to a URL or key=value DSN; pgx
-// sends unknown parameters to the server as run-time settings.
-func withSearchPath(t *testing.T, dsn, schema string) string {
+// withParam sets a parameter of a URL or key=value DSN; pgx sends the ones
+// it does not know itself to the server as run-time settings.
+func withParam(t *testing.T, dsn, key, value string) string {
 	t.Helper()
 	if !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") {
-		return dsn + " search_path=" + schema
+		return dsn + " " + key + "='" + value + "'"
 	}
 	u, err := url.Parse(dsn)
 	if err != nil {
 		t.Fatalf("parse %s: %v", urlEnv, err)
 	}
 	q := u.Query()
-	q.Set("search_path", schema)
+	q.Set(key, value)
 	u.RawQuery = q.Encode()
 	return u.String()
 }

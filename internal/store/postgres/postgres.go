@@ -81,14 +81,21 @@ func Open(ctx context.Context, url string, opts store.Options) (*Store, error) {
 	if _, ok := params["application_name"]; !ok {
 		params["application_name"] = "idemctl"
 	}
-	lockTimeout := opts.BusyTimeout
-	if lockTimeout <= 0 {
-		lockTimeout = defaultLockTimeout
-	}
+	// Every statement, including the single-statement writes that run
+	// outside an explicit transaction, runs at READ COMMITTED whatever the
+	// server's default: the package's correctness argument is made for it
+	// (see the package comment), and a stricter level would only add
+	// serialization failures.
+	params["default_transaction_isolation"] = "read committed"
 	// A write that waits longer than this for another transaction's lock
 	// fails with 55P03, which we report as ErrUnavailable (503), the same
-	// contract as SQLite's busy timeout.
-	params["lock_timeout"] = fmt.Sprintf("%dms", lockTimeout.Milliseconds())
+	// contract as SQLite's busy timeout. Options win over the URL, the URL
+	// over the default.
+	if opts.BusyTimeout > 0 {
+		params["lock_timeout"] = fmt.Sprintf("%dms", opts.BusyTimeout.Milliseconds())
+	} else if _, ok := params["lock_timeout"]; !ok {
+		params["lock_timeout"] = fmt.Sprintf("%dms", defaultLockTimeout.Milliseconds())
+	}
 	if opts.ReadOnly {
 		// Sent in the startup packet, so every transaction on every pooled
 		// connection is read-only; a write that slips past the ErrReadOnly
@@ -155,9 +162,8 @@ func (s *Store) writable() error {
 // and rolling back otherwise. Errors are translated into the store's
 // sentinels.
 func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	// READ COMMITTED is named explicitly so a server configured with a
-	// stricter default_transaction_isolation cannot turn these statements
-	// into ones that fail with serialization errors.
+	// READ COMMITTED is also the connection default (see Open); naming it
+	// here keeps the transaction's level visible where it matters.
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return interpret(ctx, err)

@@ -592,6 +592,30 @@ VALUES ('eff_planted', $1, 'charge', 1, 0)`, c.CallID); err != nil {
 	}
 }
 
+// TestSessionSettings: every pooled connection runs at READ COMMITTED even
+// when the URL asks for more, with the lock timeout from the options, and a
+// read-only store's connections are read-only.
+func TestSessionSettings(t *testing.T) {
+	u := withParam(t, freshURL(t), "default_transaction_isolation", "serializable")
+	rw := open(t, u, store.Options{BusyTimeout: 1234 * time.Millisecond})
+	ro := open(t, u, store.Options{ReadOnly: true})
+	for _, tc := range []struct {
+		s          *Store
+		name, want string
+	}{
+		{rw, "transaction_isolation", "read committed"},
+		{rw, "lock_timeout", "1234ms"},
+		{rw, "default_transaction_read_only", "off"},
+		{ro, "transaction_isolation", "read committed"},
+		{ro, "lock_timeout", "5s"},
+		{ro, "default_transaction_read_only", "on"},
+	} {
+		if got := scalar[string](t, tc.s, "SHOW "+tc.name); got != tc.want {
+			t.Errorf("%s (read-only %v) = %q, want %q", tc.name, tc.s.readOnly, got, tc.want)
+		}
+	}
+}
+
 // TestReadOnlyNeedsSchema: a read-only store never creates the schema, and
 // says so when it is missing.
 func TestReadOnlyNeedsSchema(t *testing.T) {
