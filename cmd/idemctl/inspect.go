@@ -67,7 +67,9 @@ func newInspectCmd(streams *IOStreams) *cobra.Command {
   stats              calls, effects and calls by status
 
 Tables by default; --output json for scripts.`,
+		// NoArgs plus a RunE makes a mistyped subcommand an error, not help.
 		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error { return c.Help() },
 	}
 	cmd.PersistentFlags().StringVar(&opts.DB, "db", "idem.db", "database: SQLite path, sqlite://path or postgres:// URL")
 	cmd.PersistentFlags().StringVarP(&opts.Output, "output", "o", string(inspect.FormatTable), "output format: table or json")
