@@ -1,16 +1,147 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/idemctl/idemctl/internal/server"
+	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/store/backend"
 )
 
-// TODO(placeholder): replaced by the real command.
-func newServeCmd(streams *IOStreams) *cobra.Command {
-	return &cobra.Command{
-		Use:   "serve",
-		Short: "not implemented yet",
-		RunE:  func(*cobra.Command, []string) error { return errors.New("serve: not implemented yet") },
+// serveOptions are the flags of idemctl serve.
+type serveOptions struct {
+	Addr          string
+	DB            string
+	Workers       int
+	Lease         time.Duration
+	Chaos         bool
+	LogFormat     string
+	LogLevel      string
+	ShutdownGrace time.Duration
+
+	level slog.Level // parsed by Validate
+}
+
+// Validate checks the flags. The loopback rule for --chaos is enforced by
+// server.New, next to the code it protects.
+func (o *serveOptions) Validate() error {
+	var errs []error
+	if o.Addr == "" {
+		errs = append(errs, errors.New("--addr must not be empty"))
 	}
+	if o.DB == "" {
+		errs = append(errs, errors.New("--db must not be empty"))
+	}
+	if o.Workers < 1 {
+		errs = append(errs, fmt.Errorf("--workers must be at least 1, got %d", o.Workers))
+	}
+	if o.Lease <= 0 {
+		errs = append(errs, fmt.Errorf("--lease must be positive, got %s", o.Lease))
+	}
+	if o.ShutdownGrace < 0 {
+		errs = append(errs, fmt.Errorf("--shutdown-grace must not be negative, got %s", o.ShutdownGrace))
+	}
+	if o.LogFormat != "text" && o.LogFormat != "json" {
+		errs = append(errs, fmt.Errorf("--log-format must be text or json, got %q", o.LogFormat))
+	}
+	if err := o.level.UnmarshalText([]byte(o.LogLevel)); err != nil {
+		errs = append(errs, fmt.Errorf("--log-level must be debug, info, warn or error, got %q", o.LogLevel))
+	}
+	return errors.Join(errs...)
+}
+
+func newServeCmd(streams *IOStreams) *cobra.Command {
+	opts := &serveOptions{}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the HTTP service: record tool calls under idempotency keys and execute them once",
+		Long: `Run the idemctl HTTP service (POST /v1/tool-calls, GET /v1/tool-calls/{id},
+GET /v1/tool-calls/by-key/{key}, /stats, /healthz, /readyz, /metrics).
+
+Calls are executed by a pool of --workers under leases of --lease; a call whose
+worker crashed is recovered when its lease expires, or at once when its owner
+was a process on this host that no longer exists. SIGINT/SIGTERM stop
+accepting, let running tools finish within --shutdown-grace, and exit.
+
+--db takes a SQLite path (or sqlite://path) or a postgres:// URL; several
+servers may share one PostgreSQL database.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := opts.Validate(); err != nil {
+				return err
+			}
+			return serveRun(cmd.Context(), opts, streams)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.Addr, "addr", server.DefaultAddr, "listen address (host:port; port 0 picks a free one)")
+	f.StringVar(&opts.DB, "db", "idem.db", "database: SQLite path, sqlite://path or postgres:// URL")
+	f.IntVar(&opts.Workers, "workers", server.DefaultWorkers, "tool executions run at once")
+	f.DurationVar(&opts.Lease, "lease", server.DefaultLease, "lease a worker holds on a call; must exceed the longest tool (sleep: 10s)")
+	f.BoolVar(&opts.Chaos, "chaos", false, "enable the _crash_after_commit / _crash_before_commit args (loopback addresses only)")
+	f.StringVar(&opts.LogFormat, "log-format", "text", "log format: text or json (logs go to stderr)")
+	f.StringVar(&opts.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.DurationVar(&opts.ShutdownGrace, "shutdown-grace", server.DefaultShutdownGrace, "on SIGINT/SIGTERM, how long running tools may take to finish")
+	return cmd
+}
+
+// serveRun opens the store, builds the server, listens and serves until ctx
+// is cancelled (SIGINT/SIGTERM, see root.go).
+func serveRun(ctx context.Context, o *serveOptions, streams *IOStreams) error {
+	hopts := &slog.HandlerOptions{Level: o.level}
+	var h slog.Handler = slog.NewTextHandler(streams.ErrOut, hopts)
+	if o.LogFormat == "json" {
+		h = slog.NewJSONHandler(streams.ErrOut, hopts)
+	}
+	logger := slog.New(h)
+
+	st, err := backend.Open(ctx, o.DB, store.Options{})
+	if err != nil {
+		return fmt.Errorf("opening database %s: %w", redactDSN(o.DB), err)
+	}
+	defer st.Close()
+
+	srv, err := server.New(server.Config{
+		Addr:          o.Addr,
+		Workers:       o.Workers,
+		Lease:         o.Lease,
+		Chaos:         o.Chaos,
+		ShutdownGrace: o.ShutdownGrace,
+		Logger:        logger,
+	}, st)
+	if err != nil {
+		return err
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", o.Addr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	// Scripts and tests read the real address (with --addr host:0) from
+	// this line.
+	fmt.Fprintf(streams.ErrOut, "idemctl serving on http://%s (db: %s, workers %d, lease %s)\n",
+		ln.Addr(), redactDSN(o.DB), o.Workers, o.Lease)
+	return srv.Run(ctx, ln)
+}
+
+// redactDSN hides a password in a postgres:// URL before it is printed.
+func redactDSN(dsn string) string {
+	if !strings.Contains(dsn, "://") {
+		return dsn
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		scheme, _, _ := strings.Cut(dsn, "://")
+		return scheme + "://(unparsable, not shown)"
+	}
+	return u.Redacted()
 }

@@ -58,6 +58,9 @@ type executor struct {
 	stopSched  context.CancelFunc
 	schedDone  chan struct{}
 	workerWG   sync.WaitGroup
+	stopOnce   sync.Once
+	stopped    chan struct{} // closed when shutdown has finished
+	stopErr    error
 
 	lastErr map[string]string // scheduler-only: dedupes repeated error logs
 }
@@ -77,6 +80,7 @@ func (e *executor) start(ctx context.Context) {
 	e.wake = make(chan struct{}, 1)
 	e.jobs = make(chan store.Call, e.workers)
 	e.schedDone = make(chan struct{})
+	e.stopped = make(chan struct{})
 	e.lastErr = make(map[string]string)
 	// Tools run under a context of their own: a cancelled request or
 	// server context must not abandon them; only the end of the shutdown
@@ -93,8 +97,18 @@ func (e *executor) start(ctx context.Context) {
 
 // shutdown stops claiming, lets in-flight tools finish within grace (or
 // until ctx is done), then cancels the rest, whose calls are released so
-// another instance or the next start runs them again at once.
+// another instance or the next start runs them again at once. Later calls
+// wait for the first one to finish and return its result.
 func (e *executor) shutdown(ctx context.Context, grace time.Duration) error {
+	e.stopOnce.Do(func() {
+		e.stopErr = e.stop(ctx, grace)
+		close(e.stopped)
+	})
+	<-e.stopped
+	return e.stopErr
+}
+
+func (e *executor) stop(ctx context.Context, grace time.Duration) error {
 	e.stopSched()
 	<-e.schedDone
 	close(e.jobs) // only the scheduler sends, and it has returned

@@ -6,13 +6,13 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -297,5 +297,15 @@ func (b *bundle) metricValue(series string) float64 {
 	return 0 // absent series read as 0
 }
 
-// onlyOnce runs f the first time it is called.
-type onlyOnce struct{ sync.Once }
+// startHTTP serves srv's handler (no executor) for the rest of the test.
+func startHTTP(t *testing.T, srv *Server) string {
+	t.Helper()
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(ts.Close)
+	return ts.URL
+}
+
+func netListen(t *testing.T) (net.Listener, error) {
+	t.Helper()
+	return net.Listen("tcp", "127.0.0.1:0")
+}
