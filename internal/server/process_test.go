@@ -1,0 +1,252 @@
+package server
+
+// Tests across a real process boundary: the idemctl binary crashes (chaos
+// os.Exit, SIGKILL) and restarts on the same database.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemctl/idemctl/internal/server/servertest"
+	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/store/sqlite"
+)
+
+// tryPost posts and returns the status and call, or an error when no
+// response arrived (the server may crash before answering).
+func tryPost(base, key, body string) (int, CallView, error) {
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/tool-calls", strings.NewReader(body))
+	req.Header.Set("Idempotency-Key", key)
+	client := &http.Client{Timeout: 5 * time.Second}
+	res, err := client.Do(req)
+	if err != nil {
+		return 0, CallView{}, err
+	}
+	defer res.Body.Close()
+	var c CallView
+	err = json.NewDecoder(res.Body).Decode(&c)
+	return res.StatusCode, c, err
+}
+
+// openDB opens the database file of a stopped server.
+func openDB(t *testing.T, path string) *sqlite.Store {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), path, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
+// getByKey polls the server for the call of key until cond holds.
+func waitByKey(t *testing.T, base, key string, cond func(CallView) bool) CallView {
+	t.Helper()
+	var c CallView
+	eventually(t, "call "+key+" reaches the expected state", func() bool {
+		r := doURL(t, base, http.MethodGet, "/v1/tool-calls/by-key/"+key, nil, nil)
+		if r.status != http.StatusOK {
+			return false
+		}
+		c = r.call(t)
+		return cond(c)
+	})
+	return c
+}
+
+func serverStats(t *testing.T, base string) StatsView {
+	t.Helper()
+	var s StatsView
+	if err := json.Unmarshal(doURL(t, base, http.MethodGet, "/stats", nil, nil).body, &s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// (a) _crash_before_commit: the process exits after the tool ran and before
+// the commit. Restarted with the default 30 s lease, the new process sees
+// the old owner is gone and runs the call again at once: it finishes well
+// before the lease could have expired, with exactly one effect.
+func TestProcessCrashBeforeCommitRecoveredByDeadOwner(t *testing.T) {
+	bin := servertest.Binary(t)
+	db := filepath.Join(t.TempDir(), "idem.db")
+	p := servertest.StartServe(t, bin, "--db", db, "--chaos")
+	const key = "k-proc-before"
+	_, _, _ = tryPost(p.URL, key, `{"tool":"charge","args":{"amount":11,"_crash_before_commit":true}}`)
+	code, err := p.Wait(waitDeadline)
+	if err != nil || code != exitCrash {
+		t.Fatalf("server exit: code %d err %v, want %d", code, err, exitCrash)
+	}
+
+	st := openDB(t, db)
+	c, err := st.GetByKey(context.Background(), key)
+	if err != nil {
+		t.Fatalf("the call was not recorded before the crash: %v", err)
+	}
+	if s := storeStats(t, st); c.Status != store.StatusRunning || c.Attempt != 1 || s.Effects != 0 {
+		t.Fatalf("after the crash: status %s attempt %d effects %d, want running, 1, 0", c.Status, c.Attempt, s.Effects)
+	}
+	_ = st.Close()
+
+	started := time.Now()
+	p2 := servertest.StartServe(t, bin, "--db", db, "--chaos") // default lease: 30s
+	done := waitByKey(t, p2.URL, key, func(c CallView) bool { return c.Status.Final() })
+	if time.Since(started) >= 30*time.Second {
+		t.Fatalf("recovery waited for the lease (%s)", time.Since(started))
+	}
+	if done.Status != "succeeded" || done.Attempt != 2 {
+		t.Fatalf("after restart: status %s attempt %d, want succeeded at attempt 2", done.Status, done.Attempt)
+	}
+	if s := serverStats(t, p2.URL); s.Calls != 1 || s.Effects != 1 {
+		t.Fatalf("calls=%d effects=%d, want 1 and 1", s.Calls, s.Effects)
+	}
+	if _, err := p2.Stop(waitDeadline); err != nil {
+		t.Fatal(err)
+	}
+	if ev := auditEvents(t, openDB(t, db), c.CallID); !contains(ev, store.EventRecover) {
+		t.Fatalf("audit %v lacks recover", ev)
+	}
+}
+
+// (b) SIGKILL in the middle of a sleep call: restart, and the call
+// finishes; a charge finished before the kill keeps its one effect.
+func TestProcessKillDuringSleepThenRestart(t *testing.T) {
+	bin := servertest.Binary(t)
+	db := filepath.Join(t.TempDir(), "idem.db")
+	p := servertest.StartServe(t, bin, "--db", db)
+	if s, _, err := tryPost(p.URL, "k-charge", `{"tool":"charge","args":{"amount":5}}`); err != nil || s != http.StatusAccepted {
+		t.Fatalf("charge: %d %v", s, err)
+	}
+	if s, _, err := tryPost(p.URL, "k-sleep", `{"tool":"sleep","args":{"seconds":1.5}}`); err != nil || s != http.StatusAccepted {
+		t.Fatalf("sleep: %d %v", s, err)
+	}
+	waitByKey(t, p.URL, "k-charge", func(c CallView) bool { return c.Status == "succeeded" })
+	waitByKey(t, p.URL, "k-sleep", func(c CallView) bool { return c.Status == "running" })
+	p.Kill()
+
+	p2 := servertest.StartServe(t, bin, "--db", db)
+	sleep := waitByKey(t, p2.URL, "k-sleep", func(c CallView) bool { return c.Status.Final() })
+	if sleep.Status != "succeeded" || sleep.Attempt != 2 {
+		t.Fatalf("sleep after restart: %s attempt %d, want succeeded at attempt 2", sleep.Status, sleep.Attempt)
+	}
+	charge := waitByKey(t, p2.URL, "k-charge", func(CallView) bool { return true })
+	if charge.Status != "succeeded" || charge.Attempt != 1 {
+		t.Fatalf("charge after restart: %s attempt %d", charge.Status, charge.Attempt)
+	}
+	if s := serverStats(t, p2.URL); s.Calls != 2 || s.Effects != 1 {
+		t.Fatalf("calls=%d effects=%d, want 2 and 1", s.Calls, s.Effects)
+	}
+}
+
+// (c) Every call acknowledged with a 2xx survives SIGKILL right after.
+func TestProcessAcknowledgedCallsSurviveKill(t *testing.T) {
+	bin := servertest.Binary(t)
+	db := filepath.Join(t.TempDir(), "idem.db")
+	p := servertest.StartServe(t, bin, "--db", db, "--workers", "2")
+
+	var (
+		mu    sync.Mutex
+		acked = map[string]string{} // key → call_id
+		n     atomic.Int64
+		wg    sync.WaitGroup
+		stop  = make(chan struct{})
+	)
+	const target = 60
+	for w := range 6 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				key := fmt.Sprintf("k-ack-%d-%d", w, i)
+				status, c, err := tryPost(p.URL, key, `{"tool":"charge","args":{"amount":1}}`)
+				if err != nil {
+					return // the server is gone
+				}
+				if status/100 == 2 {
+					mu.Lock()
+					acked[key] = c.CallID
+					mu.Unlock()
+					if n.Add(1) == target {
+						close(stop)
+						p.Kill() // while other requests are still in flight
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	p.Kill()
+
+	st := openDB(t, db)
+	ctx := context.Background()
+	if len(acked) < target {
+		t.Fatalf("only %d acknowledged calls", len(acked))
+	}
+	for key, id := range acked {
+		c, err := st.GetByKey(ctx, key)
+		if err != nil || c.CallID != id {
+			t.Fatalf("acknowledged %s (%s) lost after kill -9: %+v %v", key, id, c, err)
+		}
+	}
+	dupes, err := st.Dupes(ctx)
+	if err != nil || len(dupes) != 0 {
+		t.Fatalf("dupes %v %v", dupes, err)
+	}
+}
+
+// (d) Crash right after the commit: the restarted server answers the same
+// key with the original result, and there is still one effect.
+func TestProcessCrashAfterCommitThenSameKey(t *testing.T) {
+	bin := servertest.Binary(t)
+	db := filepath.Join(t.TempDir(), "idem.db")
+	body := `{"tool":"charge","args":{"amount":13,"_crash_after_commit":true}}`
+	p := servertest.StartServe(t, bin, "--db", db, "--chaos")
+	_, _, _ = tryPost(p.URL, "k-proc-after", body)
+	if code, err := p.Wait(waitDeadline); err != nil || code != exitCrash {
+		t.Fatalf("server exit: code %d err %v, want %d", code, err, exitCrash)
+	}
+
+	p2 := servertest.StartServe(t, bin, "--db", db, "--chaos")
+	r := doURL(t, p2.URL, http.MethodPost, "/v1/tool-calls", []byte(body), map[string]string{"Idempotency-Key": "k-proc-after"})
+	if r.status != http.StatusOK || r.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("same key after restart: %d %v %s", r.status, r.header, r.body)
+	}
+	c := r.call(t)
+	if c.Status != "succeeded" || c.Attempt != 1 || !bytes.Contains(c.Result, []byte(`"charged":13`)) {
+		t.Fatalf("call %+v result %s", c, c.Result)
+	}
+	if s := serverStats(t, p2.URL); s.Calls != 1 || s.Effects != 1 {
+		t.Fatalf("calls=%d effects=%d, want 1 and 1", s.Calls, s.Effects)
+	}
+}
+
+// SIGTERM stops the server cleanly (exit 0) after the running tool finished.
+func TestProcessSigtermGraceful(t *testing.T) {
+	bin := servertest.Binary(t)
+	db := filepath.Join(t.TempDir(), "idem.db")
+	p := servertest.StartServe(t, bin, "--db", db)
+	if s, _, err := tryPost(p.URL, "k-term", `{"tool":"sleep","args":{"seconds":0.5}}`); err != nil || s != http.StatusAccepted {
+		t.Fatalf("post: %d %v", s, err)
+	}
+	waitByKey(t, p.URL, "k-term", func(c CallView) bool { return c.Status == "running" })
+	code, err := p.Stop(waitDeadline)
+	if err != nil || code != 0 {
+		t.Fatalf("SIGTERM: exit %d %v\n%s", code, err, p.Stderr())
+	}
+	c, err := openDB(t, db).GetByKey(context.Background(), "k-term")
+	if err != nil || c.Status != store.StatusSucceeded {
+		t.Fatalf("the running tool did not finish before exit: %+v %v", c, err)
+	}
+}
