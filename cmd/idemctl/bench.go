@@ -79,7 +79,7 @@ exits 1. The checks assume nothing else uses the service during the run.`,
 	f.DurationVar(&opts.Timeout, "timeout", bench.DefaultTimeout, "per-request timeout")
 	f.IntVar(&opts.Workers, "workers", bench.DefaultWorkers, "worker pool size of the in-process server")
 	f.DurationVar(&opts.Lease, "lease", 0, "lease of the in-process server (default: the server's)")
-	f.DurationVar(&opts.DrainTimeout, "drain-timeout", bench.DefaultDrainTimeout, "wait this long after the load for no call to be pending or running (0: don't wait)")
+	f.DurationVar(&opts.DrainTimeout, "drain-timeout", bench.DefaultDrainTimeout, "after the load, wait for no call to be pending or running; give up when none finished for this long (0: don't wait)")
 	f.BoolVar(&opts.Ceiling, "ceiling", false, "also measure a bare HTTP handler under the same load and print the service's share of it")
 	f.StringVarP(&opts.Output, "output", "o", bench.FormatTable, "output format: table or json")
 	return cmd

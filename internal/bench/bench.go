@@ -63,8 +63,10 @@ type Options struct {
 	Workers int
 	// Lease is the in-process server's lease (0 = the server's default).
 	Lease time.Duration
-	// DrainTimeout bounds the wait, after the load, for no call to be
-	// pending or running; 0 skips draining (and the checks that need it).
+	// DrainTimeout: after the load, wait for no call to be pending or
+	// running, giving up when no call has finished for this long (a stuck
+	// service, not a slow one) or after MaxDrain. 0 skips draining, and
+	// the checks that need it.
 	DrainTimeout time.Duration
 	// Ceiling also measures a bare HTTP handler with the same client and
 	// load, and reports the service's rps as a fraction of it.

@@ -153,7 +153,7 @@ func TestRunDuration(t *testing.T) {
 		t.Errorf("n %d wall %v duration %v", rep.N, rep.WallS, rep.DurationS)
 	}
 	consistent(t, "service", rep.LoadStats, rep.N)
-	if int(rep.CallsDelta) != rep.N || int(rep.EffectsDelta) != rep.N || !rep.OK {
+	if int(rep.CallsDelta) != rep.N || int(rep.EffectsDelta) != rep.N || int(rep.FinishedDelta) != rep.N || rep.FinishedRPS <= 0 || !rep.OK {
 		t.Errorf("n %d calls %d effects %d ok %v", rep.N, rep.CallsDelta, rep.EffectsDelta, rep.OK)
 	}
 }
@@ -241,6 +241,25 @@ func TestInvariantViolationDetected(t *testing.T) {
 	}
 }
 
+func TestStuckServiceFailsDrain(t *testing.T) {
+	// The one call stays pending for ever: the drain gives up after the idle
+	// timeout and the run fails on "drained" (SPEC §2.4: every accepted call
+	// reaches a final state).
+	fake := &fakeService{after: Stats{Calls: 1, ByStatus: map[string]int64{"pending": 1}}}
+	ts := httptest.NewServer(fake)
+	defer ts.Close()
+	rep := run(t, Options{Base: ts.URL, N: 5, Concurrency: 2, SameKey: true, DrainTimeout: 100 * time.Millisecond, Output: FormatJSON})
+	if rep.Drained || rep.OK || checkNamed(t, rep, "drained").OK {
+		t.Errorf("stuck service passed: drained %v checks %+v", rep.Drained, rep.Checks)
+	}
+	// Not drained: "exactly one effect" is not asserted, only "at most one".
+	for _, c := range rep.Checks {
+		if c.Name == "same_key_one_effect" {
+			t.Errorf("same_key_one_effect checked before draining: %+v", c)
+		}
+	}
+}
+
 func TestKeys(t *testing.T) {
 	for _, same := range []bool{false, true} {
 		fake := &fakeService{
@@ -301,7 +320,7 @@ func TestReportJSONShape(t *testing.T) {
 	}
 	want := []string{"run_id", "base", "server", "workers", "tool", "same_key", "concurrency", "duration_s",
 		"n", "wall_s", "rps", "latency_ms", "status", "status0", "errors", "acked_keys",
-		"stats_before", "stats_after", "calls_delta", "effects_delta", "drained", "drain_s",
+		"stats_before", "stats_after", "calls_delta", "effects_delta", "drained", "drain_s", "finished_delta", "finished_rps",
 		"attempts", "attempts_note", "ceiling", "checks", "ok"}
 	for _, k := range want {
 		if _, ok := m[k]; !ok {

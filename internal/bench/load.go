@@ -268,3 +268,31 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 func (l Latency) String() string {
 	return fmt.Sprintf("p50=%.2fms  p95=%.2fms  p99=%.2fms  max=%.2fms", l.P50, l.P95, l.P99, l.Max)
 }
+
+// drainProgress returns a callback drawing the drain on w (nil: no bar) and
+// a function that finishes the bar.
+func drainProgress(w io.Writer) (func(busy int64), func()) {
+	if w == nil {
+		return nil, func() {}
+	}
+	var bar *progressbar.ProgressBar
+	var first int64
+	update := func(busy int64) {
+		if bar == nil {
+			first = busy
+			bar = progressbar.NewOptions64(max(first, 1),
+				progressbar.OptionSetWriter(w),
+				progressbar.OptionSetDescription("draining"),
+				progressbar.OptionShowCount(),
+				progressbar.OptionThrottle(100*time.Millisecond),
+				progressbar.OptionClearOnFinish(),
+			)
+		}
+		_ = bar.Set64(max(0, first-busy)) // drawing only
+	}
+	return update, func() {
+		if bar != nil {
+			_ = bar.Finish()
+		}
+	}
+}

@@ -48,6 +48,11 @@ type Report struct {
 	// long that took after the load.
 	Drained bool    `json:"drained"`
 	DrainS  float64 `json:"drain_s"`
+	// FinishedDelta is the number of calls that reached a final state;
+	// FinishedRPS divides it by wall_s + drain_s: the executor's pace, as
+	// opposed to rps, the pace at which calls were accepted.
+	FinishedDelta int64   `json:"finished_delta"`
+	FinishedRPS   float64 `json:"finished_rps"`
 
 	// Attempts is the attempt distribution of the run's database (only
 	// when the bench started its own server), else null with a note.
@@ -109,8 +114,10 @@ func writeText(w io.Writer, r Report) error {
 	default:
 		drain = fmt.Sprintf("NOT drained after %.2fs", r.DrainS)
 	}
-	fmt.Fprintf(&b, "calls=%d  effects=%d  (delta of /stats; %s; %d keys acknowledged)\n",
+	fmt.Fprintf(&b, "calls=%d  effects=%d  (delta of /stats; %s; acknowledged keys: %d)\n",
 		r.CallsDelta, r.EffectsDelta, drain, r.AckedKeys)
+	fmt.Fprintf(&b, "finished=%d  in %.3fs (load + drain)  executed=%.1f calls/s\n",
+		r.FinishedDelta, r.WallS+r.DrainS, r.FinishedRPS)
 	if _, err := io.WriteString(w, b.String()); err != nil {
 		return err
 	}

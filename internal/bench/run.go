@@ -84,7 +84,9 @@ func Run(ctx context.Context, opts Options, out io.Writer) (rep Report, err erro
 	// effects can be compared with acknowledged keys.
 	drainStart := time.Now()
 	if opts.DrainTimeout > 0 {
-		rep.StatsAfter, rep.Drained, err = drain(ctx, client, rep.Base, opts.DrainTimeout)
+		progress, done := drainProgress(opts.Progress)
+		rep.StatsAfter, rep.Drained, err = drain(ctx, client, rep.Base, opts.DrainTimeout, progress)
+		done()
 		rep.DrainS = time.Since(drainStart).Seconds()
 	} else {
 		rep.StatsAfter, err = fetchStats(ctx, client, rep.Base)
@@ -95,6 +97,13 @@ func Run(ctx context.Context, opts Options, out io.Writer) (rep Report, err erro
 	}
 	rep.CallsDelta = rep.StatsAfter.Calls - rep.StatsBefore.Calls
 	rep.EffectsDelta = rep.StatsAfter.Effects - rep.StatsBefore.Effects
+	// Accepting a call (the 202) is not running it: the executor's own pace
+	// is the calls that reached a final state from the load's start to the
+	// end of the drain.
+	rep.FinishedDelta = rep.StatsAfter.finished() - rep.StatsBefore.finished()
+	if span := rep.WallS + rep.DrainS; span > 0 {
+		rep.FinishedRPS = float64(rep.FinishedDelta) / span
+	}
 
 	if proc != nil {
 		buckets, err := proc.st.Attempts(ctx)

@@ -17,6 +17,9 @@ type Stats struct {
 	ByStatus map[string]int64 `json:"by_status"`
 }
 
+// finished is the number of calls in a final state.
+func (s Stats) finished() int64 { return s.ByStatus["succeeded"] + s.ByStatus["failed"] }
+
 // busy is the number of calls not yet final.
 func (s Stats) busy() int64 { return s.ByStatus["pending"] + s.ByStatus["running"] }
 
@@ -48,28 +51,50 @@ func fetchStats(ctx context.Context, c *http.Client, base string) (Stats, error)
 	return s, nil
 }
 
-// drainPoll is how often /stats is read while waiting for the queue to empty.
-const drainPoll = 20 * time.Millisecond
+// Drain polling: /stats counts whole tables, so it is read often at first
+// (a small run drains in milliseconds) and less often as the wait grows, to
+// leave the database to the workers being waited for.
+const (
+	drainPollMin = 20 * time.Millisecond
+	drainPollMax = 250 * time.Millisecond
+	// MaxDrain caps the whole drain, however steadily it progresses.
+	MaxDrain = 10 * time.Minute
+)
 
-// drain waits until /stats shows no pending or running call, or timeout
-// passes. It returns the last stats read and whether the service drained.
-func drain(ctx context.Context, c *http.Client, base string, timeout time.Duration) (Stats, bool, error) {
-	deadline := time.Now().Add(timeout)
+// drain waits until /stats shows no pending or running call. It gives up
+// when idle passes without the number of unfinished calls going down (the
+// service is stuck, not slow), or after MaxDrain. progress, if not nil, is
+// told how many calls are still unfinished after each read. It returns the
+// last stats read and whether the service drained.
+func drain(ctx context.Context, c *http.Client, base string, idle time.Duration, progress func(busy int64)) (Stats, bool, error) {
+	start := time.Now()
+	lastProgress := start
+	best := int64(-1)
+	poll := drainPollMin
 	for {
 		s, err := fetchStats(ctx, c, base)
 		if err != nil {
 			return s, false, err
 		}
-		if s.busy() == 0 {
+		busy := s.busy()
+		if progress != nil {
+			progress(busy)
+		}
+		if busy == 0 {
 			return s, true, nil
 		}
-		if !time.Now().Before(deadline) {
+		now := time.Now()
+		if best < 0 || busy < best {
+			best, lastProgress = busy, now
+		}
+		if now.Sub(lastProgress) >= idle || now.Sub(start) >= MaxDrain {
 			return s, false, nil
 		}
 		select {
 		case <-ctx.Done():
 			return s, false, ctx.Err()
-		case <-time.After(drainPoll):
+		case <-time.After(poll):
 		}
+		poll = min(2*poll, drainPollMax)
 	}
 }
