@@ -266,11 +266,24 @@ func (e *executor) noteErr(op string, err error) bool {
 func (e *executor) worker() {
 	defer e.workerWG.Done()
 	for c := range e.jobs {
-		e.execute(c)
+		e.safeExecute(c)
 		e.busy.Add(-1)
 		e.m.busyWorkers.Dec()
 		e.Wake() // a worker is free: claim the backlog now
 	}
+}
+
+// safeExecute keeps a bug in the completion path from taking the whole
+// server down. The call stays running under this lease; when the lease
+// expires another attempt runs it (fenced and effect-unique as always).
+func (e *executor) safeExecute(c store.Call) {
+	defer func() {
+		if p := recover(); p != nil {
+			e.log.Error("worker panicked; the call waits for its lease to expire",
+				attrCallID, c.CallID, attrKey, c.IdemKey, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+		}
+	}()
+	e.execute(c)
 }
 
 // execute runs one attempt of a claimed call and records its outcome.

@@ -87,7 +87,11 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.Is(err, store.ErrConflict):
 		s.m.calls.WithLabelValues(callsConflict).Inc()
-		s.log.Info("idempotency conflict: same key, different fingerprint", attrKey, key, attrTool, req.Tool)
+		attrs := []any{attrKey, key, attrTool, req.Tool}
+		if c, err := s.st.GetByKey(r.Context(), key); err == nil {
+			attrs = append(attrs, attrCallID, c.CallID) // the call the key names
+		}
+		s.log.Info("idempotency conflict: same key, different fingerprint", attrs...)
 		writeError(w, s.log, http.StatusConflict, codeConflict,
 			"idempotency key already used with a different request (same key, different fingerprint)")
 		return
