@@ -2,15 +2,126 @@ package main
 
 import (
 	"errors"
+	"fmt"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/idemctl/idemctl/internal/chaos/fault"
 )
 
-// TODO(placeholder): replaced by the real command.
-func newFaultCmd(streams *IOStreams) *cobra.Command {
-	return &cobra.Command{
-		Use:   "fault",
-		Short: "not implemented yet",
-		RunE:  func(*cobra.Command, []string) error { return errors.New("fault: not implemented yet") },
+// faultOptions are the flags of idemctl fault.
+type faultOptions struct {
+	DryRun      bool
+	All         bool
+	Selected    map[string]*bool // one flag per scenario, by name
+	NoContrast  bool
+	Keep        bool
+	Binary      string
+	Timeout     time.Duration
+	Concurrency int
+
+	names []string // the scenarios to run, in fault.Names order
+}
+
+// Validate resolves the scenario flags into names.
+func (o *faultOptions) Validate() error {
+	o.names = nil
+	for _, name := range fault.Names() {
+		if o.All || *o.Selected[name] {
+			o.names = append(o.names, name)
+		}
 	}
+	if len(o.names) == 0 && !o.DryRun {
+		return fmt.Errorf("choose a scenario (--%s) or --all; --dry-run shows the plans",
+			strings.Join(fault.Names(), ", --"))
+	}
+	if o.Timeout <= 0 {
+		return fmt.Errorf("--timeout must be positive, got %s", o.Timeout)
+	}
+	if o.Concurrency < 1 {
+		return fmt.Errorf("--concurrency must be at least 1, got %d", o.Concurrency)
+	}
+	return nil
+}
+
+func newFaultCmd(streams *IOStreams) *cobra.Command {
+	opts := &faultOptions{Selected: map[string]*bool{}}
+	cmd := &cobra.Command{
+		Use:   "fault",
+		Short: "Run self-contained fault scenarios and print the evidence and a verdict",
+		Long: `Run fault scenarios (§12.11): each makes its own temporary database, starts
+the server (this same binary, "serve") on a free loopback port, the chaos proxy
+where needed, drives the client through the fault, and prints the evidence
+chain: the client's attempt lines, the calls, effects, audit and dupes read
+back from the database, /stats, and a verdict line, PASS or FAIL naming the
+invariant that broke. Everything is cleaned up afterwards, also on Ctrl-C.
+
+  --drop-response        the proxy drops the first reply; same-key retry
+  --crash                the server dies right after commit; restart; retry
+  --concurrent           many clients send the same key at once
+  --crash-before-commit  the server dies after the tool, before commit
+  --lease-expiry         a server frozen past its lease; its late commit is fenced
+  --duplicate-request    the proxy delivers the request twice
+
+Where it applies (drop-response), the §12.15 contrast follows: the same fault
+with --new-key-on-retry, which ends with two calls and two charges — the
+expected demonstration of the bug, neither a pass nor a failure.
+
+Exit status 1 when any scenario broke an invariant.`,
+		Example: `  idemctl fault --dry-run
+  idemctl fault --drop-response
+  idemctl fault --all`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := opts.Validate(); err != nil {
+				return err
+			}
+			return runFault(cmd, opts, streams)
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&opts.DryRun, "dry-run", false, "print the plan of the chosen scenarios (all if none) and run nothing")
+	for _, name := range fault.Names() {
+		opts.Selected[name] = f.Bool(name, false, "run the "+name+" scenario")
+	}
+	f.BoolVar(&opts.All, "all", false, "run every scenario")
+	f.BoolVar(&opts.NoContrast, "no-contrast", false, "skip the §12.15 new-key-per-retry contrast runs")
+	f.BoolVar(&opts.Keep, "keep", false, "keep each scenario's temp directory (database, server logs) for idemctl inspect")
+	f.StringVar(&opts.Binary, "binary", "", "idemctl binary to start as the server (default: this executable)")
+	f.DurationVar(&opts.Timeout, "timeout", time.Second, "the client's per-attempt timeout")
+	f.IntVar(&opts.Concurrency, "concurrency", 20, "clients of the concurrent scenario")
+	return cmd
+}
+
+func runFault(cmd *cobra.Command, opts *faultOptions, streams *IOStreams) error {
+	if opts.DryRun {
+		return fault.DryRun(streams.Out, opts.names...)
+	}
+	r, err := fault.New(fault.Options{
+		Binary:        opts.Binary,
+		Out:           streams.Out,
+		ClientTimeout: opts.Timeout,
+		Concurrency:   opts.Concurrency,
+		NoContrast:    opts.NoContrast,
+		KeepDir:       opts.Keep,
+	})
+	if err != nil {
+		return err
+	}
+	reports, err := r.Run(cmd.Context(), opts.names...)
+	if err != nil {
+		return err
+	}
+	var failed []string
+	for _, rep := range reports {
+		if rep.Failed() {
+			failed = append(failed, rep.Scenario)
+		}
+	}
+	if len(failed) > 0 {
+		return &ExitError{Code: 1, Err: errors.New("invariant broken in: " + strings.Join(failed, ", "))}
+	}
+	return nil
 }

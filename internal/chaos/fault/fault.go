@@ -1,0 +1,308 @@
+// Package fault runs idemctl's self-contained fault scenarios (§12.11.2):
+// each builds its own temporary database, starts the server as a subprocess
+// of the idemctl binary (and the chaos proxy in-process where needed),
+// drives the client through the fault, and prints the evidence chain of
+// §12.11.3 — the client's attempt lines, the calls, effects and audit rows
+// read back from the database, /stats — and a verdict: PASS, or FAIL naming
+// the invariant of SPEC §2 that broke.
+//
+// Where it applies, a scenario also runs its §12.15 contrast: the same fault
+// with a client that takes a new key per retry, which ends with two calls
+// and two effects. That is reported as the expected demonstration of the
+// bug, neither a pass nor a failure.
+package fault
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Verdict is how a scenario ended.
+type Verdict string
+
+// The verdicts.
+const (
+	// Pass: every invariant held.
+	Pass Verdict = "PASS"
+	// Fail: an invariant broke; Report.Failures says which.
+	Fail Verdict = "FAIL"
+	// Demo: a §12.15 contrast run that showed the bug it exists to show.
+	Demo Verdict = "DEMO"
+	// NotReproduced: a contrast run that did not show the bug (a note,
+	// not a failure of the service).
+	NotReproduced Verdict = "NOT-REPRODUCED"
+)
+
+// Report is the outcome of one scenario run.
+type Report struct {
+	// Scenario is the scenario's name (drop-response, crash, ...).
+	Scenario string
+	// Verdict is PASS or FAIL (DEMO / NOT-REPRODUCED for a contrast).
+	Verdict Verdict
+	// Failures lists the broken invariants, one sentence each.
+	Failures []string
+	// Calls and Effects are the database's counts at the end; ByStatus the
+	// calls per status.
+	Calls, Effects int64
+	ByStatus       map[string]int64
+	// CallID, Status and Attempt describe the scenario's logical call at
+	// the end (attempt = how many times it was claimed).
+	CallID  string
+	Status  string
+	Attempt int64
+	// Fenced and Recovered count the audit's fenced and recover rows.
+	Fenced, Recovered int
+	// Attempts are the client's attempt lines (of all clients).
+	Attempts int
+	// Contrast is the §12.15 run with a new key per retry, if any.
+	Contrast *Report
+	// PIDs are the server processes the scenario started (restarts
+	// included); all are gone when the run returns.
+	PIDs []int
+	// Elapsed is the scenario's wall time.
+	Elapsed time.Duration
+}
+
+// Failed reports whether the scenario (not its contrast) broke an invariant.
+func (r Report) Failed() bool { return r.Verdict == Fail }
+
+// Options configure a Runner.
+type Options struct {
+	// Binary is the idemctl executable started as the server; "" means
+	// this process's own executable (os.Executable), which is right for
+	// the idemctl command and wrong for a test binary.
+	Binary string
+	// Out receives the narration and evidence; nil discards it.
+	Out io.Writer
+	// ClientTimeout is the client's per-attempt timeout; zero means 1s,
+	// the default of idemctl call.
+	ClientTimeout time.Duration
+	// Concurrency is the number of clients of the concurrent scenario;
+	// zero means 20.
+	Concurrency int
+	// NoContrast skips the §12.15 contrast runs.
+	NoContrast bool
+	// KeepDir keeps each scenario's temporary directory (database and
+	// server logs) instead of removing it.
+	KeepDir bool
+	// TempDir is where the scenario directories go; "" means os.TempDir.
+	TempDir string
+}
+
+// Runner runs scenarios. One Runner runs one scenario at a time.
+type Runner struct {
+	opts   Options
+	binary string
+	out    io.Writer // serialized: proxy, clients and narration write at once
+}
+
+// New returns a Runner for opts.
+func New(opts Options) (*Runner, error) {
+	if opts.ClientTimeout < 0 || opts.Concurrency < 0 {
+		return nil, errors.New("fault: client timeout and concurrency must not be negative")
+	}
+	if opts.ClientTimeout == 0 {
+		opts.ClientTimeout = time.Second
+	}
+	if opts.Concurrency == 0 {
+		opts.Concurrency = 20
+	}
+	bin := opts.Binary
+	if bin == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("fault: finding the idemctl binary: %w", err)
+		}
+		bin = exe
+	}
+	if _, err := os.Stat(bin); err != nil {
+		return nil, fmt.Errorf("fault: idemctl binary: %w", err)
+	}
+	out := opts.Out
+	if out == nil {
+		out = io.Discard
+	}
+	return &Runner{opts: opts, binary: bin, out: &lockedWriter{w: out}}, nil
+}
+
+// lockedWriter serializes writes, so lines from the proxy, many clients
+// and the narration never interleave mid-line.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// scenario is one fault scenario.
+type scenario struct {
+	name  string
+	title string   // the headline
+	plan  []string // what it does, for --dry-run
+	run   func(ctx context.Context, e *env, rep *Report) error
+	// contrast, if set, runs the same fault with a new key per retry.
+	contrast func(ctx context.Context, e *env, rep *Report) error
+}
+
+// scenarios in the order --all runs them.
+var scenarios = []scenario{
+	dropResponse,
+	crashAfterCommit,
+	concurrent,
+	crashBeforeCommit,
+	leaseExpiry,
+	duplicateRequest,
+}
+
+// Names lists the scenarios in the order All runs them.
+func Names() []string {
+	names := make([]string, len(scenarios))
+	for i, s := range scenarios {
+		names[i] = s.name
+	}
+	return names
+}
+
+func lookup(name string) (scenario, error) {
+	for _, s := range scenarios {
+		if s.name == name {
+			return s, nil
+		}
+	}
+	return scenario{}, fmt.Errorf("fault: unknown scenario %q (known: %s)", name, strings.Join(Names(), ", "))
+}
+
+// DryRun prints the plan of each named scenario (all when names is empty)
+// and runs nothing.
+func DryRun(w io.Writer, names ...string) error {
+	if len(names) == 0 {
+		names = Names()
+	}
+	for i, name := range names {
+		s, err := lookup(name)
+		if err != nil {
+			return err
+		}
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "[fault] --%s: %s\n", s.name, s.title)
+		for j, step := range s.plan {
+			fmt.Fprintf(w, "  %d. %s\n", j+1, step)
+		}
+		if s.contrast != nil {
+			fmt.Fprintf(w, "  then, unless --no-contrast: the same fault with --new-key-on-retry on a fresh database (§12.15), expected calls=2 effects=2\n")
+		}
+	}
+	fmt.Fprintln(w, "\n(dry run: nothing was started)")
+	return nil
+}
+
+// Run runs the named scenarios in order and returns their reports. An
+// error means a scenario could not be carried out (the server did not
+// start, the context was cancelled); broken invariants are not errors but
+// FAIL verdicts in the reports.
+func (r *Runner) Run(ctx context.Context, names ...string) ([]Report, error) {
+	var reports []Report
+	for _, name := range names {
+		rep, err := r.RunScenario(ctx, name)
+		reports = append(reports, rep)
+		if err != nil {
+			return reports, err
+		}
+	}
+	if len(reports) > 1 {
+		r.summary(reports)
+	}
+	return reports, nil
+}
+
+// RunScenario runs one scenario, then its contrast unless disabled.
+func (r *Runner) RunScenario(ctx context.Context, name string) (Report, error) {
+	s, err := lookup(name)
+	if err != nil {
+		return Report{}, err
+	}
+	rep, err := r.runOnce(ctx, s.name, s.title, s.run)
+	if err != nil {
+		return rep, err
+	}
+	if s.contrast != nil && !r.opts.NoContrast {
+		c, err := r.runOnce(ctx, s.name+" (contrast)",
+			"§12.15 contrast: the same fault, but the client takes a new key per retry (--new-key-on-retry)", s.contrast)
+		rep.Contrast = &c
+		if err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+// runOnce runs one body in a fresh environment and prints its verdict.
+func (r *Runner) runOnce(ctx context.Context, name, title string, body func(context.Context, *env, *Report) error) (rep Report, err error) {
+	start := time.Now()
+	rep = Report{Scenario: name}
+	fmt.Fprintf(r.out, "\n=== %s ===\n", name)
+	e, err := r.newEnv(strings.Fields(name)[0])
+	if err != nil {
+		return rep, err
+	}
+	defer func() {
+		e.close()
+		rep.PIDs = e.pids
+	}()
+	e.logf("%s", title)
+	e.logf("workdir %s", e.dir)
+	err = body(ctx, e, &rep)
+	rep.Elapsed = time.Since(start)
+	if err != nil {
+		return rep, fmt.Errorf("fault %s: %w", name, err)
+	}
+	if rep.Verdict == "" {
+		rep.Verdict = Pass
+		if len(rep.Failures) > 0 {
+			rep.Verdict = Fail
+		}
+	}
+	r.verdictLine(rep)
+	return rep, nil
+}
+
+// verdictLine prints the scenario's last line.
+func (r *Runner) verdictLine(rep Report) {
+	counts := fmt.Sprintf("calls=%d effects=%d", rep.Calls, rep.Effects)
+	switch rep.Verdict {
+	case Pass:
+		fmt.Fprintf(r.out, "PASS %s: %s, call %s %s after %d claim(s)\n", rep.Scenario, counts, rep.CallID, rep.Status, rep.Attempt)
+	case Fail:
+		fmt.Fprintf(r.out, "FAIL: %s\n", strings.Join(rep.Failures, "; "))
+		fmt.Fprintf(r.out, "FAIL %s: %s\n", rep.Scenario, counts)
+	case Demo:
+		fmt.Fprintf(r.out, "DEMO %s: %s — expected demonstration of the bug: a retry with a new key is a new logical call, and charges again\n",
+			rep.Scenario, counts)
+	case NotReproduced:
+		fmt.Fprintf(r.out, "NOTE %s: %s — the contrast did not reproduce the bug (%s)\n", rep.Scenario, counts, strings.Join(rep.Failures, "; "))
+	}
+}
+
+// summary prints one line per scenario after several ran.
+func (r *Runner) summary(reports []Report) {
+	fmt.Fprintf(r.out, "\n=== summary ===\n")
+	for _, rep := range reports {
+		line := fmt.Sprintf("%-4s %-20s calls=%d effects=%d", rep.Verdict, rep.Scenario, rep.Calls, rep.Effects)
+		if c := rep.Contrast; c != nil {
+			line += fmt.Sprintf("   contrast %s calls=%d effects=%d", c.Verdict, c.Calls, c.Effects)
+		}
+		fmt.Fprintln(r.out, line)
+	}
+}

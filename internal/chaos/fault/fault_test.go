@@ -1,0 +1,273 @@
+//go:build unix
+
+package fault
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/store/backend"
+)
+
+// binary is the idemctl executable built once for all scenario tests.
+var (
+	binary   string
+	buildErr error
+)
+
+const skipShort = "fault scenarios start real `idemctl serve` subprocesses; skipped under -short"
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	code := func() int {
+		if !testing.Short() {
+			dir, err := os.MkdirTemp("", "idemctl-fault-bin-")
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			defer os.RemoveAll(dir)
+			binary = filepath.Join(dir, "idemctl")
+			out, err := exec.Command("go", "build", "-o", binary, "github.com/idemctl/idemctl/cmd/idemctl").CombinedOutput()
+			if err != nil {
+				buildErr = fmt.Errorf("building idemctl: %v\n%s", err, out)
+			}
+		}
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+// setup returns a runner on the built binary whose output goes to the test
+// log (on failure) and whose scenario directories live in a test temp dir.
+func setup(t *testing.T, opts Options) (*Runner, *bytes.Buffer, string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip(skipShort)
+	}
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	var out bytes.Buffer
+	tmp := t.TempDir()
+	opts.Binary, opts.Out, opts.TempDir = binary, &out, tmp
+	r, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("scenario output:\n%s", out.String())
+		}
+	})
+	return r, &out, tmp
+}
+
+// assertCleanedUp checks that the run removed its directories and that no
+// server process it started is left.
+func assertCleanedUp(t *testing.T, tmp string, rep Report) {
+	t.Helper()
+	entries, err := os.ReadDir(tmp)
+	if err != nil || len(entries) != 0 {
+		t.Errorf("temp dir not cleaned up: %v %v", entries, err)
+	}
+	pids := append([]int(nil), rep.PIDs...)
+	if rep.Contrast != nil {
+		pids = append(pids, rep.Contrast.PIDs...)
+	}
+	if len(pids) == 0 {
+		t.Errorf("no server pid recorded")
+	}
+	for _, pid := range pids {
+		// Signal 0 checks existence; the runner reaped its children, so a
+		// live pid would be a leaked server.
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("server pid %d still exists (kill 0: %v)", pid, err)
+		}
+	}
+}
+
+func run(t *testing.T, r *Runner, name string) Report {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	rep, err := r.RunScenario(ctx, name)
+	if err != nil {
+		t.Fatalf("RunScenario(%s): %v", name, err)
+	}
+	return rep
+}
+
+func assertPass(t *testing.T, rep Report, calls, effects, attempt int64) {
+	t.Helper()
+	if rep.Verdict != Pass || len(rep.Failures) > 0 {
+		t.Fatalf("verdict %s, failures %q", rep.Verdict, rep.Failures)
+	}
+	if rep.Calls != calls || rep.Effects != effects || rep.Attempt != attempt || rep.Status != "succeeded" {
+		t.Fatalf("calls=%d effects=%d attempt=%d status=%s, want calls=%d effects=%d attempt=%d succeeded",
+			rep.Calls, rep.Effects, rep.Attempt, rep.Status, calls, effects, attempt)
+	}
+}
+
+func TestDropResponseOneCallOneEffectAndNewKeyContrast(t *testing.T) {
+	r, out, tmp := setup(t, Options{})
+	rep := run(t, r, "drop-response")
+	assertPass(t, rep, 1, 1, 1)
+	// The evidence chain of §12.11.3: the first attempt timed out, the
+	// same-key retry was answered with the original call.
+	if !strings.Contains(out.String(), `{"attempt":0,"error":"timed out","key":"drop-`) ||
+		!strings.Contains(out.String(), `"replayed":true`) {
+		t.Fatalf("attempt lines missing from the evidence:\n%s", out)
+	}
+	c := rep.Contrast
+	if c == nil || c.Verdict != Demo || c.Calls != 2 || c.Effects != 2 {
+		t.Fatalf("contrast = %+v, want DEMO with calls=2 effects=2", c)
+	}
+	if !strings.Contains(out.String(), "expected demonstration of the bug") {
+		t.Fatalf("contrast not reported as the expected demonstration:\n%s", out)
+	}
+	assertCleanedUp(t, tmp, rep)
+}
+
+func TestCrashAfterCommitReplaysOriginal(t *testing.T) {
+	r, out, tmp := setup(t, Options{})
+	rep := run(t, r, "crash")
+	assertPass(t, rep, 1, 1, 1)
+	if !strings.Contains(out.String(), "exit status 3") {
+		t.Fatalf("no crash in the narration:\n%s", out)
+	}
+	assertCleanedUp(t, tmp, rep)
+}
+
+func TestCrashBeforeCommitRecoveredAtOnce(t *testing.T) {
+	r, _, tmp := setup(t, Options{})
+	rep := run(t, r, "crash-before-commit")
+	assertPass(t, rep, 1, 1, 2)
+	if rep.Recovered < 1 {
+		t.Fatalf("recovered = %d, want the dead owner's call handed back", rep.Recovered)
+	}
+	assertCleanedUp(t, tmp, rep)
+}
+
+func TestConcurrentSameKey(t *testing.T) {
+	r, _, tmp := setup(t, Options{Concurrency: 10})
+	rep := run(t, r, "concurrent")
+	assertPass(t, rep, 1, 1, 1)
+	if rep.Attempts < 10 {
+		t.Fatalf("attempts = %d, want at least one per client", rep.Attempts)
+	}
+	assertCleanedUp(t, tmp, rep)
+}
+
+func TestDuplicateRequestOneEffect(t *testing.T) {
+	r, out, tmp := setup(t, Options{})
+	rep := run(t, r, "duplicate-request")
+	assertPass(t, rep, 1, 1, 1)
+	if !strings.Contains(out.String(), "action=duplicate-request") {
+		t.Fatalf("no duplicate in the proxy log:\n%s", out)
+	}
+	assertCleanedUp(t, tmp, rep)
+}
+
+func TestLeaseExpiryStaleCommitFenced(t *testing.T) {
+	if !canFreeze {
+		t.Skip("needs SIGSTOP")
+	}
+	r, _, tmp := setup(t, Options{})
+	rep := run(t, r, "lease-expiry")
+	// sleep leaves no effect row: the point is one committed completion
+	// (attempt 2, by the second server) and the paused one fenced.
+	assertPass(t, rep, 1, 0, 2)
+	if rep.Fenced < 1 || rep.Recovered < 1 {
+		t.Fatalf("fenced=%d recovered=%d, want both ≥ 1", rep.Fenced, rep.Recovered)
+	}
+	assertCleanedUp(t, tmp, rep)
+}
+
+func TestCancelCleansUp(t *testing.T) {
+	r, _, tmp := setup(t, Options{})
+	// lease-expiry takes seconds; cancel it once its first server is up.
+	ctx, cancel := context.WithTimeout(t.Context(), 1500*time.Millisecond)
+	defer cancel()
+	rep, err := r.RunScenario(ctx, "lease-expiry")
+	if err == nil {
+		t.Fatalf("RunScenario returned no error after cancel; report %+v", rep)
+	}
+	assertCleanedUp(t, tmp, rep)
+}
+
+func TestDryRunStartsNothing(t *testing.T) {
+	var out bytes.Buffer
+	if err := DryRun(&out); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range Names() {
+		if !strings.Contains(out.String(), "[fault] --"+name+":") {
+			t.Errorf("plan of %s missing", name)
+		}
+	}
+	if !strings.Contains(out.String(), "nothing was started") {
+		t.Errorf("output:\n%s", out.String())
+	}
+	if err := DryRun(&out, "explode"); err == nil {
+		t.Error("unknown scenario accepted")
+	}
+}
+
+func TestNewRefusesMissingBinary(t *testing.T) {
+	if _, err := New(Options{Binary: filepath.Join(t.TempDir(), "nope")}); err == nil {
+		t.Fatal("missing binary accepted")
+	}
+}
+
+// TestEvidenceFlagsBrokenInvariants feeds the checker a database that
+// breaks invariants (a call never run, an effect missing, a client told
+// about two calls) and expects each to be named.
+func TestEvidenceFlagsBrokenInvariants(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "idem.db")
+	st, err := backend.Open(t.Context(), db, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = st.CreateOrGet(t.Context(), store.NewCall{CallID: "c_0000000000000001", IdemKey: "K",
+		Fingerprint: "f", Tool: "charge", ArgsJSON: []byte(`{"amount":1}`)})
+	st.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stats := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `{"calls":1,"effects":0,"by_status":{"pending":1}}`)
+	}))
+	defer stats.Close()
+
+	var out bytes.Buffer
+	r := &Runner{out: &out, opts: Options{}}
+	e := &env{r: r, dir: dir, db: db, out: &out}
+	var rep Report
+	if _, err := e.evidence(t.Context(), stats.URL, &rep, expect{calls: 1, effects: 1}, []string{"c_0000000000000001", "c_other"}); err != nil {
+		t.Fatal(err)
+	}
+	joined := strings.Join(rep.Failures, "\n")
+	for _, want := range []string{"invariant 1", "invariant 4", "effect is missing"} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("failures do not name %q:\n%s", want, joined)
+		}
+	}
+	if rep.Calls != 1 || rep.Effects != 0 || rep.Status != "pending" {
+		t.Errorf("report = %+v", rep)
+	}
+}
