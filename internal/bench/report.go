@@ -147,6 +147,11 @@ func writeText(w io.Writer, r Report) error {
 		fmt.Fprintf(&b, "ceiling (bare handler, same client and load): n=%d  wall=%.3fs  rps=%.1f\n", c.N, c.WallS, c.RPS)
 		fmt.Fprintf(&b, "  %s\n  %s\n", c.LatencyMS, statusLine(c.LoadStats))
 		fmt.Fprintf(&b, "service rps = %.2f of the ceiling (%.1f / %.1f)\n", c.Fraction, r.RPS, c.RPS)
+		if r.Server != "in-process" {
+			// The bare handler always runs inside the bench; an external
+			// service is another process, possibly another machine.
+			fmt.Fprintln(&b, "  note: the ceiling ran in the bench's own process, the service did not")
+		}
 	}
 	for _, c := range r.Checks {
 		verdict := "PASS"
