@@ -269,7 +269,7 @@ func (c *Client) Call(ctx context.Context, key string, req Request) (Result, err
 		if c.NewKeyOnRetry {
 			attemptKey = fmt.Sprintf("%s-%d", key, attempt) // the §12.8.2 bug, on purpose
 		}
-		rec, reply, err := c.post(ctx, attemptKey, body)
+		rec, rep, err := c.post(ctx, attemptKey, body)
 		if err != nil && ctx.Err() != nil {
 			// The caller gave up: not a retryable timeout of this attempt.
 			return res, ctx.Err()
@@ -277,7 +277,7 @@ func (c *Client) Call(ctx context.Context, key string, req Request) (Result, err
 		rec.Attempt = attempt
 		res.Key = attemptKey
 		res.HTTP = rec.HTTP
-		retryable := err == nil && reply.retryable() || err != nil && isTransport(err)
+		retryable := (err == nil && rep.retryable()) || (err != nil && isTransport(err))
 		rec.Retry = retryable && attempt < retries
 		res.Attempts = append(res.Attempts, rec)
 		if c.OnAttempt != nil {
@@ -287,26 +287,26 @@ func (c *Client) Call(ctx context.Context, key string, req Request) (Result, err
 		switch {
 		case err != nil && !isTransport(err):
 			return res, err // a bug or a malformed reply: retrying will not help
-		case err == nil && reply.status/100 == 2:
-			res.Call = reply.call
-			res.Replayed = reply.replayed
+		case err == nil && rep.status/100 == 2:
+			res.Call = rep.call
+			res.Replayed = rep.replayed
 			return res, nil
 		case err == nil && !retryable:
-			return res, reply.apiError()
+			return res, rep.apiError()
 		}
 
 		// Retryable: remember why, then back off.
 		if err != nil {
 			lastErr = err
 		} else {
-			lastErr = reply.apiError()
+			lastErr = rep.apiError()
 		}
 		if attempt == retries {
 			break
 		}
 		wait := Backoff(attempt) + c.jitter()
-		if err == nil && reply.retryAfter > wait {
-			wait = reply.retryAfter // the server knows better when it can take us
+		if err == nil && rep.retryAfter > wait {
+			wait = rep.retryAfter // the server knows better when it can take us
 		}
 		if err := c.sleep(ctx, wait); err != nil {
 			return res, err
@@ -323,7 +323,8 @@ func (c *Client) Call(ctx context.Context, key string, req Request) (Result, err
 // reply is one HTTP answer, decoded.
 type reply struct {
 	status     int
-	call       Call
+	body       []byte
+	call       Call // decoded by doCall
 	replayed   bool
 	retryAfter time.Duration
 	errBody    errorBody
@@ -370,12 +371,12 @@ func (c *Client) post(ctx context.Context, key string, body []byte) (AttemptReco
 		secs := int64((c.PreferWait + time.Second - 1) / time.Second)
 		hreq.Header.Set("Prefer", "wait="+strconv.FormatInt(secs, 10))
 	}
-	rep, err := c.do(hreq)
+	rep, err := c.doCall(hreq)
+	rec.HTTP = rep.status // 0 when no answer came
 	if err != nil {
 		rec.Error = describe(err)
 		return rec, rep, err
 	}
-	rec.HTTP = rep.status
 	rec.CallID = rep.call.CallID
 	rec.Status = rep.call.Status
 	rec.Replayed = rep.replayed
@@ -388,6 +389,8 @@ func (c *Client) post(ctx context.Context, key string, body []byte) (AttemptReco
 // do sends req and reads the whole reply (under req's deadline). Errors
 // that happen before a status line arrives, or while the body is read, are
 // wrapped in transportError: the request may or may not have been applied.
+// A non-2xx body is decoded as the API's error shape; a 2xx body is left
+// to the caller.
 func (c *Client) do(req *http.Request) (reply, error) {
 	resp, err := c.httpClient().Do(req)
 	if err != nil {
@@ -400,19 +403,29 @@ func (c *Client) do(req *http.Request) (reply, error) {
 	}
 	rep := reply{
 		status:     resp.StatusCode,
+		body:       bytes.TrimSpace(data),
 		replayed:   strings.EqualFold(resp.Header.Get("Idempotent-Replayed"), "true"),
 		retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
 	}
-	if resp.StatusCode/100 == 2 {
-		if err := json.Unmarshal(data, &rep.call); err != nil {
-			return rep, fmt.Errorf("client: decoding %s %s reply (HTTP %d): %w", req.Method, req.URL.Path, resp.StatusCode, err)
-		}
-		rep.call.Raw = json.RawMessage(bytes.TrimSpace(data))
-		return rep, nil
+	if resp.StatusCode/100 != 2 {
+		// A non-JSON error body (from a proxy, say) still yields an
+		// APIError, with a synthetic code.
+		_ = json.Unmarshal(data, &rep.errBody)
 	}
-	// A non-JSON error body (from a proxy, say) still yields an APIError
-	// with a synthetic code.
-	_ = json.Unmarshal(data, &rep.errBody)
+	return rep, nil
+}
+
+// doCall is do for the endpoints that answer with a call: a 2xx body is
+// decoded into rep.call.
+func (c *Client) doCall(req *http.Request) (reply, error) {
+	rep, err := c.do(req)
+	if err != nil || rep.status/100 != 2 {
+		return rep, err
+	}
+	if err := json.Unmarshal(rep.body, &rep.call); err != nil {
+		return rep, fmt.Errorf("client: decoding %s %s reply (HTTP %d): %w", req.Method, req.URL.Path, rep.status, err)
+	}
+	rep.call.Raw = json.RawMessage(rep.body)
 	return rep, nil
 }
 
@@ -438,8 +451,9 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 	return max(0, min(d, MaxRetryAfter))
 }
 
-// get fetches one call by path, bounded by the per-attempt timeout.
-func (c *Client) get(ctx context.Context, path string) (reply, error) {
+// get sends one GET bounded by the per-attempt timeout, through do (or
+// doCall when the answer is a call).
+func (c *Client) get(ctx context.Context, path string, isCall bool) (reply, error) {
 	actx, cancel := context.WithTimeout(ctx, c.timeout())
 	defer cancel()
 	req, err := http.NewRequestWithContext(actx, http.MethodGet, c.url(path), nil)
@@ -447,6 +461,9 @@ func (c *Client) get(ctx context.Context, path string) (reply, error) {
 		return reply{}, fmt.Errorf("client: %w", err)
 	}
 	req.Header.Set("Accept", "application/json")
+	if isCall {
+		return c.doCall(req)
+	}
 	return c.do(req)
 }
 
@@ -463,7 +480,7 @@ func (c *Client) GetByKey(ctx context.Context, key string) (Call, error) {
 }
 
 func (c *Client) getCall(ctx context.Context, path string) (Call, error) {
-	rep, err := c.get(ctx, path)
+	rep, err := c.get(ctx, path, true)
 	if err != nil {
 		return Call{}, err
 	}
@@ -487,32 +504,19 @@ type Stats struct {
 	Raw json.RawMessage `json:"-"`
 }
 
-// Stats fetches GET /stats.
+// Stats fetches GET /stats: one request, no retry.
 func (c *Client) Stats(ctx context.Context) (Stats, error) {
-	actx, cancel := context.WithTimeout(ctx, c.timeout())
-	defer cancel()
-	req, err := http.NewRequestWithContext(actx, http.MethodGet, c.url("/stats"), nil)
+	rep, err := c.get(ctx, "/stats", false)
 	if err != nil {
-		return Stats{}, fmt.Errorf("client: %w", err)
+		return Stats{}, err
 	}
-	resp, err := c.httpClient().Do(req)
-	if err != nil {
-		return Stats{}, &transportError{err: err}
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
-	if err != nil {
-		return Stats{}, &transportError{err: err}
-	}
-	if resp.StatusCode != http.StatusOK {
-		rep := reply{status: resp.StatusCode}
-		_ = json.Unmarshal(data, &rep.errBody)
+	if rep.status != http.StatusOK {
 		return Stats{}, rep.apiError()
 	}
 	var s Stats
-	if err := json.Unmarshal(data, &s); err != nil {
+	if err := json.Unmarshal(rep.body, &s); err != nil {
 		return Stats{}, fmt.Errorf("client: decoding /stats: %w", err)
 	}
-	s.Raw = json.RawMessage(bytes.TrimSpace(data))
+	s.Raw = json.RawMessage(rep.body)
 	return s, nil
 }

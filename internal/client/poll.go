@@ -53,7 +53,7 @@ func (c *Client) poll(ctx context.Context, path string, byKey bool, timeout time
 	)
 	pause := PollStart
 	for {
-		rep, err := c.get(ctx, path)
+		rep, err := c.get(ctx, path, true)
 		if err != nil && ctx.Err() != nil {
 			return last, ctx.Err()
 		}
