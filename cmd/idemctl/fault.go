@@ -3,7 +3,9 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -110,6 +112,11 @@ func runFault(cmd *cobra.Command, opts *faultOptions, streams *IOStreams) error 
 	if err != nil {
 		return err
 	}
+	// A closed stdout (`idemctl fault --all | head`) must not kill the
+	// process outright with SIGPIPE and orphan its servers: with the
+	// signal ignored the write fails, and the runner stops and cleans up.
+	signal.Ignore(syscall.SIGPIPE)
+	defer signal.Reset(syscall.SIGPIPE)
 	reports, err := r.Run(cmd.Context(), opts.names...)
 	if err != nil {
 		return err

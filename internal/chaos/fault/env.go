@@ -154,7 +154,7 @@ func (p *serverProc) start(ctx context.Context) error {
 	cmd := exec.Command(p.e.r.binary, p.args()...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = cleanEnv()
-	if err := cmd.Start(); err != nil {
+	if err := startChild(cmd); err != nil {
 		return fmt.Errorf("starting %s: %w", p.opts.label, err)
 	}
 	done := make(chan struct{})

@@ -131,17 +131,57 @@ func New(opts Options) (*Runner, error) {
 	return &Runner{opts: opts, binary: bin, out: &lockedWriter{w: out}}, nil
 }
 
+// watchOutput returns ctx cancelled on the first failed write of the
+// evidence, and a func to call when the run is over.
+func (r *Runner) watchOutput(ctx context.Context) (context.Context, func()) {
+	if lw, ok := r.out.(*lockedWriter); ok {
+		return lw.watch(ctx)
+	}
+	return ctx, func() {}
+}
+
 // lockedWriter serializes writes, so lines from the proxy, many clients
-// and the narration never interleave mid-line.
+// and the narration never interleave mid-line. The first write error (the
+// reader went away: `idemctl fault --all | head`) cancels the run, so the
+// scenario stops and cleans up instead of running on unseen.
 type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu     sync.Mutex
+	w      io.Writer
+	err    error
+	cancel context.CancelCauseFunc // set while a run is in progress
 }
 
 func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.w.Write(p)
+	if l.err != nil {
+		return 0, l.err
+	}
+	n, err := l.w.Write(p)
+	if err != nil {
+		l.err = fmt.Errorf("writing the evidence: %w", err)
+		if l.cancel != nil {
+			l.cancel(l.err)
+		}
+	}
+	return n, err
+}
+
+// watch makes write errors cancel ctx's run; the returned stop undoes it.
+func (l *lockedWriter) watch(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	l.mu.Lock()
+	l.cancel = cancel
+	if l.err != nil {
+		cancel(l.err)
+	}
+	l.mu.Unlock()
+	return ctx, func() {
+		l.mu.Lock()
+		l.cancel = nil
+		l.mu.Unlock()
+		cancel(nil)
+	}
 }
 
 // scenario is one fault scenario.
@@ -233,6 +273,8 @@ func (r *Runner) RunScenario(ctx context.Context, name string) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
+	ctx, done := r.watchOutput(ctx)
+	defer done()
 	rep, err := r.runOnce(ctx, s.name, s.title, s.run)
 	if err != nil {
 		return rep, err
@@ -266,6 +308,9 @@ func (r *Runner) runOnce(ctx context.Context, name, title string, body func(cont
 	err = body(ctx, e, &rep)
 	rep.Elapsed = time.Since(start)
 	if err != nil {
+		if cause := context.Cause(ctx); cause != nil && errors.Is(err, ctx.Err()) {
+			err = cause // say why the run was cut short (Ctrl-C, output closed)
+		}
 		return rep, fmt.Errorf("fault %s: %w", name, err)
 	}
 	if rep.Verdict == "" {

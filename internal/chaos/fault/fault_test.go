@@ -209,6 +209,27 @@ func TestCancelCleansUp(t *testing.T) {
 	assertCleanedUp(t, tmp, rep)
 }
 
+// brokenPipe accepts n writes, then fails like a closed stdout.
+type brokenPipe struct{ n int }
+
+func (b *brokenPipe) Write(p []byte) (int, error) {
+	if b.n <= 0 {
+		return 0, syscall.EPIPE
+	}
+	b.n--
+	return len(p), nil
+}
+
+func TestClosedOutputStopsAndCleansUp(t *testing.T) {
+	r, _, tmp := setup(t, Options{})
+	r.out = &lockedWriter{w: &brokenPipe{n: 5}} // dies a few lines in, mid-scenario
+	rep, err := r.RunScenario(t.Context(), "drop-response")
+	if !errors.Is(err, syscall.EPIPE) {
+		t.Fatalf("err = %v, want the write error to end the run", err)
+	}
+	assertCleanedUp(t, tmp, rep)
+}
+
 func TestDryRunStartsNothing(t *testing.T) {
 	var out bytes.Buffer
 	if err := DryRun(&out); err != nil {
