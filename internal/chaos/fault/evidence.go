@@ -86,8 +86,8 @@ func (e *env) evidence(ctx context.Context, base string, rep *Report, exp expect
 		}
 	}
 	if len(calls) > 0 {
-		main := calls[len(calls)-1] // newest first: the last is the first call made
-		rep.CallID, rep.Status, rep.Attempt = main.CallID, string(main.Status), main.Attempt
+		oldest := calls[len(calls)-1] // newest first: the last is the first call made
+		rep.CallID, rep.Status, rep.Attempt = oldest.CallID, string(oldest.Status), oldest.Attempt
 	}
 
 	// SPEC §2, invariant by invariant.
