@@ -27,6 +27,7 @@ type serveOptions struct {
 	LogFormat     string
 	LogLevel      string
 	ShutdownGrace time.Duration
+	InstanceHost  string
 
 	level slog.Level // parsed by Validate
 }
@@ -91,6 +92,7 @@ servers may share one PostgreSQL database.`,
 	f.StringVar(&opts.LogFormat, "log-format", "text", "log format: text or json (logs go to stderr)")
 	f.StringVar(&opts.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.DurationVar(&opts.ShutdownGrace, "shutdown-grace", server.DefaultShutdownGrace, "on SIGINT/SIGTERM, how long running tools may take to finish")
+	f.StringVar(&opts.InstanceHost, "instance-host", "", "host identity in lease owners, for dead-owner recovery (default: hostname + hash of boot id and pid namespace); never give two machines or containers the same value")
 	return cmd
 }
 
@@ -116,6 +118,7 @@ func serveRun(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 		Lease:         o.Lease,
 		Chaos:         o.Chaos,
 		ShutdownGrace: o.ShutdownGrace,
+		InstanceHost:  o.InstanceHost,
 		Logger:        logger,
 	}, st)
 	if err != nil {

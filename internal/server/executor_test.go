@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -77,7 +76,7 @@ func TestLeaseTakeoverFencesStaleWorker(t *testing.T) {
 // its lease has an hour left, so only dead-owner recovery can finish it.
 func TestDeadOwnerRecoveredWithoutWaitingForLease(t *testing.T) {
 	ctx := context.Background()
-	host, _ := os.Hostname()
+	host := selfHost(t)
 	// pid_max is at most 2^22 on Linux: this pid cannot exist.
 	dead := fmt.Sprintf("%s:%d:1/1", host, 1<<30)
 	db := filepath.Join(t.TempDir(), "idem.db")
@@ -109,7 +108,7 @@ func TestDeadOwnerRecoveredWithoutWaitingForLease(t *testing.T) {
 // call from a live process, another host, or an owner it cannot parse.
 func TestLiveAndForeignOwnersUntouched(t *testing.T) {
 	ctx := context.Background()
-	host, _ := os.Hostname()
+	host := selfHost(t)
 
 	// A live process of this host with its real start time.
 	sleeper := exec.Command("sleep", "30")
@@ -126,7 +125,7 @@ func TestLiveAndForeignOwnersUntouched(t *testing.T) {
 		"k-other-host":  fmt.Sprintf("not-%s:%d:1/1", host, 1<<30),
 		"k-unparseable": "8123:617",
 	}
-	self, err := procFS{root: "/proc"}.self()
+	self, err := procFS{root: "/proc"}.self("")
 	if err != nil {
 		t.Skipf("no /proc: %v", err)
 	}

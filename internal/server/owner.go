@@ -1,6 +1,8 @@
 package server
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +16,8 @@ import (
 // process (or a later idemctl) and a dead owner's call would look held
 // forever — or a live owner's call would look abandoned.
 type ownerID struct {
+	// Host is the host identity (see hostID), not merely the hostname: a
+	// pid is only meaningful to processes that share Host.
 	Host string
 	PID  int
 	// Start is field 22 of /proc/<pid>/stat: the process start time in clock
@@ -63,19 +67,73 @@ type procFS struct {
 
 var errNoProcFS = errors.New("process start time unavailable (no /proc)")
 
-// self returns this process's identity. Without /proc (not Linux) the start
-// time is unknown and dead-owner recovery must stay off.
-func (p procFS) self() (ownerID, error) {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		return ownerID{}, fmt.Errorf("hostname: %w", err)
+// maxInstanceHost bounds an explicit instance host; it is stored in every
+// running call's owner column.
+const maxInstanceHost = 200
+
+// checkInstanceHost validates an explicit host identity (--instance-host):
+// visible ASCII without '/', which separates the executor suffix of an
+// owner.
+func checkInstanceHost(h string) error {
+	if h == "" || len(h) > maxInstanceHost {
+		return fmt.Errorf("instance host must be 1 to %d characters, got %d", maxInstanceHost, len(h))
+	}
+	for _, r := range h {
+		if r <= ' ' || r > '~' || r == '/' {
+			return fmt.Errorf("instance host %q: only visible ASCII characters other than '/' are allowed", h)
+		}
+	}
+	return nil
+}
+
+// hostID is the default host identity: the hostname, for people, plus a
+// short hash of the boot id and the pid namespace, for the machine.
+//
+// Why: dead-owner recovery releases a call at once when its owner names this
+// host and that pid is gone, and a pid means something only inside one pid
+// namespace during one boot. Two machines or containers with the same
+// hostname sharing one PostgreSQL database must never judge each other's
+// pids (they would release live calls), so their identities must differ even
+// when their hostnames do not. Processes restarted in the same namespace keep
+// the identity and still recover their predecessor's calls at once; after a
+// reboot or in a new container the old calls wait for their lease instead —
+// the safe side. Containers sharing a pid namespace share the identity, which
+// is right: they see each other's processes.
+//
+// If the boot id or the namespace cannot be read, the identity is returned
+// with an error: the caller must then not judge other owners.
+func (p procFS) hostID() (string, error) {
+	name, err := os.Hostname()
+	if err != nil || name == "" {
+		return "", fmt.Errorf("hostname: %w", err)
+	}
+	// '/' would end the host early when the owner is parsed back.
+	name = strings.ReplaceAll(name, "/", "_")
+	boot, bootErr := os.ReadFile(p.root + "/sys/kernel/random/boot_id")
+	ns, nsErr := os.Readlink(p.root + "/self/ns/pid") // "pid:[4026531836]"
+	sum := sha256.Sum256([]byte(strings.TrimSpace(string(boot)) + "\x00" + ns))
+	id := name + "~" + hex.EncodeToString(sum[:6])
+	if err := errors.Join(bootErr, nsErr); err != nil {
+		return id, fmt.Errorf("host identity (boot id, pid namespace): %w", err)
+	}
+	return id, nil
+}
+
+// self returns this process's identity. host, if not empty, is used as the
+// host identity instead of hostID (the operator vouches that it names this
+// pid namespace alone). Without /proc (not Linux) the start time is unknown;
+// on any error dead-owner recovery must stay off.
+func (p procFS) self(host string) (ownerID, error) {
+	var hostErr error
+	if host == "" {
+		host, hostErr = p.hostID()
 	}
 	pid := os.Getpid()
 	st, err := p.stat(pid)
 	if err != nil {
-		return ownerID{Host: host, PID: pid}, err
+		return ownerID{Host: host, PID: pid}, errors.Join(hostErr, err)
 	}
-	return ownerID{Host: host, PID: pid, Start: st.start}, nil
+	return ownerID{Host: host, PID: pid, Start: st.start}, hostErr
 }
 
 type procStat struct {
@@ -115,8 +173,8 @@ func parseProcStat(line string) (procStat, error) {
 	return procStat{state: rest[0][0], start: start}, nil
 }
 
-// ownerGone reports whether owner is a process on this host (self.Host) that
-// certainly no longer runs: its pid is gone, now belongs to a process started
+// ownerGone reports whether owner is a process with this host identity
+// (self.Host, see hostID) that certainly no longer runs: its pid is gone, now belongs to a process started
 // at another time (pid reuse), or is a zombie (exited, not yet reaped — its
 // tools no longer run). Anything uncertain — another host, an unparsable
 // owner, an unreadable /proc — answers false: a live lease is never taken on

@@ -54,7 +54,12 @@ func TestParseProcStat(t *testing.T) {
 // fakeProc builds a /proc tree with the given pid → (state, start).
 func fakeProc(t *testing.T, procs map[int][2]string) procFS {
 	t.Helper()
-	root := t.TempDir()
+	return fakeProcAt(t, t.TempDir(), procs)
+}
+
+// fakeProcAt is fakeProc in a given directory.
+func fakeProcAt(t *testing.T, root string, procs map[int][2]string) procFS {
+	t.Helper()
 	for pid, p := range procs {
 		dir := filepath.Join(root, strconv.Itoa(pid))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -103,7 +108,7 @@ func TestOwnerGone(t *testing.T) {
 
 func TestSelfIdentity(t *testing.T) {
 	p := procFS{root: "/proc"}
-	self, err := p.self()
+	self, err := p.self("")
 	if err != nil {
 		t.Skipf("no /proc here: %v", err)
 	}
@@ -112,5 +117,150 @@ func TestSelfIdentity(t *testing.T) {
 	}
 	if _, gone := p.ownerGone(self, self.String()+"/1"); gone {
 		t.Fatal("this process judged gone")
+	}
+	// The host identity is the hostname plus a hash, and stable within
+	// the process (every executor and restart in this namespace agrees).
+	name, _ := os.Hostname()
+	if !strings.HasPrefix(self.Host, name+"~") {
+		t.Fatalf("host %q does not start with hostname %q", self.Host, name+"~")
+	}
+	again, err := p.self("")
+	if err != nil || again.Host != self.Host {
+		t.Fatalf("host identity not stable: %q then %q (%v)", self.Host, again.Host, err)
+	}
+	if o, ok := parseOwner(self.String() + "/1"); !ok || o != self {
+		t.Fatalf("owner %q parses as %+v %v", self.String()+"/1", o, ok)
+	}
+}
+
+// selfHost is this process's host identity, as a server in it would write
+// into calls.owner.
+func selfHost(t *testing.T) string {
+	t.Helper()
+	self, err := procFS{root: "/proc"}.self("")
+	if err != nil {
+		t.Skipf("no /proc here: %v", err)
+	}
+	return self.Host
+}
+
+// fakeHost adds the boot id and pid namespace of a fake /proc.
+func fakeHost(t *testing.T, root, bootID, pidNS string) {
+	t.Helper()
+	if bootID != "" {
+		dir := filepath.Join(root, "sys", "kernel", "random")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "boot_id"), []byte(bootID+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if pidNS != "" {
+		dir := filepath.Join(root, "self", "ns")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		// A dangling symlink, like the real one: only its text matters.
+		if err := os.Symlink(pidNS, filepath.Join(dir, "pid")); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestHostIDSeparatesMachinesAndNamespaces: same hostname, another boot
+// (machine) or another pid namespace (container) → another host identity,
+// so neither can release the other's live calls.
+func TestHostIDSeparatesMachinesAndNamespaces(t *testing.T) {
+	id := func(bootID, pidNS string) string {
+		t.Helper()
+		root := t.TempDir()
+		fakeHost(t, root, bootID, pidNS)
+		h, err := procFS{root: root}.hostID()
+		if err != nil {
+			t.Fatalf("hostID(%s, %s): %v", bootID, pidNS, err)
+		}
+		return h
+	}
+	const boot1, boot2 = "aee5817e-7aab-4030-b1af-1db85ff83f54", "0c0ffee0-0000-4000-8000-000000000001"
+	const ns1, ns2 = "pid:[4026531836]", "pid:[4026532201]"
+	base := id(boot1, ns1)
+	name, _ := os.Hostname()
+	if !strings.HasPrefix(base, strings.ReplaceAll(name, "/", "_")+"~") || len(base) != len(name)+1+12 {
+		t.Fatalf("host identity %q: want %q + \"~\" + 12 hex", base, name)
+	}
+	if again := id(boot1, ns1); again != base {
+		t.Fatalf("same boot and namespace gave %q and %q", base, again)
+	}
+	if other := id(boot2, ns1); other == base {
+		t.Fatalf("another machine (boot id) has the same identity %q", other)
+	}
+	if other := id(boot1, ns2); other == base {
+		t.Fatalf("another pid namespace has the same identity %q", other)
+	}
+
+	// Either part missing: an identity for the owner column, but an error,
+	// so the server does not judge other owners on it.
+	for _, tc := range []struct{ boot, ns string }{{boot1, ""}, {"", ns1}} {
+		root := t.TempDir()
+		fakeHost(t, root, tc.boot, tc.ns)
+		if h, err := (procFS{root: root}).hostID(); err == nil || h == "" {
+			t.Errorf("boot %q ns %q: got %q, %v; want an identity and an error", tc.boot, tc.ns, h, err)
+		}
+	}
+}
+
+// TestSelfInstanceHostOverride: an explicit instance host replaces the
+// derived identity and needs neither boot id nor namespace.
+func TestSelfInstanceHostOverride(t *testing.T) {
+	root := t.TempDir()
+	proc := fakeProcAt(t, root, map[int][2]string{os.Getpid(): {"R", "777"}})
+	self, err := proc.self("node-a")
+	if err != nil || self.Host != "node-a" || self.Start != 777 || self.PID != os.Getpid() {
+		t.Fatalf("self(node-a) = %+v, %v", self, err)
+	}
+	// Without boot id and namespace the derived identity is incomplete.
+	if _, err := proc.self(""); err == nil {
+		t.Fatal("derived identity without boot id and pid namespace accepted")
+	}
+	fakeHost(t, root, "b", "pid:[1]")
+	if self, err := proc.self(""); err != nil || !strings.Contains(self.Host, "~") {
+		t.Fatalf("derived identity %+v, %v", self, err)
+	}
+
+	// Only owners with exactly this host are judged: same pid under a
+	// different instance host is someone else's pid.
+	ghost := strconv.Itoa(1<<30) + ":1/1" // no such pid
+	if _, gone := proc.ownerGone(ownerID{Host: "node-a", PID: 10, Start: 1}, "node-a:"+ghost); !gone {
+		t.Error("dead owner of the same instance host not recognised")
+	}
+	if _, gone := proc.ownerGone(ownerID{Host: "node-a", PID: 10, Start: 1}, "node-b:"+ghost); gone {
+		t.Error("owner of another instance host judged")
+	}
+	// An owner written before host identities (plain hostname) is never
+	// judged by a server with a derived identity: it waits for its lease.
+	name, _ := os.Hostname()
+	if _, gone := proc.ownerGone(ownerID{Host: self.Host, PID: 10, Start: 1}, name+":"+ghost); gone {
+		t.Error("old-format owner judged")
+	}
+}
+
+func TestCheckInstanceHost(t *testing.T) {
+	for _, ok := range []string{"node-a", "vm.example.com", "10.0.0.7", "a:b", strings.Repeat("x", maxInstanceHost)} {
+		if err := checkInstanceHost(ok); err != nil {
+			t.Errorf("checkInstanceHost(%q): %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "a/b", "a b", "tab\t", "é", strings.Repeat("x", maxInstanceHost+1)} {
+		if err := checkInstanceHost(bad); err == nil {
+			t.Errorf("checkInstanceHost(%q) accepted", bad)
+		}
+	}
+	if _, err := New(Config{InstanceHost: "a/b"}, &faultyStore{}); err == nil {
+		t.Error("New accepted instance host a/b")
+	}
+	srv, err := New(Config{InstanceHost: "node-x"}, &faultyStore{})
+	if err != nil || !strings.HasPrefix(srv.Owner(), "node-x:"+strconv.Itoa(os.Getpid())+":") {
+		t.Errorf("owner with --instance-host node-x: %q, %v", srv.Owner(), err)
 	}
 }

@@ -78,6 +78,12 @@ type Config struct {
 	// server always keeps a private registry for GET /metrics, so many
 	// servers can live in one process.
 	Registry prometheus.Registerer
+	// InstanceHost, if set, replaces the derived host identity in the lease
+	// owner (hostname plus a hash of boot id and pid namespace, see hostID).
+	// Servers with the same InstanceHost judge each other's pids for
+	// dead-owner recovery, so it must name one pid namespace: never give
+	// two machines or containers the same value.
+	InstanceHost string
 	// Exit ends the process for a chaos crash; nil means os.Exit. Tests
 	// set it to observe the crash without losing the test binary.
 	Exit func(code int)
@@ -123,12 +129,13 @@ func New(cfg Config, st store.Store) (*Server, error) {
 	if cfg.proc != nil {
 		proc = *cfg.proc
 	}
-	self, err := proc.self()
+	self, err := proc.self(cfg.InstanceHost)
 	selfOK := err == nil && self.Start != 0
 	if !selfOK {
-		// Without a start time, liveness cannot be told from pid reuse:
-		// recovery of dead owners' calls falls back to lease expiry.
-		log.Warn("process start time unknown; calls of crashed servers wait for their lease to expire", attrErr, err)
+		// Without a start time, liveness cannot be told from pid reuse;
+		// without a host identity, whose pids they are: recovery of dead
+		// owners' calls falls back to lease expiry.
+		log.Warn("process identity incomplete; calls of crashed servers wait for their lease to expire", attrErr, err)
 	}
 	if self.Host == "" {
 		self.Host = "unknown-host"
@@ -202,6 +209,11 @@ func (c *Config) fill() error {
 	}
 	if c.RecoverInterval < 0 || c.ShutdownGrace < 0 || c.MaxWait < 0 {
 		errs = append(errs, errors.New("recover interval, shutdown grace and max wait must not be negative"))
+	}
+	if c.InstanceHost != "" {
+		if err := checkInstanceHost(c.InstanceHost); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.Chaos {
 		if err := checkLoopback(c.Addr); err != nil {
