@@ -51,12 +51,14 @@ func fetchStats(ctx context.Context, c *http.Client, base string) (Stats, error)
 	return s, nil
 }
 
-// Drain polling: /stats counts whole tables, so it is read often at first
-// (a small run drains in milliseconds) and less often as the wait grows, to
-// leave the database to the workers being waited for.
+// Drain polling: /stats counts whole tables, so it is read every
+// drainPollMin for the first drainPollFast (a small run drains in
+// milliseconds, and drain_s should say so to within a poll), then less and
+// less often, to leave the database to the workers being waited for.
 const (
-	drainPollMin = 20 * time.Millisecond
-	drainPollMax = 250 * time.Millisecond
+	drainPollMin  = 20 * time.Millisecond
+	drainPollFast = time.Second
+	drainPollMax  = 250 * time.Millisecond
 	// MaxDrain caps the whole drain, however steadily it progresses.
 	MaxDrain = 10 * time.Minute
 )
@@ -95,6 +97,8 @@ func drain(ctx context.Context, c *http.Client, base string, idle time.Duration,
 			return s, false, ctx.Err()
 		case <-time.After(poll):
 		}
-		poll = min(2*poll, drainPollMax)
+		if time.Since(start) >= drainPollFast {
+			poll = min(2*poll, drainPollMax)
+		}
 	}
 }
