@@ -306,6 +306,24 @@ func (e *executor) execute(c store.Call) {
 		e.exit(exitCrash)
 		return // only reached when exit is a test hook
 	}
+	// The pause stands for a worker frozen past its lease (a GC pause, a
+	// stalled VM; §12.3.2, §12.13.3): the outcome is in hand, the lease runs
+	// out, another worker may take the call over, and this commit must then
+	// be fenced. First attempt only, like the crash: the attempt that takes
+	// over must be able to commit.
+	if e.chaos && chaos.PauseBeforeCommit > 0 && c.Attempt == 1 {
+		log.Warn("chaos: _pause_before_commit, pausing before the completion commits",
+			"pause", chaos.PauseBeforeCommit, "lease", e.lease)
+		t := time.NewTimer(chaos.PauseBeforeCommit)
+		// When the shutdown grace runs out the pause ends early and the
+		// commit goes ahead: the tool has run, and recording its outcome
+		// (or being fenced) beats abandoning it, as for any completion.
+		select {
+		case <-t.C:
+		case <-e.workCtx.Done():
+			t.Stop()
+		}
+	}
 	if e.beforeCommit != nil {
 		e.beforeCommit(e.workCtx, c)
 	}

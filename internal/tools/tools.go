@@ -39,6 +39,10 @@ const (
 const (
 	ArgCrashAfterCommit  = "_crash_after_commit"
 	ArgCrashBeforeCommit = "_crash_before_commit"
+	// ArgPauseBeforeCommit takes seconds: the worker waits that long after
+	// the tool ran and before its completion commits, as a worker frozen
+	// past its lease would (§12.3.2, §12.13.3).
+	ArgPauseBeforeCommit = "_pause_before_commit"
 )
 
 // Limits on arguments.
@@ -49,6 +53,9 @@ const (
 	// MaxSleepSeconds caps sleep.seconds; the default lease (30s) must stay
 	// longer than the longest tool.
 	MaxSleepSeconds = 10
+	// MaxPauseSeconds caps _pause_before_commit: long enough to outlast a
+	// short test lease, short enough that a forgotten pause stays harmless.
+	MaxPauseSeconds = 10
 )
 
 // ErrorCodeToolFailed is the code of the error a failing tool reports.
@@ -113,7 +120,8 @@ func Known(tool string) bool {
 // wraps ErrUnknownTool; bad arguments wrap ErrInvalidArgs with a message
 // that names the argument. Argument names starting with "_" are reserved for
 // the chaos hooks: refused unless chaos is true, and then only
-// _crash_after_commit and _crash_before_commit with boolean values.
+// _crash_after_commit and _crash_before_commit with boolean values and
+// _pause_before_commit with a number of seconds (0 < s ≤ MaxPauseSeconds).
 func Validate(tool string, args map[string]any, chaos bool) error {
 	if !Known(tool) {
 		return fmt.Errorf("%w %q (known tools: %s)", ErrUnknownTool, tool, strings.Join(names, ", "))
@@ -125,11 +133,20 @@ func Validate(tool string, args map[string]any, chaos bool) error {
 		if !chaos {
 			return fmt.Errorf("%w: %s: argument %q: names starting with \"_\" are reserved for chaos hooks, which this server does not enable (--chaos)", ErrInvalidArgs, tool, name)
 		}
-		if name != ArgCrashAfterCommit && name != ArgCrashBeforeCommit {
-			return fmt.Errorf("%w: %s: unknown chaos argument %q (allowed: %s, %s)", ErrInvalidArgs, tool, name, ArgCrashAfterCommit, ArgCrashBeforeCommit)
-		}
-		if _, ok := args[name].(bool); !ok {
-			return fmt.Errorf("%w: %s: %s must be a boolean, got %s", ErrInvalidArgs, tool, name, describe(args[name]))
+		switch name {
+		case ArgCrashAfterCommit, ArgCrashBeforeCommit:
+			if _, ok := args[name].(bool); !ok {
+				return fmt.Errorf("%w: %s: %s must be a boolean, got %s", ErrInvalidArgs, tool, name, describe(args[name]))
+			}
+		case ArgPauseBeforeCommit:
+			// 0 is refused rather than read as "no pause": a hook that
+			// silently does nothing would make a scenario pass vacuously.
+			if s, ok := number(args[name]); !ok || s <= 0 || s > MaxPauseSeconds {
+				return fmt.Errorf("%w: %s: %s must be a number of seconds above 0 and at most %d, got %s", ErrInvalidArgs, tool, name, MaxPauseSeconds, describe(args[name]))
+			}
+		default:
+			return fmt.Errorf("%w: %s: unknown chaos argument %q (allowed: %s, %s, %s)", ErrInvalidArgs, tool, name,
+				ArgCrashAfterCommit, ArgCrashBeforeCommit, ArgPauseBeforeCommit)
 		}
 	}
 	_, err := parse(tool, args)
@@ -144,13 +161,21 @@ type Chaos struct {
 	CrashBeforeCommit bool
 	// CrashAfterCommit: exit right after the success transaction commits.
 	CrashAfterCommit bool
+	// PauseBeforeCommit: wait this long after the tool ran, before its
+	// transaction commits (0: no pause).
+	PauseBeforeCommit time.Duration
 }
 
-// ChaosOf reads the chaos hook arguments; absent or non-boolean means false.
+// ChaosOf reads the chaos hook arguments; an absent or ill-typed crash
+// argument means false, an absent or out-of-range pause means no pause.
 func ChaosOf(args map[string]any) Chaos {
 	before, _ := args[ArgCrashBeforeCommit].(bool)
 	after, _ := args[ArgCrashAfterCommit].(bool)
-	return Chaos{CrashBeforeCommit: before, CrashAfterCommit: after}
+	c := Chaos{CrashBeforeCommit: before, CrashAfterCommit: after}
+	if s, ok := number(args[ArgPauseBeforeCommit]); ok && s > 0 && s <= MaxPauseSeconds {
+		c.PauseBeforeCommit = time.Duration(s * float64(time.Second))
+	}
+	return c
 }
 
 // EffectID returns the effect id of a call: "eff_" + the first 8 bytes of

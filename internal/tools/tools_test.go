@@ -114,6 +114,21 @@ func TestValidate(t *testing.T) {
 		{"charge", `{"amount":1,"_crash_after_commit":"true"}`, true, ErrInvalidArgs, "_crash_after_commit must be a boolean"},
 		{"charge", `{"amount":1,"_crash_later":true}`, true, ErrInvalidArgs, `unknown chaos argument "_crash_later"`},
 		{"charge", `{"_crash_after_commit":true}`, true, ErrInvalidArgs, "amount is required"},
+		// _pause_before_commit: seconds, 0 < s <= 10, chaos only
+		{"charge", `{"amount":1,"_pause_before_commit":1}`, false, ErrInvalidArgs, "reserved for chaos hooks"},
+		{"charge", `{"amount":1,"_pause_before_commit":1}`, true, nil, ""},
+		{"charge", `{"amount":1,"_pause_before_commit":2.5}`, true, nil, ""},
+		{"charge", `{"amount":1,"_pause_before_commit":0.001}`, true, nil, ""},
+		{"charge", `{"amount":1,"_pause_before_commit":10}`, true, nil, ""},
+		{"sleep", `{"seconds":0,"_pause_before_commit":1,"_crash_after_commit":false}`, true, nil, ""},
+		{"charge", `{"amount":1,"_pause_before_commit":0}`, true, ErrInvalidArgs, "_pause_before_commit must be a number of seconds above 0 and at most 10, got 0"},
+		{"charge", `{"amount":1,"_pause_before_commit":-1}`, true, ErrInvalidArgs, "got -1"},
+		{"charge", `{"amount":1,"_pause_before_commit":10.5}`, true, ErrInvalidArgs, "got 10.5"},
+		{"charge", `{"amount":1,"_pause_before_commit":"1"}`, true, ErrInvalidArgs, `got string "1"`},
+		{"charge", `{"amount":1,"_pause_before_commit":true}`, true, ErrInvalidArgs, "got boolean true"},
+		{"charge", `{"amount":1,"_pause_before_commit":[1]}`, true, ErrInvalidArgs, "got an array"},
+		{"charge", `{"amount":1,"_pause_later":1}`, true, ErrInvalidArgs, "_pause_before_commit)"}, // the allowed list names it
+		{"charge", `{"_pause_before_commit":1}`, true, ErrInvalidArgs, "amount is required"},
 	}
 	for _, c := range cases {
 		name := c.tool + " " + c.args
@@ -163,6 +178,14 @@ func TestChaosOf(t *testing.T) {
 		{`{"_crash_before_commit":true}`, Chaos{CrashBeforeCommit: true}},
 		{`{"_crash_before_commit":true,"_crash_after_commit":false}`, Chaos{CrashBeforeCommit: true}},
 		{`{"_crash_after_commit":"true"}`, Chaos{}},
+		{`{"_pause_before_commit":1}`, Chaos{PauseBeforeCommit: time.Second}},
+		{`{"_pause_before_commit":2.5,"_crash_before_commit":true}`, Chaos{PauseBeforeCommit: 2500 * time.Millisecond, CrashBeforeCommit: true}},
+		{`{"_pause_before_commit":1e-3}`, Chaos{PauseBeforeCommit: time.Millisecond}},
+		// Values Validate refuses mean no pause, never a negative or huge one.
+		{`{"_pause_before_commit":0}`, Chaos{}},
+		{`{"_pause_before_commit":-1}`, Chaos{}},
+		{`{"_pause_before_commit":11}`, Chaos{}},
+		{`{"_pause_before_commit":"1"}`, Chaos{}},
 	}
 	for _, c := range cases {
 		if got := ChaosOf(args(t, c.args)); got != c.want {
