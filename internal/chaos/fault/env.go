@@ -73,13 +73,17 @@ func (e *env) logf(format string, args ...any) {
 
 // serverOpts are the serve flags a scenario needs.
 type serverOpts struct {
-	label string // "server", "server A", ...
-	chaos bool
-	lease time.Duration // 0: the server's default
+	label   string // "server", "server A", ...
+	chaos   bool
+	lease   time.Duration // 0: the server's default
+	workers int           // 0: the server's default
+	// instanceHost is --instance-host, the host part of the server's lease
+	// owner ("": derived from this machine).
+	instanceHost string
 }
 
 // serverProc is one `idemctl serve` subprocess. It can be restarted on the
-// same address and database, frozen (SIGSTOP) and thawed.
+// same address and database.
 type serverProc struct {
 	e    *env
 	opts serverOpts
@@ -91,7 +95,6 @@ type serverProc struct {
 	cmd     *exec.Cmd
 	done    chan struct{} // closed when the current process has exited
 	exitErr error
-	frozen  bool
 }
 
 // startServer starts a server on a free loopback port and waits until it is
@@ -134,6 +137,12 @@ func (p *serverProc) args() []string {
 	if p.opts.lease > 0 {
 		args = append(args, "--lease", p.opts.lease.String())
 	}
+	if p.opts.workers > 0 {
+		args = append(args, "--workers", strconv.Itoa(p.opts.workers))
+	}
+	if p.opts.instanceHost != "" {
+		args = append(args, "--instance-host", p.opts.instanceHost)
+	}
 	return args
 }
 
@@ -159,7 +168,7 @@ func (p *serverProc) start(ctx context.Context) error {
 	}
 	done := make(chan struct{})
 	p.mu.Lock()
-	p.cmd, p.done, p.exitErr, p.frozen = cmd, done, nil, false
+	p.cmd, p.done, p.exitErr = cmd, done, nil
 	p.e.pids = append(p.e.pids, cmd.Process.Pid)
 	p.mu.Unlock()
 	go func() {
@@ -258,11 +267,10 @@ func (p *serverProc) waitExit(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// kill ends the process, whatever its state: a frozen process is thawed
-// first so it can take the TERM; KILL follows if it lingers.
+// kill ends the process: TERM, then KILL if it lingers.
 func (p *serverProc) kill() {
 	p.mu.Lock()
-	cmd, done, frozen := p.cmd, p.done, p.frozen
+	cmd, done := p.cmd, p.done
 	p.mu.Unlock()
 	if cmd == nil || cmd.Process == nil {
 		return
@@ -272,9 +280,6 @@ func (p *serverProc) kill() {
 		return
 	default:
 	}
-	if frozen {
-		_ = thaw(cmd.Process)
-	}
 	_ = terminate(cmd.Process)
 	select {
 	case <-done:
@@ -282,29 +287,6 @@ func (p *serverProc) kill() {
 		_ = cmd.Process.Kill()
 		<-done
 	}
-}
-
-// freeze stops the process (SIGSTOP): a stand-in for a long GC pause or a
-// frozen VM. It keeps its leases in the database but does nothing.
-func (p *serverProc) freeze() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if err := freeze(p.cmd.Process); err != nil {
-		return err
-	}
-	p.frozen = true
-	return nil
-}
-
-// thaw resumes a frozen process (SIGCONT).
-func (p *serverProc) thaw() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if err := thaw(p.cmd.Process); err != nil {
-		return err
-	}
-	p.frozen = false
-	return nil
 }
 
 // logTail returns the end of the server's log, for error messages.

@@ -183,16 +183,19 @@ func TestDuplicateRequestOneEffect(t *testing.T) {
 }
 
 func TestLeaseExpiryStaleCommitFenced(t *testing.T) {
-	if !canFreeze {
-		t.Skip("needs SIGSTOP")
-	}
-	r, _, tmp := setup(t, Options{})
+	r, out, tmp := setup(t, Options{})
 	rep := run(t, r, "lease-expiry")
-	// sleep leaves no effect row: the point is one committed completion
-	// (attempt 2, by the second server) and the paused one fenced.
-	assertPass(t, rep, 1, 0, 2)
-	if rep.Fenced < 1 || rep.Recovered < 1 {
-		t.Fatalf("fenced=%d recovered=%d, want both ≥ 1", rep.Fenced, rep.Recovered)
+	// One charge, one effect: committed by server B at attempt 2; server
+	// A's paused attempt-1 commit fenced.
+	assertPass(t, rep, 1, 1, 2)
+	if rep.Fenced < 1 {
+		t.Fatalf("fenced=%d, want ≥ 1", rep.Fenced)
+	}
+	// The claims in the audit name the two servers' instance hosts.
+	for _, host := range []string{leaseExpiryHostA, leaseExpiryHostB} {
+		if !strings.Contains(out.String(), host+":") {
+			t.Fatalf("no claim by %s in the evidence:\n%s", host, out)
+		}
 	}
 	assertCleanedUp(t, tmp, rep)
 }

@@ -2,8 +2,9 @@ package fault
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,10 +26,17 @@ const (
 	// serverDefaultLease is serve's default --lease, which the crash
 	// scenarios keep: recovery must not have waited for it.
 	serverDefaultLease = 30 * time.Second
-	// leaseExpiryLease and leaseExpirySleep: the frozen server's lease runs
-	// out; the second server's attempt (sleep < lease) finishes within its.
-	leaseExpiryLease = 2 * time.Second
-	leaseExpirySleep = 1
+	// leaseExpiryLease and leaseExpiryPause: server A's worker pauses well
+	// past its lease, long enough for server B to see the lease expire
+	// (up to one 200ms recovery tick late), claim the call and commit
+	// before A wakes.
+	leaseExpiryLease = time.Second
+	leaseExpiryPause = 2.5 // seconds, _pause_before_commit
+	// leaseExpiryHostA and leaseExpiryHostB are the servers'
+	// --instance-host: different hosts never judge each other's pids, so
+	// only the lease can hand A's call to B (A is alive anyway).
+	leaseExpiryHostA = "fault-host-a"
+	leaseExpiryHostB = "fault-host-b"
 )
 
 func chargeArgs(amount int64) map[string]any { return map[string]any{"amount": amount} }
@@ -486,58 +494,59 @@ func runDuplicate(ctx context.Context, e *env, rep *Report) error {
 
 var leaseExpiry = scenario{
 	name:  "lease-expiry",
-	title: "a worker is paused past its lease (SIGSTOP, like a long GC pause); a second server takes the call over, and the paused worker's late commit is fenced",
+	title: "a worker pauses past its lease after running the charge (_pause_before_commit, like a long GC pause); a second server takes the call over and commits, and the paused worker's late commit is fenced",
 	plan: []string{
-		"make a temp dir and database; start server A: `idemctl serve --lease 2s` on a free loopback port",
-		"client: key lease-<unix time>, tool sleep seconds=1 (the chapter's long-running tool; it has no effect row)",
-		"as soon as A has claimed the call (running, attempt 1), freeze A with SIGSTOP: its lease keeps ticking, it cannot act",
-		"start server B on the same database (--lease 2s); A's process is alive, so B waits for the lease to expire (no dead-owner shortcut)",
-		"B recovers the expired lease (audit recover), claims attempt 2, sleeps 1s and commits: succeeded",
-		"thaw A (SIGCONT): its attempt-1 sleep is over and it tries to commit; the commit is fenced on (owner, attempt) and refused (audit fenced)",
+		"make a temp dir and database; start server A: `idemctl serve --chaos --lease 1s --workers 1 --instance-host " + leaseExpiryHostA + "` on a free loopback port (one worker: A cannot take its own call back)",
+		"client: POST to A, key lease-<unix time>, charge amount 100 with _pause_before_commit=2.5",
+		"A claims the call (attempt 1), runs the charge and pauses before its commit; its lease runs out meanwhile",
+		"once A has claimed, start server B on the same database: `idemctl serve --chaos --lease 1s --instance-host " + leaseExpiryHostB + "` (another host: no dead-owner shortcut; A is alive anyway)",
+		"the expired lease goes back to pending (audit recover); B claims attempt 2 (the pause fires on attempt 1 only), runs the charge and commits it with its effect",
+		"A wakes and tries to commit attempt 1: the commit is fenced on (owner, attempt) and refused (audit fenced), no second effect",
 		"print calls, effects, audit and dupes from the database, and /stats",
-		"PASS when calls=1, the call succeeded at attempt 2, exactly one completion committed and A's stale one was fenced",
+		"PASS when calls=1, effects=1, the call succeeded at attempt 2 claimed by B, exactly one completion committed, and A's stale one was fenced",
 	},
 	run: runLeaseExpiry,
 }
 
 func runLeaseExpiry(ctx context.Context, e *env, rep *Report) error {
-	if !canFreeze {
-		return errors.New("lease-expiry needs SIGSTOP/SIGCONT, which this platform lacks")
-	}
-	a, err := e.startServer(ctx, serverOpts{label: "server A", lease: leaseExpiryLease})
+	a, err := e.startServer(ctx, serverOpts{label: "server A", chaos: true, lease: leaseExpiryLease,
+		workers: 1, instanceHost: leaseExpiryHostA})
 	if err != nil {
 		return err
 	}
 	e.logf("server A: %s (pid %d)", a.commandLine(), a.pid())
 	key := fmt.Sprintf("lease-%d", time.Now().Unix())
 	ca := e.client(a.base, "")
-	e.logf("client: POST key %s to A, sleep seconds=%d (lease %s)", key, leaseExpirySleep, leaseExpiryLease)
-	res, err := ca.Call(ctx, key, client.Request{Tool: tools.Sleep, Args: map[string]any{"seconds": leaseExpirySleep}})
+	args := chargeArgs(100)
+	args[tools.ArgPauseBeforeCommit] = leaseExpiryPause
+	e.logf("client: POST key %s to A, charge 100 with %s=%g (lease %s)", key, tools.ArgPauseBeforeCommit, leaseExpiryPause, leaseExpiryLease)
+	res, err := ca.Call(ctx, key, client.Request{Tool: tools.Charge, Args: args})
+	rep.Attempts = len(res.Attempts)
 	if err != nil {
 		return fmt.Errorf("posting the call to server A: %w", err)
 	}
 	callID := res.Call.CallID
 	answers := answeredIDs(res)
 
-	// Freeze A only once its claim has committed: then A holds no write
-	// transaction (idle ticks only read), so B is not blocked by a lock.
+	// B starts only once A has claimed: B must not win attempt 1.
 	var seen client.Call
 	err = waitFor(ctx, 5*time.Second, func() (bool, error) {
 		seen, err = (&client.Client{Base: a.base}).Get(ctx, callID)
 		return err == nil && seen.Status != client.StatusPending, nil
 	})
 	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		return fmt.Errorf("server A never claimed %s: %w", callID, err)
 	}
-	if seen.Status != client.StatusRunning {
-		rep.fail("the fault did not happen as planned: the call was %s before A could be frozen", seen.Status)
+	if seen.Status != client.StatusRunning || seen.Attempt != 1 {
+		rep.fail("the fault did not happen as planned: the call was %s at attempt %d before B started, want running at attempt 1", seen.Status, seen.Attempt)
 	}
-	if err := a.freeze(); err != nil {
-		return fmt.Errorf("freezing server A: %w", err)
-	}
-	e.logf("froze server A (SIGSTOP pid %d) during attempt %d: its lease runs out while it cannot act", a.pid(), seen.Attempt)
+	e.logf("server A claimed attempt %d and pauses before its commit; its %s lease runs out meanwhile", seen.Attempt, leaseExpiryLease)
 
-	b, err := e.startServer(ctx, serverOpts{label: "server B", lease: leaseExpiryLease})
+	b, err := e.startServer(ctx, serverOpts{label: "server B", chaos: true, lease: leaseExpiryLease,
+		instanceHost: leaseExpiryHostB})
 	if err != nil {
 		return err
 	}
@@ -550,32 +559,32 @@ func runLeaseExpiry(ctx context.Context, e *env, rep *Report) error {
 	}
 	answers = append(answers, final.CallID)
 
-	if err := a.thaw(); err != nil {
-		return fmt.Errorf("thawing server A: %w", err)
-	}
-	e.logf("thawed server A (SIGCONT): its attempt-1 sleep is over, it tries to commit under a lease it lost")
+	e.logf("waiting for server A to wake up and try to commit attempt 1 under the lease it lost")
 	st, err := e.openDB(ctx)
 	if err != nil {
 		return err
 	}
-	fenced := func() (bool, error) {
+	var fenced *store.AuditEvent
+	err = waitFor(ctx, 10*time.Second, func() (bool, error) {
 		events, err := st.Audit(ctx, callID, 0)
-		return firstEvent(events, store.EventFenced) != nil, err
-	}
-	err = waitFor(ctx, 10*time.Second, fenced)
+		fenced = firstEvent(events, store.EventFenced)
+		return fenced != nil, err
+	})
 	st.Close()
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
 	if err != nil {
 		e.logf("no fenced row: %v", err)
+	} else {
+		e.logf("server A's late commit was fenced: %s", fenced.Detail)
 	}
 
-	ev, err := e.evidence(ctx, b.base, rep, expect{calls: 1, effects: 0}, answers)
+	ev, err := e.evidence(ctx, b.base, rep, expect{calls: 1, effects: 1}, answers)
 	if err != nil {
 		return err
 	}
-	if final.Status != client.StatusSucceeded {
+	if final.CallID != "" && final.Status != client.StatusSucceeded {
 		rep.fail("the call ended %q, want succeeded", final.Status)
 	}
 	if rep.Attempt != 2 {
@@ -587,7 +596,40 @@ func runLeaseExpiry(ctx context.Context, e *env, rep *Report) error {
 	if rep.Fenced < 1 {
 		rep.fail("the paused worker's stale commit was not fenced (no fenced row in the audit)")
 	}
+	checkTakeover(rep, ev.events)
 	return nil
+}
+
+// checkTakeover checks the audit tells the planned story: A claimed, the
+// lease expired (recover), B claimed, B's completion committed, and only
+// then A's commit was fenced. Anything else means the fault did not happen
+// as planned (A woke before B could take over, say), even if the
+// invariants held. The recover row is optional: a claim may take a running
+// call whose lease has just expired directly, between a scheduler's
+// recovery pass and its claim.
+func checkTakeover(rep *Report, events []store.AuditEvent) {
+	var claims []store.AuditEvent
+	var story []string
+	for _, ev := range events {
+		if ev.Event == store.EventClaimed {
+			claims = append(claims, ev)
+		}
+		if ev.Event != store.EventCreated && ev.Event != store.EventRecover {
+			story = append(story, ev.Event)
+		}
+	}
+	by := func(i int, host string) bool {
+		return len(claims) > i && strings.HasPrefix(claims[i].Detail, host+":")
+	}
+	if !by(0, leaseExpiryHostA) || !by(1, leaseExpiryHostB) || len(claims) != 2 {
+		rep.fail("the fault did not happen as planned: want attempt 1 claimed by A (%s) and attempt 2 by B (%s), the audit has %d claim(s)",
+			leaseExpiryHostA, leaseExpiryHostB, len(claims))
+	}
+	want := []string{store.EventClaimed, store.EventClaimed, store.EventSucceeded, store.EventFenced}
+	if !slices.Equal(story, want) {
+		rep.fail("the fault did not happen as planned: audit %s (recover rows left out), want %s",
+			strings.Join(story, " → "), strings.Join(want, " → "))
+	}
 }
 
 func countEvents(events []store.AuditEvent, name string) int {
