@@ -64,7 +64,7 @@ invariant that broke. Everything is cleaned up afterwards, also on Ctrl-C.
   --crash                the server dies right after commit; restart; retry
   --concurrent           many clients send the same key at once
   --crash-before-commit  the server dies after the tool, before commit
-  --lease-expiry         a server frozen past its lease; its late commit is fenced
+  --lease-expiry         a worker paused past its lease; another server commits, the stale commit is fenced
   --duplicate-request    the proxy delivers the request twice
 
 Where it applies (drop-response), the §12.15 contrast follows: the same fault
