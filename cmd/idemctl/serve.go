@@ -88,7 +88,7 @@ servers may share one PostgreSQL database.`,
 	f.StringVar(&opts.DB, "db", "idem.db", "database: SQLite path, sqlite://path or postgres:// URL")
 	f.IntVar(&opts.Workers, "workers", server.DefaultWorkers, "tool executions run at once")
 	f.DurationVar(&opts.Lease, "lease", server.DefaultLease, "lease a worker holds on a call; must exceed the longest tool (sleep: 10s)")
-	f.BoolVar(&opts.Chaos, "chaos", false, "enable the _crash_after_commit / _crash_before_commit args (loopback addresses only)")
+	f.BoolVar(&opts.Chaos, "chaos", false, "enable the test-only args _crash_after_commit, _crash_before_commit and _pause_before_commit (loopback addresses only)")
 	f.StringVar(&opts.LogFormat, "log-format", "text", "log format: text or json (logs go to stderr)")
 	f.StringVar(&opts.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.DurationVar(&opts.ShutdownGrace, "shutdown-grace", server.DefaultShutdownGrace, "on SIGINT/SIGTERM, how long running tools may take to finish")

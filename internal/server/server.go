@@ -62,7 +62,7 @@ type Config struct {
 	// Lease is how long a claim holds a call before another worker may
 	// take it over (§12.5.3). It must exceed the longest tool's run time.
 	Lease time.Duration
-	// Chaos enables the _crash_* argument hooks (SPEC §4.6). Refused
+	// Chaos enables the _crash_* and _pause_before_commit argument hooks (SPEC §4.6). Refused
 	// unless Addr is a loopback address.
 	Chaos bool
 	// RecoverInterval is the scheduler's tick: lease recovery and claiming
