@@ -70,7 +70,7 @@ func Run(ctx context.Context, opts Options, out io.Writer) (rep Report, err erro
 		keysSent = func(r loadResult) int { return min(r.N, 1) }
 	}
 	l := &load{
-		client: client, url: rep.Base + "/v1/tool-calls", body: body, key: key,
+		client: client, url: rep.Base + "/v1/tool-calls", body: body, key: key, sameKey: opts.SameKey,
 		n: opts.N, duration: opts.Duration, concurrency: opts.Concurrency,
 		progress: opts.Progress, label: "service",
 	}
