@@ -116,8 +116,10 @@ func writeText(w io.Writer, r Report) error {
 	}
 	fmt.Fprintf(&b, "calls=%d  effects=%d  (delta of /stats; %s; acknowledged keys: %d)\n",
 		r.CallsDelta, r.EffectsDelta, drain, r.AckedKeys)
-	fmt.Fprintf(&b, "finished=%d  in %.3fs (load + drain)  executed=%.1f calls/s\n",
-		r.FinishedDelta, r.WallS+r.DrainS, r.FinishedRPS)
+	if !r.SameKey { // one call: a pace would mean nothing
+		fmt.Fprintf(&b, "finished=%d  in %.3fs (load + drain)  executed=%.1f calls/s\n",
+			r.FinishedDelta, r.WallS+r.DrainS, r.FinishedRPS)
+	}
 	if _, err := io.WriteString(w, b.String()); err != nil {
 		return err
 	}
