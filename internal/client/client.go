@@ -367,6 +367,11 @@ func (c *Client) post(ctx context.Context, key string, body []byte) (AttemptReco
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Idempotency-Key", key)
+	// net/http silently resends a request that carries an Idempotency-Key
+	// when a reused connection dies, if it can rewind the body (GetBody).
+	// Retries are this loop's job: each physical attempt must be counted,
+	// backed off and reported, so the transport may not add invisible ones.
+	hreq.GetBody = nil
 	if c.PreferWait > 0 {
 		secs := int64((c.PreferWait + time.Second - 1) / time.Second)
 		hreq.Header.Set("Prefer", "wait="+strconv.FormatInt(secs, 10))
