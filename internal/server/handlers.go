@@ -118,6 +118,10 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 // handleGet is GET /v1/tool-calls/{call_id}.
 func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("call_id")
+	if !isCallID(id) {
+		writeError(w, s.log, http.StatusNotFound, codeNotFound, "no call with id "+strconv.Quote(id))
+		return
+	}
 	call, err := s.st.Get(r.Context(), id)
 	if errors.Is(err, store.ErrNotFound) {
 		writeError(w, s.log, http.StatusNotFound, codeNotFound, "no call with id "+strconv.Quote(id))
@@ -135,8 +139,15 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 // POST with the same key.
 func (s *Server) handleGetByKey(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
+	if checkKey(key) != nil {
+		// Never recordable (empty, too long, not visible ASCII), so never
+		// recorded; and the store is not asked to compare bytes it may
+		// refuse (PostgreSQL: NUL, invalid UTF-8).
+		writeError(w, s.log, http.StatusNotFound, codeNotFound, "no call with idempotency key "+strconv.Quote(key))
+		return
+	}
 	call, err := s.st.GetByKey(r.Context(), key)
-	if errors.Is(err, store.ErrNotFound) || (err == nil && key == "") {
+	if errors.Is(err, store.ErrNotFound) {
 		writeError(w, s.log, http.StatusNotFound, codeNotFound, "no call with idempotency key "+strconv.Quote(key))
 		return
 	}

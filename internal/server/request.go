@@ -20,6 +20,9 @@ const (
 	MaxBodyBytes = 1 << 20
 	// MaxKeyLength caps the Idempotency-Key header.
 	MaxKeyLength = 255
+	// MaxClientIDLength caps client_id, a label: PostgreSQL indexes it
+	// (client_id, seq), and a btree entry cannot hold an arbitrary string.
+	MaxClientIDLength = 255
 )
 
 // idempotencyKeyHeader is the request header carrying the client's key.
@@ -52,18 +55,44 @@ func idempotencyKey(h http.Header) (string, *apiError) {
 		return "", badRequest("Idempotency-Key must be sent once, got %d values", len(vals))
 	}
 	key := vals[0]
+	if err := checkKey(key); err != nil {
+		return "", err
+	}
+	return key, nil
+}
+
+// checkKey applies the key rules of SPEC §4.1 (1–255 visible ASCII
+// characters). A string that fails them can never have been recorded, so
+// lookups by such a key are answered without asking the store.
+func checkKey(key string) *apiError {
 	if key == "" {
-		return "", badRequest("Idempotency-Key is empty; it must be 1 to %d visible ASCII characters", MaxKeyLength)
+		return badRequest("Idempotency-Key is empty; it must be 1 to %d visible ASCII characters", MaxKeyLength)
 	}
 	if len(key) > MaxKeyLength {
-		return "", badRequest("Idempotency-Key is %d bytes; at most %d are allowed", len(key), MaxKeyLength)
+		return badRequest("Idempotency-Key is %d bytes; at most %d are allowed", len(key), MaxKeyLength)
 	}
 	for i := 0; i < len(key); i++ {
 		if c := key[i]; c < 0x21 || c > 0x7E {
-			return "", badRequest("Idempotency-Key has byte 0x%02x at offset %d; only visible ASCII (0x21-0x7E) is allowed", c, i)
+			return badRequest("Idempotency-Key has byte 0x%02x at offset %d; only visible ASCII (0x21-0x7E) is allowed", c, i)
 		}
 	}
-	return key, nil
+	return nil
+}
+
+// isCallID reports whether id has the only shape the server hands out:
+// "c_" + 16 lowercase hex digits (SPEC §3). Anything else is not found
+// without a store lookup: PostgreSQL refuses NUL and invalid UTF-8 in a
+// text parameter outright, which must be a 404, not a 500.
+func isCallID(id string) bool {
+	if len(id) != len("c_")+16 || !strings.HasPrefix(id, "c_") {
+		return false
+	}
+	for i := len("c_"); i < len(id); i++ {
+		if c := id[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // createRequest is a checked POST /v1/tool-calls body, ready to store.
@@ -90,6 +119,9 @@ func parseCreate(body []byte, chaos bool) (createRequest, *apiError) {
 	obj, ok := v.(map[string]any)
 	if !ok {
 		return req, badRequest("body must be a JSON object like {\"tool\": \"charge\", \"args\": {\"amount\": 100}}")
+	}
+	if path, found := findNUL(obj, "$"); found {
+		return req, badRequest("body: the string at %s contains U+0000 (NUL), which not every database can store", path)
 	}
 	var unknown []string
 	for name := range obj {
@@ -127,6 +159,9 @@ func parseCreate(body []byte, chaos bool) (createRequest, *apiError) {
 		s, ok := raw.(string)
 		if !ok {
 			return req, badRequest("body: client_id must be a string")
+		}
+		if len(s) > MaxClientIDLength {
+			return req, badRequest("body: client_id is %d bytes; at most %d are allowed", len(s), MaxClientIDLength)
 		}
 		req.ClientID = &s
 	}
@@ -199,4 +234,40 @@ func preferWait(h http.Header, max time.Duration) (time.Duration, bool) {
 		}
 	}
 	return 0, false
+}
+
+// findNUL reports the path of the first string (member name or value) in a
+// parsed body that contains U+0000. Such a string is refused: PostgreSQL
+// text cannot hold NUL, so a client_id with one would fail its INSERT (500)
+// and a fail tool's message with one would fail the audit row of every
+// completion, leaving the call never final. One rule for the whole body
+// keeps both backends accepting the same requests. Members are visited in
+// sorted order, so with several NULs the same one is named every time.
+func findNUL(v any, path string) (string, bool) {
+	switch x := v.(type) {
+	case string:
+		return path, strings.IndexByte(x, 0) >= 0
+	case map[string]any:
+		names := make([]string, 0, len(x))
+		for name := range x {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			p := path + "[" + strconv.Quote(name) + "]"
+			if strings.IndexByte(name, 0) >= 0 {
+				return p, true
+			}
+			if p, found := findNUL(x[name], p); found {
+				return p, true
+			}
+		}
+	case []any:
+		for i, e := range x {
+			if p, found := findNUL(e, path+"["+strconv.Itoa(i)+"]"); found {
+				return p, true
+			}
+		}
+	}
+	return "", false
 }
