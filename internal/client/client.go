@@ -228,6 +228,21 @@ func (c *Client) url(path string) string {
 	return strings.TrimRight(c.Base, "/") + path
 }
 
+// CheckBase reports whether base is an absolute http:// or https:// URL
+// with a host. Call and the polls check it first: net/http's error for a
+// bad scheme looks like any other failed request, and would otherwise be
+// retried until the retries or the deadline ran out.
+func CheckBase(base string) error {
+	u, err := url.Parse(base)
+	if err != nil {
+		return fmt.Errorf("client: base URL %q: %w", base, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("client: base URL %q: want an absolute http:// or https:// URL, like http://127.0.0.1:8081", base)
+	}
+	return nil
+}
+
 // wireRequest is the JSON body of POST /v1/tool-calls.
 type wireRequest struct {
 	Tool     string `json:"tool"`
@@ -251,6 +266,9 @@ type wireRequest struct {
 func (c *Client) Call(ctx context.Context, key string, req Request) (Result, error) {
 	if key == "" {
 		return Result{}, errors.New("client: empty idempotency key")
+	}
+	if err := CheckBase(c.Base); err != nil {
+		return Result{}, err
 	}
 	args := req.Args
 	if args == nil {

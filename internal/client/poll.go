@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -42,6 +43,9 @@ func (c *Client) PollByKey(ctx context.Context, key string, timeout time.Duratio
 }
 
 func (c *Client) poll(ctx context.Context, path string, byKey bool, timeout time.Duration) (Call, error) {
+	if err := CheckBase(c.Base); err != nil {
+		return Call{}, err
+	}
 	if timeout <= 0 {
 		timeout = DefaultPollTimeout
 	}
@@ -92,21 +96,40 @@ func (c *Client) poll(ctx context.Context, path string, byKey bool, timeout time
 		pause = min(pause*2, PollMax)
 	}
 
+	// Say why the last poll did not settle it: "not found" after a server
+	// that never answered would send the reader looking in the wrong place.
+	var lastWords string
+	if lastErr != nil {
+		lastWords = " (last poll: " + pollFailure(lastErr) + ")"
+	}
 	if byKey && !seen {
 		return last, &APIError{
 			Code: CodeUnknown,
-			Message: fmt.Sprintf("no call recorded under this key after %s: the server may never have received it; "+
-				"POST again with the same key", timeout),
+			Message: fmt.Sprintf("no call recorded under this key after %s%s: the server may never have received it; "+
+				"POST again with the same key", timeout, lastWords),
 			Err: lastErr,
 		}
 	}
-	status := "not found"
+	status := "not seen"
 	if seen {
 		status = last.Status
 	}
 	return last, &APIError{
 		Code:    CodeDeadline,
-		Message: fmt.Sprintf("call still %s after %s", status, timeout),
+		Message: fmt.Sprintf("call still %s after %s%s", status, timeout, lastWords),
 		Err:     lastErr,
 	}
+}
+
+// pollFailure names why a poll got no call: a transport failure in the
+// short words of §12.11.3, or the server's error code.
+func pollFailure(err error) string {
+	if isTransport(err) {
+		return describe(err)
+	}
+	var apiErr *APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.Code
+	}
+	return err.Error()
 }
