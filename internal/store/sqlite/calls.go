@@ -12,10 +12,15 @@ import (
 )
 
 // audit appends one audit row inside tx.
-func audit(ctx context.Context, tx querier, ts float64, callID, event, detail string) error {
-	_, err := tx.ExecContext(ctx,
-		`INSERT INTO audit (ts, call_id, event, detail) VALUES (?, ?, ?, ?)`, ts, callID, event, detail)
+func (s *Store) audit(ctx context.Context, tx *sql.Tx, ts float64, callID, event, detail string) error {
+	_, err := tx.StmtContext(ctx, s.wq.insertAudit).ExecContext(ctx, ts, callID, event, detail)
 	return err
+}
+
+// queryCall runs a statement that returns one call (a read, or a write with
+// RETURNING) inside tx. sql.ErrNoRows means no row matched.
+func queryCall(ctx context.Context, tx *sql.Tx, st *sql.Stmt, args ...any) (store.Call, error) {
+	return scanCall(tx.StmtContext(ctx, st).QueryRowContext(ctx, args...))
 }
 
 // CreateOrGet records a new call for n.IdemKey or returns the existing one
@@ -29,7 +34,7 @@ func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, s
 	// never change once inserted, so answering Existing or ErrConflict
 	// from a read snapshot is exact; a retryable failure (which would need
 	// a reset) or an absent key falls through to the serialised path below.
-	if c, err := getCall(ctx, s.r, true, n.IdemKey); err == nil {
+	if c, err := scanCall(s.rq.callByKey.QueryRowContext(ctx, n.IdemKey)); err == nil {
 		if c.Fingerprint != n.Fingerprint {
 			return store.Call{}, 0, conflict(n.IdemKey)
 		}
@@ -50,23 +55,20 @@ func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, s
 	// idem_key is the backstop.
 	err := s.writeTx(ctx, "create", func(tx *sql.Tx) error {
 		now := s.now()
-		c, err := getCall(ctx, tx, true, n.IdemKey)
+		c, err := queryCall(ctx, tx, s.wq.callByKey, n.IdemKey)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			args := string(n.ArgsJSON)
 			if args == "" {
 				args = "{}"
 			}
-			if _, err := tx.ExecContext(ctx, `INSERT INTO calls
-				(call_id, idem_key, fingerprint, client_id, seq, tool, args_json, status, attempt, created_at, updated_at)
-				VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?)`,
-				n.CallID, n.IdemKey, n.Fingerprint, n.ClientID, n.Seq, n.Tool, args, now, now); err != nil {
-				return err
-			}
-			if err := audit(ctx, tx, now, n.CallID, store.EventCreated, n.Tool); err != nil {
+			call, err = queryCall(ctx, tx, s.wq.insertCall,
+				n.CallID, n.IdemKey, n.Fingerprint, n.ClientID, n.Seq, n.Tool, args, now, now)
+			if err != nil {
 				return err
 			}
 			out = store.Created
+			return s.audit(ctx, tx, now, n.CallID, store.EventCreated, n.Tool)
 		case err != nil:
 			return err
 		case c.Fingerprint != n.Fingerprint:
@@ -76,22 +78,18 @@ func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, s
 			// Only a same-key request resets a retryable failure; the
 			// server never retries on its own (§12.9.3). attempt is kept:
 			// it counts physical tries.
-			res, err := tx.ExecContext(ctx, `UPDATE calls
-				SET status = 'pending', error_json = NULL, result_json = NULL, lease_until = NULL, owner = NULL, updated_at = ?
-				WHERE call_id = ? AND status = 'failed'`, now, c.CallID)
-			if err := oneRow(res, err, "retry reset "+c.CallID); err != nil {
-				return err
-			}
-			if err := audit(ctx, tx, now, c.CallID, store.EventRetryReset, "after "+errorSummary(c.ErrorJSON)); err != nil {
+			call, err = queryCall(ctx, tx, s.wq.retryReset, now, c.CallID)
+			if errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("retry reset %s: no row changed", c.CallID)
+			} else if err != nil {
 				return err
 			}
 			out = store.RetryReset
+			return s.audit(ctx, tx, now, c.CallID, store.EventRetryReset, "after "+errorSummary(c.ErrorJSON))
 		default:
 			call, out = c, store.Existing
 			return nil
 		}
-		call, err = getCall(ctx, tx, false, ifEmpty(c.CallID, n.CallID))
-		return err
 	})
 	if err != nil {
 		return store.Call{}, 0, err
@@ -142,25 +140,27 @@ func errorSummary(errJSON json.RawMessage) string {
 	return e.Code + ": " + e.Message
 }
 
-// oneRow checks that an UPDATE touched exactly one row.
-func oneRow(res sql.Result, err error, what string) error {
-	if err != nil {
-		return err
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return err
-	}
-	if n != 1 {
-		return fmt.Errorf("%s: %d rows changed, want 1", what, n)
-	}
-	return nil
+// claimable is the condition under which a call may be claimed: pending, or
+// running under a lease that has expired. It is the WHERE clause of the
+// conditional UPDATE (sqlClaim), so the claim re-checks it on the row it
+// changes.
+const claimable = `(status = 'pending' OR (status = 'running' AND lease_until <= ?))`
+
+// candidate is a claimable call found by one of the pick queries.
+type candidate struct {
+	rowid     int64
+	callID    string
+	createdAt float64
 }
 
-// claimable is the condition under which a call may be claimed: pending, or
-// running under a lease that has expired. It is repeated verbatim in the
-// conditional UPDATE so the claim re-checks it on the row it changes.
-const claimable = `(status = 'pending' OR (status = 'running' AND lease_until <= ?))`
+// before orders candidates oldest first, rowid breaking ties, as one
+// ORDER BY created_at, rowid over both kinds would.
+func (a candidate) before(b candidate) bool {
+	if a.createdAt != b.createdAt {
+		return a.createdAt < b.createdAt
+	}
+	return a.rowid < b.rowid
+}
 
 // ClaimNext claims up to limit runnable calls for owner, oldest first. See
 // store.Store.
@@ -176,60 +176,42 @@ func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration
 	}
 	// Workers poll often; checking on a read connection first keeps an
 	// idle poll from taking the write lock.
-	var any int
-	err := s.r.QueryRowContext(ctx,
-		`SELECT EXISTS (SELECT 1 FROM calls WHERE `+claimable+`)`, s.now()).Scan(&any)
-	if err != nil {
+	var any bool
+	if err := s.rq.hasClaimable.QueryRowContext(ctx, s.now()).Scan(&any); err != nil {
 		return nil, mapErr(ctx, "claim: check", err)
 	}
-	if any == 0 {
+	if !any {
 		return []store.Call{}, nil
 	}
 
 	claimed := []store.Call{}
-	err = s.writeTx(ctx, "claim", func(tx *sql.Tx) error {
+	err := s.writeTx(ctx, "claim", func(tx *sql.Tx) error {
 		claimed = claimed[:0]
 		now := s.now()
 		until := now + lease.Seconds()
-		rows, err := tx.QueryContext(ctx, `SELECT call_id FROM calls WHERE `+claimable+`
-			ORDER BY created_at, rowid LIMIT ?`, now, limit)
+		// Two index-ordered picks instead of one query with an OR, which
+		// SQLite can only answer by collecting every claimable row and
+		// sorting them (USE TEMP B-TREE FOR ORDER BY): with a queue of
+		// 20 k calls, every claim sorted 20 k rows. Each pick returns at
+		// most limit rows, so the oldest limit of their union are the
+		// oldest limit claimable calls, exactly as the single query chose.
+		pending, err := pick(ctx, tx.StmtContext(ctx, s.wq.pickPending), limit)
 		if err != nil {
 			return err
 		}
-		var ids []string
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return err
-			}
-			ids = append(ids, id)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		expired, err := pick(ctx, tx.StmtContext(ctx, s.wq.pickExpired), now, limit)
+		if err != nil {
 			return err
 		}
-		for _, id := range ids {
-			// The conditional update is the claim: it wins only if the row
-			// is still claimable. Under IMMEDIATE it always is, but the
-			// check keeps the claim correct on its own (and is what the
-			// PostgreSQL backend relies on).
-			res, err := tx.ExecContext(ctx, `UPDATE calls
-				SET status = 'running', attempt = attempt + 1, lease_until = ?, owner = ?, updated_at = ?
-				WHERE call_id = ? AND `+claimable, until, owner, now, id, now)
-			if err != nil {
+		claim := tx.StmtContext(ctx, s.wq.claim)
+		for _, cand := range oldest(pending, expired, limit) {
+			c, err := scanCall(claim.QueryRowContext(ctx, until, owner, now, cand.callID, now))
+			if errors.Is(err, sql.ErrNoRows) {
+				continue // no longer claimable: someone else won it
+			} else if err != nil {
 				return err
 			}
-			if n, err := res.RowsAffected(); err != nil {
-				return err
-			} else if n != 1 {
-				continue // someone else won it
-			}
-			if err := audit(ctx, tx, now, id, store.EventClaimed, owner); err != nil {
-				return err
-			}
-			c, err := getCall(ctx, tx, false, id)
-			if err != nil {
+			if err := s.audit(ctx, tx, now, c.CallID, store.EventClaimed, owner); err != nil {
 				return err
 			}
 			claimed = append(claimed, c)
@@ -240,6 +222,38 @@ func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration
 		return nil, err
 	}
 	return claimed, nil
+}
+
+// pick runs a pick query and returns its candidates in order.
+func pick(ctx context.Context, st *sql.Stmt, args ...any) ([]candidate, error) {
+	rows, err := st.QueryContext(ctx, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []candidate
+	for rows.Next() {
+		var c candidate
+		if err := rows.Scan(&c.rowid, &c.callID, &c.createdAt); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// oldest merges two candidate lists, each already oldest first, and keeps
+// the first limit.
+func oldest(a, b []candidate, limit int) []candidate {
+	out := make([]candidate, 0, min(limit, len(a)+len(b)))
+	for len(out) < limit && (len(a) > 0 || len(b) > 0) {
+		if len(b) == 0 || (len(a) > 0 && !b[0].before(a[0])) {
+			out, a = append(out, a[0]), a[1:]
+		} else {
+			out, b = append(out, b[0]), b[1:]
+		}
+	}
+	return out
 }
 
 // fencing is the WHERE clause of every completion: the call must still be
@@ -266,38 +280,26 @@ func (s *Store) Succeed(ctx context.Context, c store.Completion) (store.Call, er
 	var call store.Call
 	err := s.writeTx(ctx, "succeed", func(tx *sql.Tx) error {
 		now := s.now()
-		res, err := tx.ExecContext(ctx, `UPDATE calls
-			SET status = 'succeeded', result_json = ?, error_json = NULL, lease_until = NULL, owner = NULL, updated_at = ?
-			WHERE `+fencing, jsonArg(c.Result), now, c.CallID, c.Owner, c.Attempt)
-		if err := fenced(ctx, tx, res, err, c); err != nil {
+		var err error
+		call, err = queryCall(ctx, tx, s.wq.succeed, jsonArg(c.Result), now, c.CallID, c.Owner, c.Attempt)
+		if errors.Is(err, sql.ErrNoRows) {
+			return whyFenced(ctx, tx, s.wq.callByID, c)
+		} else if err != nil {
 			return err
 		}
 		detail := "no effect"
 		if e := c.Effect; e != nil {
-			// ON CONFLICT(call_id) DO NOTHING: effects.call_id UNIQUE is
-			// the last gate (§12.3.2). effect_id is derived from call_id,
-			// so a second insert for one call is the same effect and is
-			// dropped; a clash on effect_id with another call is an error
-			// and rolls the whole completion back.
-			if _, err := tx.ExecContext(ctx, `INSERT INTO effects (effect_id, call_id, tool, amount, created_at)
-				SELECT ?, call_id, COALESCE(NULLIF(?, ''), tool), ?, ? FROM calls WHERE call_id = ?
-				ON CONFLICT (call_id) DO NOTHING`,
+			if _, err := tx.StmtContext(ctx, s.wq.insertEffect).ExecContext(ctx,
 				e.EffectID, e.Tool, e.Amount, now, c.CallID); err != nil {
 				return err
 			}
-			// Point the call at the effect that exists, which is the one
-			// just inserted unless an earlier one was kept.
-			if err := tx.QueryRowContext(ctx, `UPDATE calls
-				SET effect_id = (SELECT effect_id FROM effects WHERE call_id = ?)
-				WHERE call_id = ? RETURNING effect_id`, c.CallID, c.CallID).Scan(&detail); err != nil {
+			if err := tx.StmtContext(ctx, s.wq.linkEffect).QueryRowContext(ctx, c.CallID, c.CallID).
+				Scan(&detail); err != nil {
 				return err
 			}
+			call.EffectID = &detail
 		}
-		if err := audit(ctx, tx, now, c.CallID, store.EventSucceeded, detail); err != nil {
-			return err
-		}
-		call, err = getCall(ctx, tx, false, c.CallID)
-		return err
+		return s.audit(ctx, tx, now, c.CallID, store.EventSucceeded, detail)
 	})
 	if err != nil {
 		return store.Call{}, s.auditFenced(ctx, c, err)
@@ -317,17 +319,14 @@ func (s *Store) Fail(ctx context.Context, c store.Completion) (store.Call, error
 	var call store.Call
 	err := s.writeTx(ctx, "fail", func(tx *sql.Tx) error {
 		now := s.now()
-		res, err := tx.ExecContext(ctx, `UPDATE calls
-			SET status = 'failed', error_json = ?, result_json = NULL, lease_until = NULL, owner = NULL, updated_at = ?
-			WHERE `+fencing, string(errJSON), now, c.CallID, c.Owner, c.Attempt)
-		if err := fenced(ctx, tx, res, err, c); err != nil {
+		var err error
+		call, err = queryCall(ctx, tx, s.wq.fail, string(errJSON), now, c.CallID, c.Owner, c.Attempt)
+		if errors.Is(err, sql.ErrNoRows) {
+			return whyFenced(ctx, tx, s.wq.callByID, c)
+		} else if err != nil {
 			return err
 		}
-		if err := audit(ctx, tx, now, c.CallID, store.EventFailed, errorSummary(errJSON)); err != nil {
-			return err
-		}
-		call, err = getCall(ctx, tx, false, c.CallID)
-		return err
+		return s.audit(ctx, tx, now, c.CallID, store.EventFailed, errorSummary(errJSON))
 	})
 	if err != nil {
 		return store.Call{}, s.auditFenced(ctx, c, err)
@@ -335,34 +334,19 @@ func (s *Store) Fail(ctx context.Context, c store.Completion) (store.Call, error
 	return call, nil
 }
 
-// fenced inspects the result of a fencing UPDATE. No row changed means the
-// completion is stale (or the call does not exist): it reads why, for the
-// audit, and returns a *fencedError (or sql.ErrNoRows).
-func fenced(ctx context.Context, tx *sql.Tx, res sql.Result, err error, c store.Completion) error {
+// whyFenced is called when a fencing UPDATE matched no row: the completion
+// is stale (or the call does not exist). It reads why, for the audit, and
+// returns a *fencedError (or sql.ErrNoRows for an unknown call).
+func whyFenced(ctx context.Context, tx *sql.Tx, callByID *sql.Stmt, c store.Completion) error {
+	cur, err := queryCall(ctx, tx, callByID, c.CallID)
 	if err != nil {
-		return err
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return err
-	}
-	if n == 1 {
-		return nil
-	}
-	var (
-		status string
-		owner  sql.NullString
-		att    int64
-	)
-	if err := tx.QueryRowContext(ctx, `SELECT status, owner, attempt FROM calls WHERE call_id = ?`, c.CallID).
-		Scan(&status, &owner, &att); err != nil {
 		return err // sql.ErrNoRows: no such call, nothing to fence
 	}
-	state := status
-	if owner.Valid {
-		state += fmt.Sprintf(" under owner %s attempt %d", owner.String, att)
+	state := string(cur.Status)
+	if cur.Owner != nil {
+		state += fmt.Sprintf(" under owner %s attempt %d", *cur.Owner, cur.Attempt)
 	} else {
-		state += fmt.Sprintf(" at attempt %d", att)
+		state += fmt.Sprintf(" at attempt %d", cur.Attempt)
 	}
 	return &fencedError{detail: fmt.Sprintf("owner %s attempt %d refused: call is %s", c.Owner, c.Attempt, state)}
 }
@@ -378,7 +362,7 @@ func (s *Store) auditFenced(ctx context.Context, c store.Completion, err error) 
 	}
 	fencedErr := fmt.Errorf("sqlite complete %s: %w: %s", c.CallID, store.ErrFenced, fe.detail)
 	aerr := s.writeTx(ctx, "audit fenced", func(tx *sql.Tx) error {
-		return audit(ctx, tx, s.now(), c.CallID, store.EventFenced, fe.detail)
+		return s.audit(ctx, tx, s.now(), c.CallID, store.EventFenced, fe.detail)
 	})
 	if aerr != nil {
 		return errors.Join(fencedErr, aerr)
@@ -394,18 +378,16 @@ func (s *Store) RecoverExpired(ctx context.Context) ([]string, error) {
 	}
 	// Runs every 200 ms (§12.7.1): look on a read connection first, take
 	// the write lock only when there is something to recover.
-	var any int
-	err := s.r.QueryRowContext(ctx,
-		`SELECT EXISTS (SELECT 1 FROM calls WHERE status = 'running' AND lease_until <= ?)`, s.now()).Scan(&any)
-	if err != nil {
+	var any bool
+	if err := s.rq.hasExpired.QueryRowContext(ctx, s.now()).Scan(&any); err != nil {
 		return nil, mapErr(ctx, "recover: check", err)
 	}
-	if any == 0 {
+	if !any {
 		return []string{}, nil
 	}
 
 	recovered := []string{}
-	err = s.writeTx(ctx, "recover", func(tx *sql.Tx) error {
+	err := s.writeTx(ctx, "recover", func(tx *sql.Tx) error {
 		recovered = recovered[:0]
 		now := s.now()
 		rows, err := tx.QueryContext(ctx, `SELECT call_id, owner, attempt FROM calls
@@ -449,7 +431,7 @@ func (s *Store) RecoverExpired(ctx context.Context) ([]string, error) {
 				continue
 			}
 			detail := fmt.Sprintf("lease expired (owner %s, attempt %d)", e.owner, e.attempt)
-			if err := audit(ctx, tx, now, e.id, store.EventRecover, detail); err != nil {
+			if err := s.audit(ctx, tx, now, e.id, store.EventRecover, detail); err != nil {
 				return err
 			}
 			recovered = append(recovered, e.id)
@@ -489,6 +471,6 @@ func (s *Store) Release(ctx context.Context, callID, owner string, attempt int64
 			}
 			return fmt.Errorf("sqlite release %s (owner %s, attempt %d): %w", callID, owner, attempt, store.ErrNotClaimable)
 		}
-		return audit(ctx, tx, now, callID, store.EventRecover, reason)
+		return s.audit(ctx, tx, now, callID, store.EventRecover, reason)
 	})
 }

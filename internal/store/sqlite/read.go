@@ -84,24 +84,15 @@ func jsonArg(m json.RawMessage) any {
 	return string(m)
 }
 
-// getCall reads one call by call_id (byKey false) or idem_key (byKey true).
-func getCall(ctx context.Context, q querier, byKey bool, v string) (store.Call, error) {
-	query := `SELECT ` + callCols + ` FROM calls WHERE call_id = ?`
-	if byKey {
-		query = `SELECT ` + callCols + ` FROM calls WHERE idem_key = ?`
-	}
-	return scanCall(q.QueryRowContext(ctx, query, v))
-}
-
 // Get returns the call with that id, or store.ErrNotFound.
 func (s *Store) Get(ctx context.Context, callID string) (store.Call, error) {
-	c, err := getCall(ctx, s.r, false, callID)
+	c, err := scanCall(s.rq.callByID.QueryRowContext(ctx, callID))
 	return c, mapErr(ctx, "get "+callID, err)
 }
 
 // GetByKey returns the call for an idempotency key, or store.ErrNotFound.
 func (s *Store) GetByKey(ctx context.Context, key string) (store.Call, error) {
-	c, err := getCall(ctx, s.r, true, key)
+	c, err := scanCall(s.rq.callByKey.QueryRowContext(ctx, key))
 	return c, mapErr(ctx, "get by key", err)
 }
 
@@ -116,13 +107,16 @@ func limitArg(n int) int {
 // ListCalls returns calls newest first, optionally of one status.
 func (s *Store) ListCalls(ctx context.Context, f store.ListFilter) ([]store.Call, error) {
 	// rowid breaks ties between calls created in the same microsecond.
-	query := `SELECT ` + callCols + ` FROM calls ORDER BY created_at DESC, rowid DESC LIMIT ?`
-	args := []any{limitArg(f.Limit)}
+	var (
+		rows *sql.Rows
+		err  error
+	)
 	if f.Status != "" {
-		query = `SELECT ` + callCols + ` FROM calls WHERE status = ? ORDER BY created_at DESC, rowid DESC LIMIT ?`
-		args = []any{string(f.Status), limitArg(f.Limit)}
+		rows, err = s.rq.listByStatus.QueryContext(ctx, string(f.Status), limitArg(f.Limit))
+	} else {
+		rows, err = s.r.QueryContext(ctx,
+			`SELECT `+callCols+` FROM calls ORDER BY created_at DESC, rowid DESC LIMIT ?`, limitArg(f.Limit))
 	}
-	rows, err := s.r.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, mapErr(ctx, "list calls", err)
 	}

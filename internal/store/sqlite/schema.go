@@ -56,10 +56,25 @@ CREATE TABLE IF NOT EXISTS audit (
 );
 CREATE INDEX IF NOT EXISTS idx_audit_call ON audit(call_id, id);
 `,
+	// 2: the claim's pick of pending calls, oldest first, read in index
+	// order instead of sorting every claimable row on each claim (see
+	// sqlPickPending). Partial: it holds only pending calls, so it stays as
+	// small as the queue, and a call leaves it when claimed; the later
+	// running → succeeded update does not touch it. Ordered by created_at
+	// then rowid, as every SQLite index ends with the rowid.
+	`
+CREATE INDEX IF NOT EXISTS idx_calls_pending ON calls(created_at) WHERE status = 'pending';
+`,
 }
 
 // schemaVersion is the user_version this build creates and understands.
 var schemaVersion = len(migrations)
+
+// minReadVersion is the oldest schema a read-only store accepts. Migrations
+// after 1 only add indexes, which change no query's result, so inspect can
+// read a database that an older server still runs on without migrating it
+// (a read-only store cannot migrate).
+const minReadVersion = 1
 
 // migrate brings the database to schemaVersion in one IMMEDIATE transaction,
 // so two servers starting on one file at once migrate it once.
@@ -108,7 +123,7 @@ func checkVersion(ctx context.Context, r *sql.DB, path string) error {
 		return fmt.Errorf("sqlite: %s is not an idemctl database (no schema; start a server on it first)", path)
 	case v > schemaVersion:
 		return fmt.Errorf("sqlite: %s has schema version %d, newer than this idemctl's %d", path, v, schemaVersion)
-	case v < schemaVersion:
+	case v < minReadVersion:
 		return fmt.Errorf("sqlite: %s has schema version %d; open it read-write once to migrate to %d", path, v, schemaVersion)
 	}
 	return nil

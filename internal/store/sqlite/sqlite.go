@@ -55,6 +55,10 @@ type Store struct {
 	r *sql.DB
 	// now is the clock. The local clock is the database's clock here.
 	now func() float64
+	// rq and wq are the hot statements, prepared once (stmts.go); wq is
+	// empty when read-only.
+	rq readStmts
+	wq writeStmts
 }
 
 var _ store.Store = (*Store)(nil)
@@ -89,6 +93,10 @@ func Open(ctx context.Context, path string, opts store.Options) (*Store, error) 
 			r.Close()
 			return nil, err
 		}
+		if err := prepareAll(ctx, r, s.rq.list()); err != nil {
+			r.Close()
+			return nil, fmt.Errorf("sqlite: open %s read-only: %w", path, err)
+		}
 		return s, nil
 	}
 
@@ -113,6 +121,14 @@ func Open(ctx context.Context, path string, opts store.Options) (*Store, error) 
 		s.Close()
 		return nil, mapErr(ctx, "open read pool", err)
 	}
+	if err := prepareAll(ctx, r, s.rq.list()); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	if err := prepareAll(ctx, w, s.wq.list()); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
 	return s, nil
 }
 
@@ -128,9 +144,9 @@ func (s *Store) Ping(ctx context.Context) error {
 	return mapErr(ctx, "ping", err)
 }
 
-// Close closes both pools.
+// Close closes the prepared statements and both pools.
 func (s *Store) Close() error {
-	var errs []error
+	errs := []error{closeAll(s.rq.list()), closeAll(s.wq.list())}
 	if s.r != nil {
 		errs = append(errs, s.r.Close())
 	}

@@ -1,0 +1,288 @@
+package sqlite
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemctl/idemctl/internal/store"
+)
+
+// queryPlan returns the EXPLAIN QUERY PLAN lines of query, one per step.
+func queryPlan(t *testing.T, s *Store, query string, args ...any) []string {
+	t.Helper()
+	rows, err := s.r.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+query, args...)
+	if err != nil {
+		t.Fatalf("EXPLAIN QUERY PLAN %s: %v", query, err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var (
+			id, parent, unused int
+			detail             string
+		)
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return plan
+}
+
+// TestClaimPlans checks how SQLite runs the claim's queries: the pending
+// pick must read idx_calls_pending in order and stop at LIMIT, never sort
+// the queue (the old single query's USE TEMP B-TREE FOR ORDER BY made every
+// claim cost O(queue)); the expired pick and the pre-check must search an
+// index, never scan the table.
+func TestClaimPlans(t *testing.T) {
+	s := openAt(t, tempPath(t), store.Options{})
+	// Some rows of every kind, so the plan is that of a used database.
+	seed(t, s, 50)
+
+	plan := strings.Join(queryPlan(t, s, sqlPickPending, 8), "\n")
+	t.Logf("pending pick:\n%s", plan)
+	if !strings.Contains(plan, "USING INDEX idx_calls_pending") || strings.Contains(plan, "TEMP B-TREE") {
+		t.Errorf("pending pick plan:\n%s\nwant a read of idx_calls_pending in order, no TEMP B-TREE", plan)
+	}
+	for _, q := range []struct {
+		name, sql string
+		args      []any
+	}{
+		{"expired pick", sqlPickExpired, []any{1.0, 8}},
+		{"claim pre-check", sqlHasClaimable, []any{1.0}},
+		{"recover pre-check", sqlHasExpired, []any{1.0}},
+	} {
+		steps := queryPlan(t, s, q.sql, q.args...)
+		t.Logf("%s:\n%s", q.name, strings.Join(steps, "\n"))
+		for _, step := range steps {
+			if strings.HasPrefix(step, "SCAN calls") {
+				t.Errorf("%s plan has a full scan %q; want index searches", q.name, step)
+			}
+		}
+	}
+}
+
+// seed creates n calls and leaves a third pending, a third running and a
+// third succeeded.
+func seed(t *testing.T, s *Store, n int) {
+	t.Helper()
+	for i := range n {
+		id := fmt.Sprintf("c_%016x", i)
+		if _, _, err := s.CreateOrGet(t.Context(), store.NewCall{
+			CallID: id, IdemKey: id, Fingerprint: "f", Tool: "charge", ArgsJSON: []byte(`{}`),
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.ClaimNext(t.Context(), "seed", time.Hour, 2*n/3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range got[:len(got)/2] {
+		if _, err := s.Succeed(t.Context(), store.Completion{CallID: c.CallID, Owner: "seed", Attempt: c.Attempt}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestClaimOldestAcrossPendingAndExpired interleaves pending calls and
+// running calls with expired leases by age: the claim must take them oldest
+// first across both kinds, exactly as one ORDER BY created_at over both
+// would, even though it reads them with two queries.
+func TestClaimOldestAcrossPendingAndExpired(t *testing.T) {
+	s := openAt(t, tempPath(t), store.Options{})
+	clock := 1000.0
+	s.now = func() float64 { return clock }
+
+	var ids []string
+	for i := range 6 {
+		clock += 1 // created_at 1001, 1002, ...: a strict age order
+		id := fmt.Sprintf("c_%016x", i)
+		if _, _, err := s.CreateOrGet(t.Context(), store.NewCall{
+			CallID: id, IdemKey: id, Fingerprint: "f", Tool: "charge", ArgsJSON: []byte(`{}`),
+		}); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	// Claim all six with a 10 s lease, then release the even ones by
+	// hand so they are pending again; the odd ones stay running.
+	if got, err := s.ClaimNext(t.Context(), "old", 10*time.Second, 6); err != nil || len(got) != 6 {
+		t.Fatalf("first claim = %d calls, %v", len(got), err)
+	}
+	for _, id := range []string{ids[0], ids[2], ids[4]} {
+		if err := s.Release(t.Context(), id, "old", 1, "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Past the odd ones' leases: they are claimable again, as expired.
+	clock += 60
+
+	got, err := s.ClaimNext(t.Context(), "new", time.Minute, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := ids[:4]; !reflect.DeepEqual(callIDs(got), want) {
+		t.Fatalf("claimed %v, want the oldest four across pending and expired %v", callIDs(got), want)
+	}
+	got, err = s.ClaimNext(t.Context(), "new", time.Minute, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := ids[4:]; !reflect.DeepEqual(callIDs(got), want) {
+		t.Fatalf("then claimed %v, want the rest %v", callIDs(got), want)
+	}
+	for _, c := range got {
+		if *c.Owner != "new" || c.Status != store.StatusRunning {
+			t.Fatalf("claimed %+v, want running under new", c)
+		}
+	}
+}
+
+func callIDs(cs []store.Call) []string {
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = c.CallID
+	}
+	return out
+}
+
+// TestOldestMerge checks the merge of the two picks: oldest first by
+// created_at then rowid, at most limit, nothing lost or repeated.
+func TestOldestMerge(t *testing.T) {
+	c := func(rowid int64, at float64) candidate {
+		return candidate{rowid: rowid, callID: fmt.Sprint(rowid), createdAt: at}
+	}
+	for _, tc := range []struct {
+		name  string
+		a, b  []candidate
+		limit int
+		want  []int64
+	}{
+		{"both empty", nil, nil, 3, []int64{}},
+		{"only pending", []candidate{c(1, 1), c(2, 2)}, nil, 3, []int64{1, 2}},
+		{"only expired", nil, []candidate{c(1, 1), c(2, 2)}, 1, []int64{1}},
+		{"interleaved", []candidate{c(1, 1), c(3, 3), c(5, 5)}, []candidate{c(2, 2), c(4, 4)}, 4, []int64{1, 2, 3, 4}},
+		{"same time, rowid decides", []candidate{c(7, 1)}, []candidate{c(6, 1)}, 2, []int64{6, 7}},
+		{"limit cuts", []candidate{c(1, 1), c(2, 2)}, []candidate{c(3, 3)}, 2, []int64{1, 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := []int64{}
+			for _, x := range oldest(tc.a, tc.b, tc.limit) {
+				got = append(got, x.rowid)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("oldest = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestMigratesVersion1 opens a database as the previous build left it
+// (user_version 1, no idx_calls_pending, calls queued): a read-only open
+// reads it as it is, a read-write open adds the index, moves to the current
+// version and keeps every call, and the claim still takes the oldest first.
+func TestMigratesVersion1(t *testing.T) {
+	path := tempPath(t)
+	s, err := Open(t.Context(), path, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i := range 5 {
+		id := fmt.Sprintf("c_%016x", i)
+		if _, _, err := s.CreateOrGet(t.Context(), store.NewCall{
+			CallID: id, IdemKey: id, Fingerprint: "f", Tool: "charge", ArgsJSON: []byte(`{}`),
+		}); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+		time.Sleep(2 * time.Millisecond) // distinct created_at
+	}
+	// Back to what schema version 1 was.
+	if _, err := s.w.ExecContext(t.Context(), `DROP INDEX idx_calls_pending; PRAGMA user_version = 1`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	ro := openAt(t, path, store.Options{ReadOnly: true})
+	if st, err := ro.Stats(t.Context()); err != nil || st.Calls != 5 {
+		t.Fatalf("read-only on version 1: stats %+v, %v; want 5 calls", st, err)
+	}
+
+	rw := openAt(t, path, store.Options{})
+	var v, idx int
+	if err := rw.r.QueryRowContext(t.Context(), `PRAGMA user_version`).Scan(&v); err != nil || v != schemaVersion {
+		t.Fatalf("user_version after migrating = %d (%v), want %d", v, err, schemaVersion)
+	}
+	if err := rw.r.QueryRowContext(t.Context(),
+		`SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'idx_calls_pending'`).Scan(&idx); err != nil || idx != 1 {
+		t.Fatalf("idx_calls_pending after migrating: %d (%v), want 1", idx, err)
+	}
+	got, err := rw.ClaimNext(t.Context(), "w", time.Minute, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := ids[:3]; !reflect.DeepEqual(callIDs(got), want) {
+		t.Fatalf("claimed %v after migrating, want the oldest three %v", callIDs(got), want)
+	}
+}
+
+// BenchmarkClaimSucceedBacklog measures the executor's cycle (claim one
+// call, succeed it with an effect) with a queue of backlog pending calls
+// behind it: before idx_calls_pending, each claim sorted the whole queue.
+func BenchmarkClaimSucceedBacklog(b *testing.B) {
+	for _, backlog := range []int{100, 10000} {
+		b.Run(fmt.Sprintf("backlog=%d", backlog), func(b *testing.B) {
+			s, err := Open(b.Context(), tempPathB(b), store.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			next := 0
+			create := func() {
+				id := fmt.Sprintf("c_%016x", next)
+				next++
+				if _, _, err := s.CreateOrGet(b.Context(), store.NewCall{
+					CallID: id, IdemKey: id, Fingerprint: "f", Tool: "charge", ArgsJSON: []byte(`{"amount":1}`),
+				}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for range backlog {
+				create()
+			}
+			amount := int64(1)
+			b.ResetTimer()
+			for b.Loop() {
+				got, err := s.ClaimNext(b.Context(), "w", time.Minute, 1)
+				if err != nil || len(got) != 1 {
+					b.Fatalf("claim: %d calls, %v", len(got), err)
+				}
+				c := got[0]
+				if _, err := s.Succeed(b.Context(), store.Completion{
+					CallID: c.CallID, Owner: "w", Attempt: c.Attempt, Result: []byte(`{"ok":true}`),
+					Effect: &store.Effect{EffectID: "e" + c.CallID, Tool: "charge", Amount: &amount},
+				}); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				create() // keep the queue at backlog
+				b.StartTimer()
+			}
+		})
+	}
+}
+
+func tempPathB(b *testing.B) string {
+	b.Helper()
+	return b.TempDir() + "/bench.db"
+}
