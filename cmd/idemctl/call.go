@@ -37,8 +37,8 @@ const defaultChargeAmount = 100
 
 // Validate checks the flags and builds the args object.
 func (o *callOptions) Validate() error {
-	if o.Base == "" {
-		return errors.New("--base is required")
+	if err := client.CheckBase(o.Base); err != nil {
+		return fmt.Errorf("--base: %w", err)
 	}
 	if o.Key == "" {
 		return errors.New("--key is required: the client chooses the idempotency key, once, and reuses it on every retry")
@@ -59,8 +59,11 @@ func (o *callOptions) Validate() error {
 	if o.Args != "" {
 		dec := json.NewDecoder(bytes.NewReader([]byte(o.Args)))
 		dec.UseNumber() // keep 100 as 100, not 1e+02
-		if err := dec.Decode(&o.args); err != nil || o.args == nil {
+		if err := dec.Decode(&o.args); err != nil {
 			return fmt.Errorf("--args must be a JSON object: %v", err)
+		}
+		if o.args == nil { // the literal null decodes without error
+			return errors.New("--args must be a JSON object, got null")
 		}
 		if _, err := dec.Token(); err != io.EOF {
 			return errors.New("--args must be a single JSON object")

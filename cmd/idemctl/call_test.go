@@ -190,16 +190,16 @@ func TestCallOptionsValidate(t *testing.T) {
 		args map[string]any
 		ok   bool
 	}{
-		{"no key", callOptions{Base: "x", Tool: "charge", Timeout: 1}, nil, false},
-		{"default amount", callOptions{Base: "x", Key: "K", Tool: "charge", Timeout: 1}, map[string]any{"amount": 100}, true},
-		{"args object", callOptions{Base: "x", Key: "K", Tool: "send_email", Timeout: 1, Args: `{"to":"a"}`}, map[string]any{"to": "a"}, true},
-		{"amount merged", callOptions{Base: "x", Key: "K", Tool: "charge", Timeout: 1, Args: `{"_crash_after_commit":true}`, Amount: 7, amountSet: true},
+		{"no key", callOptions{Base: "http://127.0.0.1:8081", Tool: "charge", Timeout: 1}, nil, false},
+		{"default amount", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "charge", Timeout: 1}, map[string]any{"amount": 100}, true},
+		{"args object", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "send_email", Timeout: 1, Args: `{"to":"a"}`}, map[string]any{"to": "a"}, true},
+		{"amount merged", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "charge", Timeout: 1, Args: `{"_crash_after_commit":true}`, Amount: 7, amountSet: true},
 			map[string]any{"_crash_after_commit": true, "amount": int64(7)}, true},
-		{"args array", callOptions{Base: "x", Key: "K", Tool: "charge", Timeout: 1, Args: `[1]`}, nil, false},
-		{"args null", callOptions{Base: "x", Key: "K", Tool: "charge", Timeout: 1, Args: `null`}, nil, false},
-		{"args trailing", callOptions{Base: "x", Key: "K", Tool: "charge", Timeout: 1, Args: `{} {}`}, nil, false},
-		{"negative retries", callOptions{Base: "x", Key: "K", Tool: "charge", Timeout: 1, Retries: -1}, nil, false},
-		{"zero timeout", callOptions{Base: "x", Key: "K", Tool: "charge"}, nil, false},
+		{"args array", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "charge", Timeout: 1, Args: `[1]`}, nil, false},
+		{"args null", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "charge", Timeout: 1, Args: `null`}, nil, false},
+		{"args trailing", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "charge", Timeout: 1, Args: `{} {}`}, nil, false},
+		{"negative retries", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "charge", Timeout: 1, Retries: -1}, nil, false},
+		{"zero timeout", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "charge"}, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.o.Validate()

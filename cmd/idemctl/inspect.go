@@ -47,7 +47,7 @@ func (o *inspectOptions) Validate() error {
 func (o *inspectOptions) open(ctx context.Context) (store.Store, error) {
 	st, err := backend.Open(ctx, o.DB, store.Options{ReadOnly: true})
 	if err != nil {
-		return nil, fmt.Errorf("opening %s: %w", o.DB, err)
+		return nil, fmt.Errorf("opening %s: %w", redactDSN(o.DB), err)
 	}
 	return st, nil
 }

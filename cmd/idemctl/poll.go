@@ -20,8 +20,8 @@ type pollOptions struct {
 
 // Validate checks that exactly one of CALL_ID and --key is given.
 func (o *pollOptions) Validate() error {
-	if o.Base == "" {
-		return errors.New("--base is required")
+	if err := client.CheckBase(o.Base); err != nil {
+		return fmt.Errorf("--base: %w", err)
 	}
 	if (o.CallID == "") == (o.Key == "") {
 		return errors.New("give exactly one of CALL_ID or --key")

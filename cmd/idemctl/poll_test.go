@@ -57,11 +57,11 @@ func TestPollOptionsValidate(t *testing.T) {
 		o  pollOptions
 		ok bool
 	}{
-		{pollOptions{Base: "x", Timeout: 1}, false},
-		{pollOptions{Base: "x", CallID: "c", Key: "k", Timeout: 1}, false},
-		{pollOptions{Base: "x", CallID: "c", Timeout: 1}, true},
-		{pollOptions{Base: "x", Key: "k", Timeout: 1}, true},
-		{pollOptions{Base: "x", Key: "k"}, false},
+		{pollOptions{Base: "http://127.0.0.1:8081", Timeout: 1}, false},
+		{pollOptions{Base: "http://127.0.0.1:8081", CallID: "c", Key: "k", Timeout: 1}, false},
+		{pollOptions{Base: "http://127.0.0.1:8081", CallID: "c", Timeout: 1}, true},
+		{pollOptions{Base: "http://127.0.0.1:8081", Key: "k", Timeout: 1}, true},
+		{pollOptions{Base: "http://127.0.0.1:8081", Key: "k"}, false},
 	} {
 		if err := tc.o.Validate(); (err == nil) != tc.ok {
 			t.Errorf("%+v: Validate = %v", tc.o, err)

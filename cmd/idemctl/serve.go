@@ -136,7 +136,9 @@ func serveRun(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 	return srv.Run(ctx, ln)
 }
 
-// redactDSN hides a password in a postgres:// URL before it is printed.
+// redactDSN hides a password in a postgres:// URL before it is printed:
+// the one in the userinfo and a password= query parameter (libpq and pgx
+// take both).
 func redactDSN(dsn string) string {
 	if !strings.Contains(dsn, "://") {
 		return dsn
@@ -145,6 +147,10 @@ func redactDSN(dsn string) string {
 	if err != nil {
 		scheme, _, _ := strings.Cut(dsn, "://")
 		return scheme + "://(unparsable, not shown)"
+	}
+	if q := u.Query(); q.Has("password") {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
 	}
 	return u.Redacted()
 }
