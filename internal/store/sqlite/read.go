@@ -112,7 +112,11 @@ func (s *Store) ListCalls(ctx context.Context, f store.ListFilter) ([]store.Call
 		err  error
 	)
 	if f.Status != "" {
-		rows, err = s.rq.listByStatus.QueryContext(ctx, string(f.Status), limitArg(f.Limit))
+		st := s.rq.listStatus(f.Status)
+		if st == nil {
+			return []store.Call{}, nil // no call has an unknown status
+		}
+		rows, err = st.QueryContext(ctx, limitArg(f.Limit))
 	} else {
 		rows, err = s.r.QueryContext(ctx,
 			`SELECT `+callCols+` FROM calls ORDER BY created_at DESC, rowid DESC LIMIT ?`, limitArg(f.Limit))

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+
+	"github.com/idemctl/idemctl/internal/store"
 )
 
 // Hot statements. Each is prepared once per Store (database/sql then keeps
@@ -52,17 +54,25 @@ const (
 	// make a plan change an error (preparing this at Open fails if the
 	// index is missing) rather than a silent slowdown. TestClaimPlans
 	// checks the plan.
+	//
+	// LIMIT ?+0, not LIMIT ?: SQLite 3.54 plans a statement differently
+	// for a LIMIT of 0 or 1, so it expires a prepared statement whose
+	// LIMIT parameter changes to or from those values and parses it again
+	// on the next step; the claim's limit (the idle workers) is 1 one time
+	// and 3 the next. An expression is not looked at when planning.
+	// TestNoReprepare checks this.
 	sqlPickPending = `SELECT rowid, call_id, created_at FROM calls INDEXED BY idx_calls_pending
 		WHERE status = 'pending'
-		ORDER BY created_at, rowid LIMIT ?`
+		ORDER BY created_at, rowid LIMIT ?+0`
 
 	// sqlPickExpired is the oldest running calls whose lease has expired.
 	// It searches idx_calls_status (status, lease_until) for the expired
 	// ones and sorts only those by age. There are few: the scheduler runs
 	// RecoverExpired before every claim, which returns them to pending.
+	// LIMIT ?+0 as in sqlPickPending.
 	sqlPickExpired = `SELECT rowid, call_id, created_at FROM calls
 		WHERE status = 'running' AND lease_until <= ?
-		ORDER BY created_at, rowid LIMIT ?`
+		ORDER BY created_at, rowid LIMIT ?+0`
 
 	// sqlClaim is the claim itself: a conditional update that wins only if
 	// the row is still claimable (pending, or running under an expired
@@ -102,17 +112,40 @@ const (
 
 	// sqlHasExpired is RecoverExpired's pre-check on a read connection.
 	sqlHasExpired = `SELECT EXISTS (SELECT 1 FROM calls WHERE status = 'running' AND lease_until <= ?)`
-
-	// sqlListByStatus serves ListCalls with a status filter; the scheduler
-	// lists running calls on every tick to find those of dead owners.
-	sqlListByStatus = `SELECT ` + callCols + ` FROM calls WHERE status = ? ORDER BY created_at DESC, rowid DESC LIMIT ?`
 )
+
+// sqlListByStatus serves ListCalls with a status filter (the scheduler
+// lists running calls on every tick to find those of dead owners). The
+// status is a literal, one statement per status, not a parameter: SQLite
+// 3.54 expires an ORDER BY statement with a "col = ?" term whenever that
+// parameter is bound again after the driver unbinds it, so a parameter
+// would mean a parse on every call.
+func sqlListByStatus(st store.Status) string {
+	return `SELECT ` + callCols + ` FROM calls WHERE status = '` + string(st) + `'
+		ORDER BY created_at DESC, rowid DESC LIMIT ?+0`
+}
+
+// statuses are the statuses ListCalls has a statement for: all of them.
+var statuses = []store.Status{store.StatusPending, store.StatusRunning, store.StatusSucceeded, store.StatusFailed}
 
 // readStmts are prepared on the read pool; every store has them.
 type readStmts struct {
 	callByID, callByKey      *sql.Stmt
 	hasClaimable, hasExpired *sql.Stmt
-	listByStatus             *sql.Stmt
+	// listByStatus[i] lists calls of statuses[i].
+	listByStatus [4]*sql.Stmt
+}
+
+// listStatus returns the statement that lists calls of status st, or nil
+// for an unknown status (no call has one: the column's CHECK allows only
+// these).
+func (r *readStmts) listStatus(st store.Status) *sql.Stmt {
+	for i, s := range statuses {
+		if s == st {
+			return r.listByStatus[i]
+		}
+	}
+	return nil
 }
 
 // writeStmts are prepared on the write pool (one connection) and used inside
@@ -161,13 +194,16 @@ func closeAll(list []prepared) error {
 }
 
 func (r *readStmts) list() []prepared {
-	return []prepared{
+	list := []prepared{
 		{&r.callByID, sqlCallByID},
 		{&r.callByKey, sqlCallByKey},
 		{&r.hasClaimable, sqlHasClaimable},
 		{&r.hasExpired, sqlHasExpired},
-		{&r.listByStatus, sqlListByStatus},
 	}
+	for i, st := range statuses {
+		list = append(list, prepared{&r.listByStatus[i], sqlListByStatus(st)})
+	}
+	return list
 }
 
 func (w *writeStmts) list() []prepared {
