@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
 )
 
 // probeRoot builds a root like newRootCmd's, with one subcommand whose flags
@@ -157,5 +159,58 @@ func TestConfigMissingFileIsAnError(t *testing.T) {
 	root.SetArgs([]string{"probe", "--config", filepath.Join(t.TempDir(), "absent.yaml")})
 	if err := root.Execute(); err == nil {
 		t.Fatal("an explicitly named missing config file was silently ignored")
+	}
+}
+
+func TestConfigSectionAppliesToSubcommands(t *testing.T) {
+	clearEnv(t)
+	var got probeValues
+	root := probeRoot(t, &got)
+	var db string
+	group := &cobra.Command{Use: "group"}
+	leaf := &cobra.Command{Use: "leaf", RunE: func(*cobra.Command, []string) error { return nil }}
+	leaf.Flags().StringVar(&db, "db", "idem.db", "")
+	group.AddCommand(leaf)
+	root.AddCommand(group)
+	cfg := writeConfig(t, "group:\n  db: /tmp/x.db\n")
+	root.SetArgs([]string{"--config", cfg, "group", "leaf"})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if db != "/tmp/x.db" {
+		t.Fatalf("a section named after the top-level command must reach its subcommands: db=%q", db)
+	}
+}
+
+func TestConfigUnknownKeysAreErrors(t *testing.T) {
+	for name, body := range map[string]string{
+		"top level":  "adr: 127.0.0.1:1\n",
+		"in section": "probe:\n  wrkers: 3\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			clearEnv(t)
+			var got probeValues
+			root := probeRoot(t, &got)
+			root.SetArgs([]string{"probe", "--config", writeConfig(t, body)})
+			err := root.Execute()
+			if err == nil || !strings.Contains(err.Error(), "unknown key") {
+				t.Fatalf("typo in config accepted: err=%v", err)
+			}
+		})
+	}
+}
+
+func TestExampleConfigIsValid(t *testing.T) {
+	clearEnv(t)
+	var out bytes.Buffer
+	root := newRootCmd(&IOStreams{Out: &out, ErrOut: &out})
+	// --help runs no command, so check the keys directly against the real tree.
+	v := viper.New()
+	v.SetConfigFile(filepath.Join("..", "..", "configs", "idemctl.yaml"))
+	if err := v.ReadInConfig(); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkConfigKeys(root, v); err != nil {
+		t.Fatalf("configs/idemctl.yaml has keys no command reads: %v", err)
 	}
 }

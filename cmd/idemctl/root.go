@@ -100,7 +100,10 @@ func newRootCmd(streams *IOStreams) *cobra.Command {
 // the environment (IDEMCTL_ADDR) or the config file, so the precedence is
 // flag > env > file > default. A fresh viper per run keeps tests independent.
 // In the file, a key may sit at the top level ("addr: ...") or under the
-// command's name ("serve: {addr: ...}"); the command's section wins.
+// top-level command's name ("serve: {addr: ...}", "inspect: {db: ...}" for
+// every inspect subcommand); the command's section wins. Keys are the flags'
+// long names. A key that no command knows is an error: a typo in a config
+// file must not silently fall back to a default.
 func applyConfig(cmd *cobra.Command, configFile string) error {
 	// viper reads the file (any format it knows); the environment is looked
 	// up per flag below so that an env value always beats the file's.
@@ -113,8 +116,11 @@ func applyConfig(cmd *cobra.Command, configFile string) error {
 		if err := v.ReadInConfig(); err != nil {
 			return fmt.Errorf("reading config %s: %w", configFile, err)
 		}
+		if err := checkConfigKeys(cmd.Root(), v); err != nil {
+			return fmt.Errorf("config %s: %w", configFile, err)
+		}
 	}
-	section := cmd.Name()
+	section := topLevelName(cmd)
 	var errs []error
 	cmd.Flags().VisitAll(func(f *pflag.Flag) {
 		if f.Changed || f.Name == "config" || f.Name == "help" {
@@ -136,6 +142,56 @@ func applyConfig(cmd *cobra.Command, configFile string) error {
 			errs = append(errs, fmt.Errorf("config value for --%s: %w", f.Name, err))
 		}
 	})
+	return errors.Join(errs...)
+}
+
+// topLevelName is the name of cmd's ancestor just below the root ("inspect"
+// for "idemctl inspect stats"): the config file's section for it.
+func topLevelName(cmd *cobra.Command) string {
+	for cmd.HasParent() && cmd.Parent().HasParent() {
+		cmd = cmd.Parent()
+	}
+	return cmd.Name()
+}
+
+// checkConfigKeys refuses keys that no command would read: a top-level key
+// must be a top-level command's section or some command's flag; a key in a
+// section must be a flag of that command or of one of its subcommands.
+func checkConfigKeys(root *cobra.Command, v *viper.Viper) error {
+	flagsOf := func(c *cobra.Command) map[string]bool {
+		names := map[string]bool{}
+		var walk func(*cobra.Command)
+		walk = func(c *cobra.Command) {
+			c.Flags().VisitAll(func(f *pflag.Flag) { names[f.Name] = true })
+			c.PersistentFlags().VisitAll(func(f *pflag.Flag) { names[f.Name] = true })
+			for _, sub := range c.Commands() {
+				walk(sub)
+			}
+		}
+		walk(c)
+		return names
+	}
+	all := flagsOf(root)
+	sections := map[string]*cobra.Command{}
+	for _, c := range root.Commands() {
+		sections[c.Name()] = c
+	}
+	var errs []error
+	for key, val := range v.AllSettings() {
+		sub, isSection := sections[key]
+		nested, isMap := val.(map[string]any)
+		switch {
+		case isSection && isMap:
+			known := flagsOf(sub)
+			for k := range nested {
+				if !known[k] {
+					errs = append(errs, fmt.Errorf("unknown key %q in section %q (keys are %s's flag names)", k, key, key))
+				}
+			}
+		case !all[key]:
+			errs = append(errs, fmt.Errorf("unknown key %q (keys are flag names, or a command name as a section)", key))
+		}
+	}
 	return errors.Join(errs...)
 }
 
