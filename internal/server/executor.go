@@ -337,6 +337,19 @@ func (e *executor) execute(c store.Call) {
 		e.m.executions.WithLabelValues(c.Tool, execFenced).Inc()
 		log.Warn("completion fenced: lease lost to another worker", attrOwner, e.owner, attrErr, err)
 		return
+	case refusedForGood(err):
+		log.Error("the database refused the completion; recording the call as failed", attrErr, err)
+		if done, err = e.failRefused(c, err); err != nil {
+			if errors.Is(err, store.ErrFenced) {
+				e.m.fenced.Inc()
+				e.m.executions.WithLabelValues(c.Tool, execFenced).Inc()
+				log.Warn("failure record fenced: lease lost to another worker", attrOwner, e.owner, attrErr, err)
+				return
+			}
+			e.m.executions.WithLabelValues(c.Tool, execError).Inc()
+			log.Error("recording the refusal as a failure failed too; the lease will bring the call back", attrErr, err)
+			return
+		}
 	case err != nil:
 		e.m.executions.WithLabelValues(c.Tool, execError).Inc()
 		log.Error("recording completion failed; the lease will bring the call back", attrErr, err)
@@ -430,9 +443,92 @@ func (e *executor) commit(c store.Call, out tools.Outcome) (store.Call, error) {
 			done, err = e.st.Succeed(ctx, comp)
 		}
 		cancel()
-		if err == nil || errors.Is(err, store.ErrFenced) {
+		// Only a transient failure is worth another try: a refusal of
+		// this completion (refusedForGood) gets the same answer every
+		// time, and execute records it as a failure instead.
+		if err == nil || !transientErr(err) {
 			return done, err
 		}
 	}
 	return done, err
+}
+
+// transientErr reports whether a store error says "not now" rather than
+// "not this": the database is unreachable or busy, or the commit ran out of
+// time. The same completion may well commit on a retry.
+func transientErr(err error) bool {
+	return errors.Is(err, store.ErrUnavailable) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+}
+
+// refusedForGood reports whether a completion error is the database
+// refusing this completion itself (a value it cannot store, a constraint),
+// as opposed to a lost lease (ErrFenced), a database that cannot write at
+// the moment (transient, ErrReadOnly) or a call that is gone (ErrNotFound).
+// Such a refusal is deterministic: the same completion would be refused on
+// every attempt, so retrying the call under a new lease never ends.
+func refusedForGood(err error) bool {
+	return err != nil && !transientErr(err) &&
+		!errors.Is(err, store.ErrFenced) && !errors.Is(err, store.ErrReadOnly) && !errors.Is(err, store.ErrNotFound)
+}
+
+// failRefused records, once and under the same fencing token, that the
+// outcome of attempt c could not be recorded: the call fails with code
+// internal and retryable false. SPEC §2.4 asks that every accepted call
+// reach a final state without the client's help; a call whose completion
+// the database refuses for good would otherwise be re-run once per lease,
+// for ever.
+//
+// Why failing is consistent even for tools with an effect (charge,
+// send_email): in this service the effect row is written only by the
+// Succeed transaction, and that transaction was refused and rolled back,
+// so no effect exists and "failed" tells the truth about the effects
+// table. retryable is false because a same-key retry would run into the
+// same refusal. The error object is fixed text plus a short reason built
+// from the error's class, never from its message: a database message can
+// quote the value it refused, and that is user data.
+//
+// If this write fails too (ErrFenced included), nothing more is tried
+// here: the lease brings the call back, as for any failed completion.
+func (e *executor) failRefused(c store.Call, refusal error) (store.Call, error) {
+	raw, err := json.Marshal(tools.ToolError{
+		Code:      codeInternal,
+		Message:   "could not record the tool's outcome: " + refusalReason(refusal),
+		Retryable: false,
+	})
+	if err != nil {
+		return store.Call{}, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
+	defer cancel()
+	return e.st.Fail(ctx, store.Completion{CallID: c.CallID, Owner: e.owner, Attempt: c.Attempt, Error: raw})
+}
+
+// refusalReason is the short, data-free reason of a refused completion:
+// "the database refused it", with the SQLSTATE when the driver gives one
+// (PostgreSQL's errors do; it names the class of problem, e.g. 22P05
+// untranslatable character, and never the value).
+func refusalReason(err error) string {
+	const reason = "the database refused it"
+	var coded interface{ SQLState() string }
+	if errors.As(err, &coded) {
+		if code := coded.SQLState(); isSQLState(code) {
+			return reason + " (SQLSTATE " + code + ")"
+		}
+	}
+	return reason
+}
+
+// isSQLState reports whether s has the shape of an SQLSTATE: five digits
+// or upper-case letters. Anything else is not echoed.
+func isSQLState(s string) bool {
+	if len(s) != 5 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'A' || c > 'Z') {
+			return false
+		}
+	}
+	return true
 }

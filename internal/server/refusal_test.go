@@ -1,0 +1,294 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/store/sqlite"
+)
+
+// secretValue stands for user data a database error may quote; it must
+// never reach the call's error object.
+const secretValue = "4111-1111-secret"
+
+// pgLikeError is a database refusal as a PostgreSQL driver reports it: a
+// message quoting the refused value, and an SQLSTATE.
+type pgLikeError struct{ state string }
+
+func (e *pgLikeError) Error() string {
+	return fmt.Sprintf("ERROR: unsupported Unicode escape sequence near %q (SQLSTATE %s)", secretValue, e.state)
+}
+
+func (e *pgLikeError) SQLState() string { return e.state }
+
+// refusingStore is a real SQLite store whose completions can be refused:
+// refuseSucceed / refuseFail decide per completion; each returns the error
+// to answer with, or nil to pass the completion to the database.
+type refusingStore struct {
+	store.Store
+	refuseSucceed func(c store.Completion) error
+	refuseFail    func(c store.Completion) error
+	succeeds      atomic.Int64 // Succeed calls, refused or not
+	fails         atomic.Int64 // Fail calls, refused or not
+}
+
+func (s *refusingStore) Succeed(ctx context.Context, c store.Completion) (store.Call, error) {
+	s.succeeds.Add(1)
+	if s.refuseSucceed != nil {
+		if err := s.refuseSucceed(c); err != nil {
+			return store.Call{}, err
+		}
+	}
+	return s.Store.Succeed(ctx, c)
+}
+
+func (s *refusingStore) Fail(ctx context.Context, c store.Completion) (store.Call, error) {
+	s.fails.Add(1)
+	if s.refuseFail != nil {
+		if err := s.refuseFail(c); err != nil {
+			return store.Call{}, err
+		}
+	}
+	return s.Store.Fail(ctx, c)
+}
+
+// setupRefusing starts a server with its executor on a refusingStore over
+// a fresh SQLite database.
+func setupRefusing(t *testing.T, lease time.Duration, rs *refusingStore) backendServer {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "idem.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs.Store = st
+	srv, err := New(Config{Logger: testLogger(t), Workers: 1, Lease: lease}, rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := srv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() {
+		ts.Close()
+		cancel()
+		_ = srv.Shutdown(context.Background())
+		_ = st.Close()
+	})
+	return backendServer{base: ts.URL, st: rs}
+}
+
+// errorObject decodes a failed call's error.
+func errorObject(t *testing.T, c CallView) (code, message string, retryable bool) {
+	t.Helper()
+	var e struct {
+		Code      string `json:"code"`
+		Message   string `json:"message"`
+		Retryable *bool  `json:"retryable"`
+	}
+	if err := json.Unmarshal(c.Error, &e); err != nil || e.Retryable == nil {
+		t.Fatalf("error object %s: %v (retryable must be present)", c.Error, err)
+	}
+	return e.Code, e.Message, *e.Retryable
+}
+
+// countEvents counts audit events by name.
+func countEvents(events []string) map[string]int {
+	n := map[string]int{}
+	for _, ev := range events {
+		n[ev]++
+	}
+	return n
+}
+
+// TestRefusedSucceedEndsFailed: the database refuses a charge's success
+// record for a non-transient reason (as PostgreSQL refuses a value it
+// cannot store). The call must still reach a final state on its own (SPEC
+// §2.4): failed, code internal, not retryable, at attempt 1, with exactly
+// one completion recorded and no effect — instead of being re-run once per
+// lease for ever.
+func TestRefusedSucceedEndsFailed(t *testing.T) {
+	rs := &refusingStore{refuseSucceed: func(store.Completion) error { return &pgLikeError{state: "22P05"} }}
+	b := setupRefusing(t, 30*time.Second, rs)
+
+	r := doURL(t, b.base, "POST", "/v1/tool-calls", []byte(`{"tool":"charge","args":{"amount":7}}`),
+		map[string]string{"Idempotency-Key": "k-refused-succeed"})
+	if r.status != 202 {
+		t.Fatalf("POST: %d %s", r.status, r.body)
+	}
+	c := waitFinalURL(t, b.base, r.call(t).CallID)
+
+	if c.Status != store.StatusFailed || c.Attempt != 1 || string(c.Result) != "null" || c.EffectID != nil {
+		t.Fatalf("call: status %s attempt %d result %s effect %v, want failed at attempt 1 without result or effect",
+			c.Status, c.Attempt, c.Result, c.EffectID)
+	}
+	code, msg, retryable := errorObject(t, c)
+	if code != codeInternal || retryable {
+		t.Errorf("error %s: want code internal, retryable false", c.Error)
+	}
+	const want = "could not record the tool's outcome: the database refused it (SQLSTATE 22P05)"
+	if msg != want {
+		t.Errorf("message %q, want %q", msg, want)
+	}
+	if strings.Contains(string(c.Error), secretValue) {
+		t.Errorf("error object echoes the refused value: %s", c.Error)
+	}
+
+	// Exactly one completion recorded, by this attempt, and no effect.
+	ev := countEvents(auditEvents(t, b.st, c.CallID))
+	if ev[store.EventFailed] != 1 || ev[store.EventSucceeded] != 0 || ev[store.EventClaimed] != 1 || ev[store.EventRecover] != 0 {
+		t.Errorf("audit %v: want one claimed, one failed, no succeeded, no recover", ev)
+	}
+	if s := storeStats(t, b.st); s.Calls != 1 || s.Effects != 0 {
+		t.Errorf("calls=%d effects=%d, want 1 and 0", s.Calls, s.Effects)
+	}
+	// A deterministic refusal is not retried: one Succeed, one Fail.
+	if s, f := rs.succeeds.Load(), rs.fails.Load(); s != 1 || f != 1 {
+		t.Errorf("Succeed called %d times, Fail %d, want 1 and 1", s, f)
+	}
+
+	// Final for good: the same key replays the failure, it does not reset it.
+	r = doURL(t, b.base, "POST", "/v1/tool-calls", []byte(`{"tool":"charge","args":{"amount":7}}`),
+		map[string]string{"Idempotency-Key": "k-refused-succeed"})
+	if r.status != 200 || r.call(t).Status != store.StatusFailed {
+		t.Errorf("same-key retry: %d %s, want 200 failed", r.status, r.body)
+	}
+}
+
+// TestRefusedToolFailureEndsFailed: a tool's own failure whose error object
+// the database refuses is replaced by the safe internal error, so that
+// call ends too. The refusal here carries no SQLSTATE.
+func TestRefusedToolFailureEndsFailed(t *testing.T) {
+	rs := &refusingStore{refuseFail: func(c store.Completion) error {
+		if strings.Contains(string(c.Error), "tool_failed") {
+			return errors.New("sqlite fail: value " + secretValue + " too big")
+		}
+		return nil
+	}}
+	b := setupRefusing(t, 30*time.Second, rs)
+	r := doURL(t, b.base, "POST", "/v1/tool-calls", []byte(`{"tool":"fail","args":{"retryable":true}}`),
+		map[string]string{"Idempotency-Key": "k-refused-fail"})
+	if r.status != 202 {
+		t.Fatalf("POST: %d %s", r.status, r.body)
+	}
+	c := waitFinalURL(t, b.base, r.call(t).CallID)
+	code, msg, retryable := errorObject(t, c)
+	if c.Status != store.StatusFailed || c.Attempt != 1 || code != codeInternal || retryable ||
+		msg != "could not record the tool's outcome: the database refused it" {
+		t.Fatalf("call: status %s attempt %d error %s", c.Status, c.Attempt, c.Error)
+	}
+	if ev := countEvents(auditEvents(t, b.st, c.CallID)); ev[store.EventFailed] != 1 {
+		t.Errorf("audit %v: want one failed", ev)
+	}
+	if f := rs.fails.Load(); f != 2 {
+		t.Errorf("Fail called %d times, want 2 (the refused one, the safe one)", f)
+	}
+}
+
+// TestTransientCommitErrorKeepsTheLease: ErrUnavailable is "not now", not
+// "not this": the executor retries it and then leaves the call to its
+// lease; it never records a failure the tool did not have.
+func TestTransientCommitErrorKeepsTheLease(t *testing.T) {
+	var refuse atomic.Bool
+	refuse.Store(true)
+	rs := &refusingStore{refuseSucceed: func(store.Completion) error {
+		if refuse.Load() {
+			return fmt.Errorf("sqlite succeed: %w: disk full", store.ErrUnavailable)
+		}
+		return nil
+	}}
+	b := setupRefusing(t, 500*time.Millisecond, rs)
+	r := doURL(t, b.base, "POST", "/v1/tool-calls", []byte(`{"tool":"charge","args":{"amount":3}}`),
+		map[string]string{"Idempotency-Key": "k-transient"})
+	if r.status != 202 {
+		t.Fatalf("POST: %d %s", r.status, r.body)
+	}
+	id := r.call(t).CallID
+	eventually(t, "the first attempt has tried its commit 3 times", func() bool { return rs.succeeds.Load() >= 3 })
+	refuse.Store(false) // the database is back
+	c := waitFinalURL(t, b.base, id)
+	if c.Status != store.StatusSucceeded || c.Attempt < 2 || c.EffectID == nil {
+		t.Fatalf("call: status %s attempt %d effect %v, want succeeded by a later attempt", c.Status, c.Attempt, c.EffectID)
+	}
+	if f := rs.fails.Load(); f != 0 {
+		t.Errorf("Fail called %d times for a transient error", f)
+	}
+	if s := storeStats(t, b.st); s.Effects != 1 {
+		t.Errorf("effects=%d, want 1", s.Effects)
+	}
+}
+
+// TestRefusalFallbackRefusedLeavesItToTheLease: when the safe failure
+// record is refused too, it is tried once, and the call goes back to the
+// lease path as before (recovered and run again).
+func TestRefusalFallbackRefusedLeavesItToTheLease(t *testing.T) {
+	refusal := func(store.Completion) error { return errors.New("sqlite: constraint failed") }
+	rs := &refusingStore{refuseSucceed: refusal, refuseFail: refusal}
+	b := setupRefusing(t, 300*time.Millisecond, rs)
+	r := doURL(t, b.base, "POST", "/v1/tool-calls", []byte(`{"tool":"charge","args":{"amount":3}}`),
+		map[string]string{"Idempotency-Key": "k-refused-twice"})
+	if r.status != 202 {
+		t.Fatalf("POST: %d %s", r.status, r.body)
+	}
+	id := r.call(t).CallID
+	eventually(t, "a second attempt after the lease", func() bool {
+		c, err := b.st.Get(context.Background(), id)
+		return err == nil && c.Attempt >= 2
+	})
+	// Every attempt tried one Succeed and one Fail, no more.
+	c, err := b.st.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Status.Final() {
+		t.Fatalf("call became %s although every completion was refused", c.Status)
+	}
+	if s, f := rs.succeeds.Load(), rs.fails.Load(); f > s || s > c.Attempt {
+		t.Errorf("Succeed %d, Fail %d over %d attempts: want at most one of each per attempt", s, f, c.Attempt)
+	}
+}
+
+// TestRefusalReason: only an SQLSTATE-shaped code is echoed, never text.
+func TestRefusalReason(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want string
+	}{
+		{&pgLikeError{state: "22021"}, "the database refused it (SQLSTATE 22021)"},
+		{fmt.Errorf("postgres succeed: %w", &pgLikeError{state: "23505"}), "the database refused it (SQLSTATE 23505)"},
+		{&pgLikeError{state: secretValue}, "the database refused it"},
+		{&pgLikeError{state: "ab<>1"}, "the database refused it"},
+		{errors.New(secretValue), "the database refused it"},
+	} {
+		if got := refusalReason(tt.err); got != tt.want {
+			t.Errorf("refusalReason(%v) = %q, want %q", tt.err, got, tt.want)
+		}
+	}
+	for _, tt := range []struct {
+		err  error
+		want bool
+	}{
+		{errors.New("constraint failed"), true},
+		{store.ErrFenced, false},
+		{fmt.Errorf("x: %w", store.ErrUnavailable), false},
+		{context.DeadlineExceeded, false},
+		{context.Canceled, false},
+		{store.ErrReadOnly, false},
+		{store.ErrNotFound, false},
+		{nil, false},
+	} {
+		if got := refusedForGood(tt.err); got != tt.want {
+			t.Errorf("refusedForGood(%v) = %v, want %v", tt.err, got, tt.want)
+		}
+	}
+}
