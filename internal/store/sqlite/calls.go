@@ -53,7 +53,7 @@ func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, s
 	// other writer can slip in between the select and the insert, so two
 	// requests with one key cannot both see it absent (§12.6.1); the UNIQUE
 	// idem_key is the backstop.
-	err := s.writeTx(ctx, "create", func(tx *sql.Tx) error {
+	err := s.writeTx(ctx, "create", func(ctx context.Context, tx *sql.Tx) error {
 		now := s.now()
 		c, err := queryCall(ctx, tx, s.wq.callByKey, n.IdemKey)
 		switch {
@@ -185,7 +185,7 @@ func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration
 	}
 
 	claimed := []store.Call{}
-	err := s.writeTx(ctx, "claim", func(tx *sql.Tx) error {
+	err := s.writeTx(ctx, "claim", func(ctx context.Context, tx *sql.Tx) error {
 		claimed = claimed[:0]
 		now := s.now()
 		until := now + lease.Seconds()
@@ -278,7 +278,7 @@ func (s *Store) Succeed(ctx context.Context, c store.Completion) (store.Call, er
 		}
 	}
 	var call store.Call
-	err := s.writeTx(ctx, "succeed", func(tx *sql.Tx) error {
+	err := s.writeTx(ctx, "succeed", func(ctx context.Context, tx *sql.Tx) error {
 		now := s.now()
 		var err error
 		call, err = queryCall(ctx, tx, s.wq.succeed, jsonArg(c.Result), now, c.CallID, c.Owner, c.Attempt)
@@ -317,7 +317,7 @@ func (s *Store) Fail(ctx context.Context, c store.Completion) (store.Call, error
 		errJSON = json.RawMessage(`{}`)
 	}
 	var call store.Call
-	err := s.writeTx(ctx, "fail", func(tx *sql.Tx) error {
+	err := s.writeTx(ctx, "fail", func(ctx context.Context, tx *sql.Tx) error {
 		now := s.now()
 		var err error
 		call, err = queryCall(ctx, tx, s.wq.fail, string(errJSON), now, c.CallID, c.Owner, c.Attempt)
@@ -361,7 +361,7 @@ func (s *Store) auditFenced(ctx context.Context, c store.Completion, err error) 
 		return err
 	}
 	fencedErr := fmt.Errorf("sqlite complete %s: %w: %s", c.CallID, store.ErrFenced, fe.detail)
-	aerr := s.writeTx(ctx, "audit fenced", func(tx *sql.Tx) error {
+	aerr := s.writeTx(ctx, "audit fenced", func(ctx context.Context, tx *sql.Tx) error {
 		return s.audit(ctx, tx, s.now(), c.CallID, store.EventFenced, fe.detail)
 	})
 	if aerr != nil {
@@ -387,7 +387,7 @@ func (s *Store) RecoverExpired(ctx context.Context) ([]string, error) {
 	}
 
 	recovered := []string{}
-	err := s.writeTx(ctx, "recover", func(tx *sql.Tx) error {
+	err := s.writeTx(ctx, "recover", func(ctx context.Context, tx *sql.Tx) error {
 		recovered = recovered[:0]
 		now := s.now()
 		rows, err := tx.QueryContext(ctx, `SELECT call_id, owner, attempt FROM calls
@@ -450,7 +450,7 @@ func (s *Store) Release(ctx context.Context, callID, owner string, attempt int64
 	if s.readOnly {
 		return fmt.Errorf("sqlite release: %w", store.ErrReadOnly)
 	}
-	return s.writeTx(ctx, "release", func(tx *sql.Tx) error {
+	return s.writeTx(ctx, "release", func(ctx context.Context, tx *sql.Tx) error {
 		now := s.now()
 		// Fenced like a completion: if the call was completed, recovered
 		// or taken over since the caller looked, leave it alone.

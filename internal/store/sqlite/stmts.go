@@ -159,6 +159,8 @@ type writeStmts struct {
 	claim                    *sql.Stmt
 	succeed, fail            *sql.Stmt
 	insertEffect, linkEffect *sql.Stmt
+	// The group commit's savepoint around each write of a batch.
+	savepoint, release, rollbackTo *sql.Stmt
 }
 
 // prepared is one statement to prepare: where to store it and its SQL.
@@ -220,5 +222,8 @@ func (w *writeStmts) list() []prepared {
 		{&w.fail, sqlFail},
 		{&w.insertEffect, sqlInsertEffect},
 		{&w.linkEffect, sqlLinkEffect},
+		{&w.savepoint, `SAVEPOINT write`},
+		{&w.release, `RELEASE write`},
+		{&w.rollbackTo, `ROLLBACK TO write`},
 	}
 }

@@ -1,0 +1,193 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	sqlite "modernc.org/sqlite"
+
+	"github.com/idemctl/idemctl/internal/store"
+)
+
+// auditOp is a write that appends one audit row with event name and then
+// returns fail (nil for success).
+func auditOp(s *Store, name string, fail error) *writeOp {
+	return &writeOp{ctx: context.Background(), name: name, done: make(chan error, 1),
+		fn: func(ctx context.Context, tx *sql.Tx) error {
+			if err := s.audit(ctx, tx, 1, "c_batch", name, ""); err != nil {
+				return err
+			}
+			return fail
+		}}
+}
+
+// batchEvents returns the audit events of call c_batch, in order.
+func batchEvents(t *testing.T, s *Store) []string {
+	t.Helper()
+	evs, err := s.Audit(t.Context(), "c_batch", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := []string{}
+	for _, e := range evs {
+		out = append(out, e.Event)
+	}
+	return out
+}
+
+// countCommits counts the commits of the write connection.
+func countCommits(t *testing.T, s *Store) *atomic.Int64 {
+	t.Helper()
+	var n atomic.Int64
+	conn, err := s.w.Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.Raw(func(dc any) error {
+		dc.(interface{ RegisterCommitHook(sqlite.CommitHookFn) }).RegisterCommitHook(func() int32 {
+			n.Add(1)
+			return 0 // 0: let the commit proceed
+		})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return &n
+}
+
+// TestBatchIsolatesFailedWrite commits three writes as one batch, the middle
+// one failing: the other two are committed, with one commit, and nothing of
+// the failed one remains. Each write gets its own answer.
+func TestBatchIsolatesFailedWrite(t *testing.T) {
+	s := openAt(t, tempPath(t), store.Options{})
+	commits := countCommits(t, s)
+	boom := errors.New("boom")
+	ops := []*writeOp{auditOp(s, "a", nil), auditOp(s, "b", boom), auditOp(s, "c", nil)}
+	for _, op := range ops {
+		op.state.Store(opQueued)
+	}
+	s.commitBatch(ops)
+
+	for i, want := range []error{nil, boom, nil} {
+		if got := <-ops[i].done; !errors.Is(got, want) || (want == nil && got != nil) {
+			t.Errorf("op %s answered %v, want %v", ops[i].name, got, want)
+		}
+	}
+	if got := batchEvents(t, s); len(got) != 2 || got[0] != "a" || got[1] != "c" {
+		t.Fatalf("audit after the batch = %v, want [a c]: the failed write rolled back alone", got)
+	}
+	if n := commits.Load(); n != 1 {
+		t.Fatalf("%d commits for one batch, want 1", n)
+	}
+}
+
+// TestBatchLostTransactionFailsAll makes a write end the batch's whole
+// transaction, as SQLite does itself on some errors (disk full, I/O): every
+// write of the batch, the ones before it included, must be answered with an
+// error, and none of them may be in the database.
+func TestBatchLostTransactionFailsAll(t *testing.T) {
+	s := openAt(t, tempPath(t), store.Options{})
+	killer := &writeOp{ctx: context.Background(), name: "killer", done: make(chan error, 1),
+		fn: func(ctx context.Context, tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, `ROLLBACK`); err != nil {
+				t.Errorf("ROLLBACK inside the batch: %v", err)
+			}
+			return errors.New("transaction lost")
+		}}
+	ops := []*writeOp{auditOp(s, "before", nil), killer, auditOp(s, "after", nil)}
+	s.commitBatch(ops)
+	for _, op := range ops {
+		if err := <-op.done; err == nil {
+			t.Errorf("op %s answered success, but the transaction was rolled back", op.name)
+		}
+	}
+	if got := batchEvents(t, s); len(got) != 0 {
+		t.Fatalf("audit after a lost batch = %v, want nothing", got)
+	}
+	// The committer goes on with a fresh transaction.
+	if _, _, err := s.CreateOrGet(t.Context(), store.NewCall{
+		CallID: "c_0000000000000001", IdemKey: "k", Fingerprint: "f", Tool: "charge", ArgsJSON: []byte(`{}`),
+	}); err != nil {
+		t.Fatalf("write after a lost batch: %v", err)
+	}
+}
+
+// stopCommitter stops s's committer and gives s a queue nobody serves, so a
+// test can play the committer's part step by step.
+func stopCommitter(t *testing.T, s *Store) {
+	t.Helper()
+	s.closeOnce.Do(func() { close(s.quit) })
+	<-s.commitDone
+	s.quit = make(chan struct{})
+	s.writes = make(chan *writeOp)
+	// commitDone stays closed: Close finds the committer already gone.
+}
+
+// TestWriteAbandonedWhileQueuedNeverRuns: a write that is still waiting
+// when the busy timeout passes (or its context ends) fails with
+// ErrUnavailable (or the context's error) and never runs afterwards, even
+// though the committer had already received it.
+func TestWriteAbandonedWhileQueuedNeverRuns(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		cancel bool
+		want   error
+	}{
+		{"busy timeout", false, store.ErrUnavailable},
+		{"context cancelled", true, context.Canceled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := openAt(t, tempPath(t), store.Options{BusyTimeout: 20 * time.Millisecond})
+			if tc.cancel {
+				s.busy = time.Hour
+			}
+			stopCommitter(t, s)
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			var ran atomic.Bool
+			res := make(chan error, 1)
+			go func() {
+				res <- s.writeTx(ctx, "t", func(context.Context, *sql.Tx) error { ran.Store(true); return nil })
+			}()
+			op := <-s.writes // received, not yet taken
+			if tc.cancel {
+				cancel()
+			}
+			if err := <-res; !errors.Is(err, tc.want) {
+				t.Fatalf("writeTx = %v, want %v", err, tc.want)
+			}
+			s.commitBatch([]*writeOp{op})
+			if ran.Load() {
+				t.Fatal("an abandoned write ran")
+			}
+		})
+	}
+}
+
+// TestWriteTakenRunsToTheEnd: once the committer has taken a write, its
+// writer waits for the real outcome even past the busy timeout, so a
+// committed write is never reported as failed.
+func TestWriteTakenRunsToTheEnd(t *testing.T) {
+	s := openAt(t, tempPath(t), store.Options{BusyTimeout: 10 * time.Millisecond})
+	stopCommitter(t, s)
+	res := make(chan error, 1)
+	go func() {
+		res <- s.writeTx(t.Context(), "slow", func(ctx context.Context, tx *sql.Tx) error {
+			time.Sleep(50 * time.Millisecond) // longer than the busy timeout
+			return s.audit(ctx, tx, 1, "c_batch", "slow", "")
+		})
+	}()
+	op := <-s.writes
+	s.commitBatch([]*writeOp{op})
+	if err := <-res; err != nil {
+		t.Fatalf("writeTx of a taken write = %v, want its own result (nil)", err)
+	}
+	if got := batchEvents(t, s); len(got) != 1 {
+		t.Fatalf("audit = %v, want the slow write committed", got)
+	}
+}
