@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -420,7 +419,7 @@ func (e *executor) abandon(c store.Call, log *slog.Logger) {
 func (e *executor) commit(c store.Call, out tools.Outcome) (store.Call, error) {
 	comp := store.Completion{CallID: c.CallID, Owner: e.owner, Attempt: c.Attempt}
 	if out.Err != nil {
-		raw, err := json.Marshal(out.Err)
+		raw, err := marshalJSON(out.Err)
 		if err != nil {
 			return store.Call{}, err
 		}
@@ -491,7 +490,7 @@ func refusedForGood(err error) bool {
 // If this write fails too (ErrFenced included), nothing more is tried
 // here: the lease brings the call back, as for any failed completion.
 func (e *executor) failRefused(c store.Call, refusal error) (store.Call, error) {
-	raw, err := json.Marshal(tools.ToolError{
+	raw, err := marshalJSON(tools.ToolError{
 		Code:      codeInternal,
 		Message:   "could not record the tool's outcome: " + refusalReason(refusal),
 		Retryable: false,

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"log/slog"
 	"net/http"
@@ -102,11 +103,28 @@ type statusView struct {
 	Status string `json:"status"`
 }
 
-// writeJSON writes v as the JSON response with status. Encoding happens
-// before the header is written, so a value that cannot be encoded becomes a
-// clean 500 instead of a truncated 200.
+// marshalJSON is json.Marshal without HTML escaping: json.Marshal writes
+// "<", ">" and "&" as \u003c, \u003e and \u0026, the same JSON but
+// unreadable in a message like "amount must be >= 1". Bodies are
+// application/json with nosniff, never HTML, so the escaping protects
+// nothing here. Stored error objects use it too, since they are served as
+// they are stored.
+func marshalJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil // Encode appends a newline
+}
+
+// writeJSON writes v as the JSON response with status (HTML characters
+// unescaped, see marshalJSON). Encoding happens before the header is
+// written, so a value that cannot be encoded becomes a clean 500 instead of
+// a truncated 200.
 func writeJSON(w http.ResponseWriter, log *slog.Logger, status int, v any) {
-	body, err := json.Marshal(v)
+	body, err := marshalJSON(v)
 	if err != nil {
 		log.Error("encoding response", attrErr, err)
 		status = http.StatusInternalServerError

@@ -1,0 +1,75 @@
+package server
+
+import (
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestJSONNotHTMLEscaped: "<", ">" and "&" come out as themselves in every
+// JSON body — error messages, and stored error objects served back — not as
+// \u003c, \u003e, \u0026.
+func TestJSONNotHTMLEscaped(t *testing.T) {
+	b := setup(t)
+	escaped := []string{`\u003c`, `\u003e`, `\u0026`}
+	noEscapes := func(what string, body []byte) {
+		t.Helper()
+		for _, e := range escaped {
+			if strings.Contains(string(body), e) {
+				t.Errorf("%s: body has %s: %s", what, e, body)
+			}
+		}
+	}
+
+	// An error message that quotes the client's input.
+	r := b.post("k-html-1", `{"tool":"<b>&amp;</b>"}`)
+	if r.status != http.StatusBadRequest || r.errCode(t) != codeBadRequest {
+		t.Fatalf("unknown tool: %d %s", r.status, r.body)
+	}
+	noEscapes("400", r.body)
+	if !strings.Contains(string(r.body), `unknown tool \"<b>&amp;</b>\"`) {
+		t.Errorf("400 message does not quote the tool as sent: %s", r.body)
+	}
+
+	// A tool's error object, stored by the executor and served as stored.
+	const msg = "balance < amount && limit > 0"
+	r = b.post("k-html-2", `{"tool":"fail","args":{"retryable":false,"message":"`+msg+`"}}`)
+	if r.status != http.StatusAccepted {
+		t.Fatalf("POST: %d %s", r.status, r.body)
+	}
+	c := b.waitFinal(r.call(t).CallID)
+	r = b.get(CallPath(c.CallID))
+	noEscapes("GET failed call", r.body)
+	if !strings.Contains(string(r.body), msg) {
+		t.Errorf("error message not served as sent: %s", r.body)
+	}
+}
+
+// TestWriteJSONFraming: one body, newline-terminated, Content-Length exact,
+// and the same bytes a client decodes back.
+func TestWriteJSONFraming(t *testing.T) {
+	rec := httptest.NewRecorder()
+	log := slog.New(slog.DiscardHandler)
+	writeError(rec, log, http.StatusBadRequest, codeBadRequest, "amount must be >= 1 & <= 10")
+	res := rec.Result()
+	body, _ := io.ReadAll(res.Body)
+	want := `{"error":{"code":"bad_request","message":"amount must be >= 1 & <= 10"}}` + "\n"
+	if string(body) != want {
+		t.Errorf("body %q, want %q", body, want)
+	}
+	if res.Header.Get("Content-Length") != strconv.Itoa(len(want)) {
+		t.Errorf("Content-Length %s, want %d", res.Header.Get("Content-Length"), len(want))
+	}
+
+	// A value that cannot be encoded is a clean 500.
+	rec = httptest.NewRecorder()
+	writeJSON(rec, log, http.StatusOK, map[string]any{"x": make(chan int)})
+	if rec.Code != http.StatusInternalServerError || !strings.Contains(rec.Body.String(), `"code":"internal"`) ||
+		rec.Header().Get("Content-Length") != strconv.Itoa(rec.Body.Len()) {
+		t.Errorf("unencodable: %d %q (Content-Length %s)", rec.Code, rec.Body.String(), rec.Header().Get("Content-Length"))
+	}
+}
