@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
@@ -69,7 +71,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 				fmt.Sprintf("body exceeds %d bytes", MaxBodyBytes))
 			return
 		}
-		writeError(w, s.log, http.StatusBadRequest, codeBadRequest, "reading body: "+err.Error())
+		s.bodyReadError(w, r, err)
 		return
 	}
 	req, aerr := parseCreate(body, s.cfg.Chaos)
@@ -113,6 +115,31 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		s.exec.Wake() // start now, not at the next tick
 	}
 	s.respondCall(w, r, call, outcome != store.Created, true)
+}
+
+// bodyReadError answers a request whose body could not be read. The
+// message never includes err's text: a network error names both ends'
+// addresses ("read tcp 127.0.0.1:8081->10.0.0.7:51234: i/o timeout"), which
+// a client has no use for. Nothing was recorded, so a retry with the same
+// key is always safe.
+func (s *Server) bodyReadError(w http.ResponseWriter, r *http.Request, err error) {
+	s.log.Info("reading request body failed", attrMethod, r.Method, attrPath, r.URL.Path, attrErr, err)
+	var ne net.Error
+	if errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		// The server's read timeout ran out mid-body: 408 (RFC 9110
+		// §15.5.9), with the stable code bad_request (SPEC §4.3's codes are
+		// fixed). net/http closes the connection after it anyway; saying so
+		// keeps the client from sending its next request on it.
+		w.Header().Set("Connection", "close")
+		writeError(w, s.log, http.StatusRequestTimeout, codeBadRequest,
+			"request body not received in time")
+		return
+	}
+	msg := "request body could not be read"
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		msg = "request body ended before its Content-Length"
+	}
+	writeError(w, s.log, http.StatusBadRequest, codeBadRequest, msg)
 }
 
 // handleGet is GET /v1/tool-calls/{call_id}.
@@ -254,7 +281,10 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	if err := s.st.Ping(ctx); err != nil {
 		w.Header().Set("Retry-After", "1")
-		writeError(w, s.log, http.StatusServiceUnavailable, codeUnavailable, "database unreachable: "+err.Error())
+		// The error is logged, not sent: a driver's message names the
+		// database's address (and may quote its DSN).
+		s.log.Warn("readiness check: database unreachable", attrErr, err)
+		writeError(w, s.log, http.StatusServiceUnavailable, codeUnavailable, "database unreachable")
 		return
 	}
 	writeJSON(w, s.log, http.StatusOK, statusView{Status: "ok"})
