@@ -36,10 +36,10 @@ func (s *Server) routes() http.Handler {
 		}
 		mux.HandleFunc(path, s.methodNotAllowed(allow))
 	}
-	route(http.MethodPost, "/v1/tool-calls", s.handleCreate)
-	route(http.MethodGet, "/v1/tool-calls/{call_id}", s.handleGet)
+	route(http.MethodPost, "/v1/tool-calls", varyPrefer(s.handleCreate))
+	route(http.MethodGet, "/v1/tool-calls/{call_id}", varyPrefer(s.handleGet))
 	// {key...}: a key may contain '/' (any visible ASCII).
-	route(http.MethodGet, "/v1/tool-calls/by-key/{key...}", s.handleGetByKey)
+	route(http.MethodGet, "/v1/tool-calls/by-key/{key...}", varyPrefer(s.handleGetByKey))
 	route(http.MethodGet, "/stats", s.handleStats)
 	route(http.MethodGet, "/healthz", s.handleHealthz)
 	route(http.MethodGet, "/readyz", s.handleReadyz)
@@ -48,6 +48,18 @@ func (s *Server) routes() http.Handler {
 	}).ServeHTTP)
 	mux.HandleFunc("/", s.handleNotFound)
 	return s.instrument(s.recoverer(mux))
+}
+
+// varyPrefer marks every response of a route that honours "Prefer: wait"
+// with Vary: Prefer — waited or not, success or error. The answer depends
+// on that header (a held response shows a later state), so a cache must
+// never give a request the answer stored for a request with another
+// Prefer; a response without Vary would be taken as valid for both.
+func varyPrefer(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Add("Vary", "Prefer")
+		h(w, r)
+	}
 }
 
 // handleCreate is POST /v1/tool-calls (SPEC §4.1): validate everything,
@@ -196,7 +208,6 @@ func (s *Server) respondCall(w http.ResponseWriter, r *http.Request, call store.
 			call = s.waitFinal(r.Context(), call, wait)
 		}
 		h.Set("Preference-Applied", "wait="+strconv.Itoa(int(wait/time.Second)))
-		h.Add("Vary", "Prefer")
 	}
 	h.Set("Location", CallPath(call.CallID))
 	if replayed {
