@@ -33,11 +33,17 @@ type serveOptions struct {
 }
 
 // Validate checks the flags. The loopback rule for --chaos is enforced by
-// server.New, next to the code it protects.
+// server.New and server.Run, next to the code it protects; it is checked
+// here too so that a refused --chaos never binds a port or creates a
+// database.
 func (o *serveOptions) Validate() error {
 	var errs []error
 	if o.Addr == "" {
 		errs = append(errs, errors.New("--addr must not be empty"))
+	} else if o.Chaos {
+		if err := loopbackAddr(o.Addr); err != nil {
+			errs = append(errs, fmt.Errorf("--chaos makes the process exit on request, so it is only allowed on a loopback address: %w", err))
+		}
 	}
 	if o.DB == "" {
 		errs = append(errs, errors.New("--db must not be empty"))
@@ -96,8 +102,13 @@ servers may share one PostgreSQL database.`,
 	return cmd
 }
 
-// serveRun opens the store, builds the server, listens and serves until ctx
+// serveRun listens, opens the store, builds the server and serves until ctx
 // is cancelled (SIGINT/SIGTERM, see root.go).
+//
+// The listener comes first: a port already in use (say, a second serve
+// started by mistake) must fail before the database is opened, or it would
+// leave a new, migrated database file behind, or migrate a shared one, for
+// a server that never ran. If opening the store fails, the port is freed.
 func serveRun(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 	hopts := &slog.HandlerOptions{Level: o.level}
 	var h slog.Handler = slog.NewTextHandler(streams.ErrOut, hopts)
@@ -105,6 +116,15 @@ func serveRun(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 		h = slog.NewJSONHandler(streams.ErrOut, hopts)
 	}
 	logger := slog.New(h)
+
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", o.Addr)
+	if err != nil {
+		return fmt.Errorf("cannot listen on %s: %w", o.Addr, err)
+	}
+	// Run's http.Server closes ln when it stops; this covers every return
+	// before that (a second Close is harmless).
+	defer ln.Close()
 
 	st, err := backend.Open(ctx, o.DB, store.Options{})
 	if err != nil {
@@ -124,16 +144,31 @@ func serveRun(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 	if err != nil {
 		return err
 	}
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", o.Addr)
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
 	// Scripts and tests read the real address (with --addr host:0) from
 	// this line.
 	fmt.Fprintf(streams.ErrOut, "idemctl serving on http://%s (db: %s, workers %d, lease %s)\n",
 		ln.Addr(), redactDSN(o.DB), o.Workers, o.Lease)
 	return srv.Run(ctx, ln)
+}
+
+// loopbackAddr accepts host:port where host is localhost or a loopback IP
+// (the rule server.New applies to --chaos). An empty host means every
+// interface.
+func loopbackAddr(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("address %q: %w", addr, err)
+	}
+	if strings.EqualFold(host, "localhost") {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	if host == "" {
+		return fmt.Errorf("address %q listens on every interface", addr)
+	}
+	return fmt.Errorf("address %q is not loopback", addr)
 }
 
 // redactDSN hides a password in a postgres:// URL before it is printed:
