@@ -213,18 +213,74 @@ func retryable(errObj json.RawMessage) bool {
 	return json.Unmarshal(errObj, &e) == nil && e.Retryable != nil && *e.Retryable
 }
 
-// ClaimNext claims up to limit runnable calls for owner in one statement.
+// claimSQL is ClaimNext's statement ($1 owner, $2 limit, $3 lease seconds).
 //
-// The "picked" step selects pending calls and running calls whose lease has
-// expired by the database's clock, oldest first, FOR UPDATE SKIP LOCKED:
-// rows another instance is claiming, completing or recovering right now are
-// skipped rather than waited for, so concurrent claimers split the work and
-// never block one another. It is MATERIALIZED so the pick, with its LIMIT
-// and row locks, stays a step of its own (the same as UPDATE ... WHERE
-// call_id IN (SELECT ... FOR UPDATE SKIP LOCKED)). The UPDATE repeats the
-// runnable condition so that only a row still runnable is taken (belt and
-// braces: the row lock already guarantees it). The audit rows are written
-// by the same statement, hence in the same transaction.
+// The "pending" and "expired" steps select the oldest pending calls and the
+// oldest running calls whose lease has expired by the database's clock, at
+// most $2 of each, FOR UPDATE SKIP LOCKED: rows another instance is
+// claiming, completing or recovering right now are skipped rather than
+// waited for, so concurrent claimers split the work and never block one
+// another. "picked" keeps the oldest $2 of the two, which are the oldest $2
+// runnable calls. (A candidate that does not make the cut stays locked until
+// this statement commits, a moment; another instance's claim meanwhile just
+// takes a different call.)
+//
+// Two steps, not one WHERE status = 'pending' OR (running and expired)
+// ORDER BY created_at: PostgreSQL ran that as a walk of idx_calls_created
+// from the oldest call, filtering out every finished call on the way (with
+// 60 000 succeeded calls and 20 000 pending: 60 000 rows read, 8.4 ms per
+// claim, growing with the history). "pending" reads the partial index
+// idx_calls_pending (schema version 2) in order and stops after $2 rows;
+// "expired" searches idx_calls_status and sorts only the expired rows, which
+// RecoverExpired keeps few. TestClaimPendingPlan checks the plan.
+//
+// The steps are MATERIALIZED so each pick, with its LIMIT and row locks,
+// stays a step of its own (the same as UPDATE ... WHERE call_id IN (SELECT
+// ... FOR UPDATE SKIP LOCKED)). The UPDATE repeats the runnable condition so
+// that only a row still runnable is taken (belt and braces: the row lock
+// already guarantees it). The audit rows are written by the same statement,
+// hence in the same transaction.
+var claimSQL = `
+WITH clock AS MATERIALIZED (
+  SELECT ` + dbNow + ` AS now
+), pending AS MATERIALIZED (
+  SELECT c.call_id, c.created_at
+  FROM calls c
+  WHERE c.status = 'pending'
+  ORDER BY c.created_at, c.call_id
+  LIMIT $2
+  FOR UPDATE OF c SKIP LOCKED
+), expired AS MATERIALIZED (
+  SELECT c.call_id, c.created_at
+  FROM calls c, clock
+  WHERE c.status = 'running' AND c.lease_until <= clock.now
+  ORDER BY c.created_at, c.call_id
+  LIMIT $2
+  FOR UPDATE OF c SKIP LOCKED
+), picked AS MATERIALIZED (
+  SELECT call_id
+  FROM (SELECT call_id, created_at FROM pending
+        UNION ALL
+        SELECT call_id, created_at FROM expired) AS candidates
+  ORDER BY created_at, call_id
+  LIMIT $2
+), claimed AS (
+  UPDATE calls c
+  SET status = 'running', attempt = c.attempt + 1,
+      lease_until = clock.now + $3, owner = $1, updated_at = clock.now
+  FROM picked, clock
+  WHERE c.call_id = picked.call_id
+    AND (c.status = 'pending' OR (c.status = 'running' AND c.lease_until <= clock.now))
+  RETURNING ` + callColumnsOf("c") + `
+), audited AS (
+  INSERT INTO audit (ts, call_id, event, detail)
+  SELECT updated_at, call_id, '` + store.EventClaimed + `', ` + detailClaimedSQL + `
+  FROM claimed
+)
+SELECT ` + callColumns + ` FROM claimed`
+
+// ClaimNext claims up to limit runnable calls for owner in one statement,
+// claimSQL.
 func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration, limit int) ([]store.Call, error) {
 	if err := s.writable(); err != nil {
 		return nil, err
@@ -235,31 +291,7 @@ func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration
 	if limit <= 0 {
 		return []store.Call{}, nil
 	}
-	rows, err := s.pool.Query(ctx, `
-WITH clock AS MATERIALIZED (
-  SELECT `+dbNow+` AS now
-), picked AS MATERIALIZED (
-  SELECT c.call_id
-  FROM calls c, clock
-  WHERE c.status = 'pending'
-     OR (c.status = 'running' AND c.lease_until <= clock.now)
-  ORDER BY c.created_at, c.call_id
-  LIMIT $2
-  FOR UPDATE OF c SKIP LOCKED
-), claimed AS (
-  UPDATE calls c
-  SET status = 'running', attempt = c.attempt + 1,
-      lease_until = clock.now + $3, owner = $1, updated_at = clock.now
-  FROM picked, clock
-  WHERE c.call_id = picked.call_id
-    AND (c.status = 'pending' OR (c.status = 'running' AND c.lease_until <= clock.now))
-  RETURNING `+callColumnsOf("c")+`
-), audited AS (
-  INSERT INTO audit (ts, call_id, event, detail)
-  SELECT updated_at, call_id, '`+store.EventClaimed+`', `+detailClaimedSQL+`
-  FROM claimed
-)
-SELECT `+callColumns+` FROM claimed`, owner, limit, lease.Seconds())
+	rows, err := s.pool.Query(ctx, claimSQL, owner, limit, lease.Seconds())
 	if err != nil {
 		return nil, interpret(ctx, err)
 	}

@@ -67,10 +67,24 @@ CREATE TABLE audit (
 );
 CREATE INDEX idx_audit_call ON audit (call_id, id);
 `,
+	// 2: the claim's pick of pending calls, oldest first, read in index
+	// order (see claimSQL). Partial: it holds only pending calls, so it is
+	// as small as the queue and a call leaves it when claimed. Not
+	// CONCURRENTLY (a migration is one transaction): building it blocks
+	// writes to calls for as long as it takes, once, at the first start of
+	// this version.
+	`
+CREATE INDEX IF NOT EXISTS idx_calls_pending ON calls (created_at, call_id) WHERE status = 'pending';
+`,
 }
 
 // schemaVersion is the version this binary writes and understands.
 var schemaVersion = len(migrations)
+
+// minReadVersion is the oldest schema a read-only store accepts: the
+// migrations after 1 only add indexes, so inspect can read a database that
+// an older server still runs on (a read-only store cannot migrate it).
+const minReadVersion = 1
 
 // migrate creates or upgrades the schema in one transaction. The advisory
 // lock makes instances that start together take turns: the first applies
@@ -128,7 +142,7 @@ func (s *Store) checkSchema(ctx context.Context) error {
 	if current > schemaVersion {
 		return fmt.Errorf("postgres: database schema version %d is newer than this idemctl understands (%d)", current, schemaVersion)
 	}
-	if current < schemaVersion {
+	if current < minReadVersion {
 		return fmt.Errorf("postgres: database schema version %d is older than this idemctl's (%d): start idemctl serve on it once to migrate it", current, schemaVersion)
 	}
 	return nil

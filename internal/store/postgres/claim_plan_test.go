@@ -1,0 +1,163 @@
+package postgres
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemctl/idemctl/internal/store"
+)
+
+// planNode is one node of EXPLAIN (FORMAT JSON).
+type planNode struct {
+	NodeType    string     `json:"Node Type"`
+	SubplanName string     `json:"Subplan Name"`
+	IndexName   string     `json:"Index Name"`
+	Plans       []planNode `json:"Plans"`
+}
+
+// find returns the first node (depth first) for which match is true.
+func (n planNode) find(match func(planNode) bool) (planNode, bool) {
+	if match(n) {
+		return n, true
+	}
+	for _, c := range n.Plans {
+		if f, ok := c.find(match); ok {
+			return f, true
+		}
+	}
+	return planNode{}, false
+}
+
+// seedHistory adds finished and pending calls straight into the table, as
+// a server that has run a while leaves it, and refreshes the statistics.
+func seedHistory(t *testing.T, s *Store, finished, pending int) {
+	t.Helper()
+	for _, q := range []struct {
+		sql string
+		n   int
+	}{
+		{`INSERT INTO calls (call_id, idem_key, fingerprint, tool, args_json, status, attempt, created_at, updated_at)
+		  SELECT 'c_s' || g, 'ks' || g, 'f', 'charge', '{}', 'succeeded', 1, 1000 + g * 0.001, 1000 + g * 0.001
+		  FROM generate_series(1, $1::int) g`, finished},
+		{`INSERT INTO calls (call_id, idem_key, fingerprint, tool, args_json, status, attempt, created_at, updated_at)
+		  SELECT 'c_p' || g, 'kp' || g, 'f', 'charge', '{}', 'pending', 0, 2000 + g * 0.001, 2000 + g * 0.001
+		  FROM generate_series(1, $1::int) g`, pending},
+	} {
+		if _, err := s.pool.Exec(t.Context(), q.sql, q.n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.pool.Exec(t.Context(), `ANALYZE calls`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestClaimPendingPlan checks how PostgreSQL runs the claim on a table with
+// a history: the pending pick reads idx_calls_pending in order and sorts
+// nothing (the old single pick walked idx_calls_created past every finished
+// call), and the claim still takes the oldest pending calls.
+func TestClaimPendingPlan(t *testing.T) {
+	s := open(t, freshURL(t), store.Options{})
+	seedHistory(t, s, 5000, 500)
+
+	var raw string
+	if err := s.pool.QueryRow(t.Context(), `EXPLAIN (FORMAT JSON) `+claimSQL, "w", 8, 30.0).Scan(&raw); err != nil {
+		t.Fatal(err)
+	}
+	var plans []struct {
+		Plan planNode `json:"Plan"`
+	}
+	if err := json.Unmarshal([]byte(raw), &plans); err != nil || len(plans) != 1 {
+		t.Fatalf("EXPLAIN output %s: %v", raw, err)
+	}
+	pending, ok := plans[0].Plan.find(func(n planNode) bool { return n.SubplanName == "CTE pending" })
+	if !ok {
+		t.Fatalf("no CTE pending in the plan:\n%s", raw)
+	}
+	if _, ok := pending.find(func(n planNode) bool { return n.IndexName == "idx_calls_pending" }); !ok {
+		t.Errorf("the pending pick does not read idx_calls_pending:\n%s", raw)
+	}
+	if sort, ok := pending.find(func(n planNode) bool { return strings.Contains(n.NodeType, "Sort") }); ok {
+		t.Errorf("the pending pick sorts (%s):\n%s", sort.NodeType, raw)
+	}
+
+	got, err := s.ClaimNext(t.Context(), "w", time.Minute, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, c := range got {
+		ids = append(ids, c.CallID)
+	}
+	if want := "c_p1 c_p2 c_p3"; strings.Join(ids, " ") != want {
+		t.Fatalf("claimed %v, want the oldest pending %s", ids, want)
+	}
+}
+
+// TestClaimOldestAcrossPendingAndExpired: pending calls and running calls
+// whose lease expired, interleaved by age, are claimed oldest first across
+// both kinds, as one ORDER BY over both would.
+func TestClaimOldestAcrossPendingAndExpired(t *testing.T) {
+	s := open(t, freshURL(t), store.Options{})
+	// c_0 .. c_5, one second apart; the odd ones running under a lease
+	// that expired an hour ago, the even ones pending.
+	for i := range 6 {
+		status, lease, owner := "pending", "NULL", "NULL"
+		if i%2 == 1 {
+			status, lease, owner = "running", "extract(epoch FROM now()) - 3600", "'old'"
+		}
+		if _, err := s.pool.Exec(t.Context(), fmt.Sprintf(`INSERT INTO calls
+			(call_id, idem_key, fingerprint, tool, args_json, status, attempt, lease_until, owner, created_at, updated_at)
+			VALUES ($1, $1, 'f', 'charge', '{}', '%s', %d, %s, %s, $2, $2)`, status, i%2, lease, owner),
+			fmt.Sprintf("c_%d", i), 1000.0+float64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, want := range []string{"c_0 c_1 c_2 c_3", "c_4 c_5"} {
+		got, err := s.ClaimNext(t.Context(), "new", time.Minute, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, c := range got {
+			ids = append(ids, c.CallID)
+			if c.Status != store.StatusRunning || c.Owner == nil || *c.Owner != "new" {
+				t.Fatalf("claimed %+v, want running under new", c)
+			}
+		}
+		if strings.Join(ids, " ") != want {
+			t.Fatalf("claimed %v, want %s (oldest first across pending and expired)", ids, want)
+		}
+	}
+}
+
+// TestMigratesFromVersion1: a database at schema version 1 (no
+// idx_calls_pending) is read as it is by a read-only store and migrated,
+// calls kept, by a read-write one.
+func TestMigratesFromVersion1(t *testing.T) {
+	u := freshURL(t)
+	s := open(t, u, store.Options{})
+	c := create(t, s, "k1")
+	for _, q := range []string{`DROP INDEX idx_calls_pending`, `DELETE FROM schema_version WHERE version > 1`} {
+		if _, err := s.pool.Exec(t.Context(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ro := open(t, u, store.Options{ReadOnly: true})
+	if got, err := ro.Get(t.Context(), c.CallID); err != nil || got.IdemKey != "k1" {
+		t.Fatalf("read-only Get on version 1 = %+v, %v", got, err)
+	}
+	rw := open(t, u, store.Options{})
+	if v := scalar[int](t, rw, `SELECT max(version) FROM schema_version`); v != schemaVersion {
+		t.Fatalf("schema version after reopen = %d, want %d", v, schemaVersion)
+	}
+	if n := scalar[int64](t, rw, `SELECT count(*) FROM pg_indexes WHERE indexname = 'idx_calls_pending' AND schemaname = current_schema()`); n != 1 {
+		t.Fatalf("idx_calls_pending after migrating: %d, want 1", n)
+	}
+	if got, err := rw.ClaimNext(t.Context(), "w", time.Minute, 1); err != nil || len(got) != 1 || got[0].CallID != c.CallID {
+		t.Fatalf("claim after migrating = %v, %v; want %s", got, err, c.CallID)
+	}
+}
