@@ -3,6 +3,8 @@ package bench
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -176,6 +178,9 @@ type fakeService struct {
 	posts         atomic.Int64
 	dropEvery     int64 // if > 0, every dropEvery-th POST gets its connection closed, no reply
 	keys          chan string
+	// status, if set, picks the n-th POST's answer (1-based); 0 means hold
+	// the request until the client gives up (no reply: status0).
+	status func(n int64) int
 }
 
 func (f *fakeService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -199,8 +204,26 @@ func (f *fakeService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			return
 		}
+		code := http.StatusAccepted
+		if f.status != nil {
+			code = f.status(n)
+		}
+		if code == 0 {
+			// Read the body first: net/http only notices a client that
+			// hung up (and cancels r's context) once the body is consumed.
+			_, _ = io.Copy(io.Discard, r.Body)
+			select {
+			case <-r.Context().Done(): // the client timed out and closed the connection
+			case <-time.After(10 * time.Second): // a bound for a broken test, not a timing assumption
+			}
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusAccepted)
+		w.WriteHeader(code)
+		if code >= 300 {
+			_, _ = fmt.Fprintf(w, `{"error":{"code":"fake_%d","message":"answer %d"}}`, code, n)
+			return
+		}
 		_, _ = w.Write([]byte(`{"status":"pending"}`))
 	default:
 		http.NotFound(w, r)
@@ -319,7 +342,7 @@ func TestReportJSONShape(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"run_id", "base", "server", "workers", "tool", "same_key", "concurrency", "duration_s",
-		"n", "wall_s", "rps", "latency_ms", "status", "status0", "errors", "acked_keys",
+		"n", "wall_s", "rps", "latency_ms", "status", "status0", "errors", "refusals", "acked_keys",
 		"stats_before", "stats_after", "calls_delta", "effects_delta", "drained", "drain_s", "finished_delta", "finished_rps",
 		"attempts", "attempts_note", "ceiling", "checks", "ok"}
 	for _, k := range want {
@@ -341,8 +364,10 @@ func TestReportJSONShape(t *testing.T) {
 			t.Errorf("latency_ms.%s missing", k)
 		}
 	}
-	if _, ok := m["errors"].([]any); !ok {
-		t.Errorf("errors must be an array even when empty: %v", m["errors"])
+	for _, k := range []string{"errors", "refusals"} {
+		if _, ok := m[k].([]any); !ok {
+			t.Errorf("%s must be an array even when empty: %v", k, m[k])
+		}
 	}
 	if _, ok := m["checks"].([]any); !ok {
 		t.Errorf("checks must be an array")
@@ -442,9 +467,20 @@ func TestChecks(t *testing.T) {
 		{"same no effect once drained", checkInput{sameKey: true, effectTool: true, keysSent: 1, acked: 1, clean: true, drainChecked: true, drained: true, calls: 1, effects: 0}, []string{"same_key_one_effect"}},
 		{"same effect tool undrained skip", checkInput{sameKey: true, effectTool: true, keysSent: 1, acked: 1, calls: 1, effects: 0}, nil},
 		{"no-effect tool with effect", checkInput{keysSent: 5, acked: 5, clean: true, drainChecked: true, drained: true, calls: 5, effects: 1}, []string{"no_effect_tool"}},
+		{"nothing acknowledged, all 400", checkInput{requests: 10, unexpected: 10, effectTool: true, keysSent: 10, clean: true, drainChecked: true, drained: true}, []string{"acknowledged", "no_unexpected_status"}},
+		{"nothing acknowledged, all status0", checkInput{requests: 10, effectTool: true, keysSent: 10, drainChecked: true, drained: true}, []string{"acknowledged"}},
+		{"nothing acknowledged, all 503", checkInput{requests: 10, effectTool: true, keysSent: 10, drainChecked: true, drained: true}, []string{"acknowledged"}},
+		{"same key, nothing acknowledged", checkInput{requests: 10, sameKey: true, effectTool: true, keysSent: 1, clean: true, drainChecked: true, drained: true}, []string{"acknowledged"}},
+		{"some 400 among 2xx", checkInput{requests: 10, answered2xx: 9, unexpected: 1, effectTool: true, keysSent: 10, acked: 9, clean: true, drainChecked: true, drained: true, calls: 9, effects: 9}, []string{"no_unexpected_status"}},
+		{"back-pressure among 2xx", checkInput{requests: 10, answered2xx: 8, effectTool: true, keysSent: 10, acked: 8, drainChecked: true, drained: true, calls: 8, effects: 8}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			if tt.in.requests == 0 {
+				// The cases above are about calls and effects: every
+				// request sent got a 2xx unless the case says otherwise.
+				tt.in.requests, tt.in.answered2xx = max(tt.in.keysSent, 1), max(tt.in.acked, 1)
+			}
 			cs := checks(tt.in)
 			if got := failed(cs); !slices.Equal(got, tt.want) {
 				t.Errorf("failing = %q, want %q (%+v)", got, tt.want, cs)
@@ -478,5 +514,138 @@ func TestValidate(t *testing.T) {
 	d := Options{Duration: time.Second, Concurrency: 1}
 	if err := d.Validate(); err != nil {
 		t.Errorf("--duration without -n refused: %v", err)
+	}
+}
+
+// TestAllRefusedFails: a run whose every request is refused (charge with
+// amount 0 → 400) measured refusals, not the service: it fails on
+// acknowledged and no_unexpected_status, says why, and still reports the
+// status counts. Before, every invariant held vacuously (0 calls, 0
+// effects) and the run passed.
+func TestAllRefusedFails(t *testing.T) {
+	opts := small()
+	opts.Args = json.RawMessage(`{"amount":0}`)
+	opts.Output = FormatTable
+	var out bytes.Buffer
+	rep, err := Run(t.Context(), opts, &out)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if rep.OK || rep.Status["400"] != 40 || rep.AckedKeys != 0 || rep.CallsDelta != 0 {
+		t.Fatalf("ok %v statuses %v acked %d calls %d: want a failed run of 40 × 400", rep.OK, rep.Status, rep.AckedKeys, rep.CallsDelta)
+	}
+	for _, name := range []string{"acknowledged", "no_unexpected_status"} {
+		if c := checkNamed(t, rep, name); c.OK {
+			t.Errorf("%s passed: %+v", name, c)
+		}
+	}
+	if len(rep.Refusals) != 1 || !strings.HasPrefix(rep.Refusals[0], "HTTP 400 bad_request: ") {
+		t.Errorf("refusals %q, want the service's bad_request message", rep.Refusals)
+	}
+	s := out.String()
+	for _, want := range []string{
+		"http_400=40  status0=0",
+		"answers: 2xx=0  back-pressure(429/503)=0  unexpected=40  no response=0",
+		"unexpected answer: HTTP 400 bad_request: ",
+		"FAIL acknowledged: 0 of 40 requests answered 2xx (http_400=40  status0=0)",
+		"FAIL no_unexpected_status: 40 of 40 requests answered with a status other than 2xx, 429 or 503",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("report lacks %q:\n%s", want, s)
+		}
+	}
+}
+
+// TestAllTimedOutFails: with a per-request timeout no answer beats (here:
+// a service that never answers), every request is status0 and the run
+// fails on acknowledged — while /stats, which is the bench's bookkeeping
+// and not bound by --timeout, is still read.
+func TestAllTimedOutFails(t *testing.T) {
+	fake := &fakeService{before: Stats{ByStatus: map[string]int64{}}, after: Stats{ByStatus: map[string]int64{}},
+		status: func(int64) int { return 0 }}
+	ts := httptest.NewServer(fake)
+	defer ts.Close()
+	rep := run(t, Options{Base: ts.URL, N: 6, Concurrency: 3, Timeout: 20 * time.Millisecond, DrainTimeout: time.Second, Output: FormatJSON})
+	if rep.OK || rep.Status0 != 6 || len(rep.Status) != 0 || len(rep.Errors) == 0 {
+		t.Fatalf("ok %v status0 %d statuses %v errors %q: want a failed run, all status0", rep.OK, rep.Status0, rep.Status, rep.Errors)
+	}
+	if c := checkNamed(t, rep, "acknowledged"); c.OK || !strings.Contains(c.Detail, "0 of 6") || !strings.Contains(c.Detail, "status0=6") {
+		t.Errorf("acknowledged: %+v", c)
+	}
+	if c := checkNamed(t, rep, "no_unexpected_status"); !c.OK {
+		t.Errorf("no answer is not an unexpected answer: %+v", c)
+	}
+	var text bytes.Buffer
+	if err := writeReport(&text, FormatTable, rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"latency: none measured", "answers: 2xx=0  back-pressure(429/503)=0  unexpected=0  no response=6",
+		"FAIL acknowledged: 0 of 6 requests answered 2xx (status0=6)"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, text.String())
+		}
+	}
+}
+
+// TestBackpressureIsNotAFailure: 429 and 503 are the service's "retry
+// later"; among acknowledged requests they are reported, not failed. A
+// single 500 or 404 fails the run.
+func TestBackpressureIsNotAFailure(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status func(n int64) int
+		ok     bool
+		answer string // the one unexpected answer's summary
+	}{
+		{"429 and 503", func(n int64) int {
+			switch n % 4 {
+			case 1:
+				return http.StatusTooManyRequests
+			case 2:
+				return http.StatusServiceUnavailable
+			}
+			return http.StatusAccepted
+		}, true, ""},
+		{"one 500", func(n int64) int {
+			if n == 3 {
+				return http.StatusInternalServerError
+			}
+			return http.StatusAccepted
+		}, false, "HTTP 500 fake_500: answer 3"},
+		{"one 404", func(n int64) int {
+			if n == 5 {
+				return http.StatusNotFound
+			}
+			return http.StatusAccepted
+		}, false, "HTTP 404 fake_404: answer 5"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fake := &fakeService{before: Stats{ByStatus: map[string]int64{}}, status: tc.status}
+			ts := httptest.NewServer(fake)
+			defer ts.Close()
+			// Calls: the 2xx-acknowledged keys (what a real service would hold).
+			acked := int64(0)
+			for n := int64(1); n <= 20; n++ {
+				if c := tc.status(n); c >= 200 && c < 300 {
+					acked++
+				}
+			}
+			fake.after = Stats{Calls: acked, Effects: acked, ByStatus: map[string]int64{"succeeded": acked}}
+			rep := run(t, Options{Base: ts.URL, N: 20, Concurrency: 1, DrainTimeout: time.Second, Output: FormatJSON})
+			if rep.OK != tc.ok {
+				t.Fatalf("ok %v, want %v: statuses %v checks %+v", rep.OK, tc.ok, rep.Status, rep.Checks)
+			}
+			c := checkNamed(t, rep, "no_unexpected_status")
+			if c.OK != tc.ok {
+				t.Errorf("no_unexpected_status: %+v", c)
+			}
+			var want []string
+			if tc.answer != "" {
+				want = []string{tc.answer}
+			}
+			if !slices.Equal(rep.Refusals, want) {
+				t.Errorf("refusals %q, want %q", rep.Refusals, want)
+			}
+		})
 	}
 }

@@ -13,13 +13,17 @@ type Check struct {
 type checkInput struct {
 	sameKey      bool
 	effectTool   bool
-	keysSent     int   // distinct keys sent
-	acked        int   // distinct keys answered 2xx
-	clean        bool  // every request got a response and none was a 5xx
-	drainChecked bool  // a drain was attempted (DrainTimeout > 0)
-	drained      bool  // no call pending or running at the end
-	calls        int64 // calls delta from /stats
-	effects      int64 // effects delta from /stats
+	requests     int    // requests sent
+	answered2xx  int    // responses 2xx (a same-key run repeats one key)
+	unexpected   int    // responses neither 2xx nor 429/503
+	statuses     string // the status counts, for the details
+	keysSent     int    // distinct keys sent
+	acked        int    // distinct keys answered 2xx
+	clean        bool   // every request got a response and none was a 5xx
+	drainChecked bool   // a drain was attempted (DrainTimeout > 0)
+	drained      bool   // no call pending or running at the end
+	calls        int64  // calls delta from /stats
+	effects      int64  // effects delta from /stats
 }
 
 // checks evaluates the invariants the bench can see from outside (§12.11.1,
@@ -30,6 +34,24 @@ func checks(in checkInput) []Check {
 	add := func(name string, ok bool, format string, args ...any) {
 		out = append(out, Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)})
 	}
+
+	// A load test measures the service doing its job. If nothing was
+	// acknowledged, every other check holds vacuously (0 ≤ 0) and the
+	// numbers measure refusals or timeouts: the run must not pass (e.g.
+	// --timeout 1ms, every request status0).
+	add("acknowledged", in.answered2xx > 0,
+		"%d of %d requests answered 2xx (%s)", in.answered2xx, in.requests, in.statuses)
+	// Any answer other than 2xx and the documented back-pressure (429,
+	// 503: "retry later", expected under overload) means the requests were
+	// wrong (400: bad --args or tool, 404: wrong --base, 409: a key reused)
+	// or the service broke (500). Either way the run did not measure what
+	// it was meant to, even if some requests got through: like a load
+	// tool's error-rate threshold of zero, it fails. Requests that got no
+	// answer (status0) are not counted here: a dropped reply is a network
+	// condition the invariant checks are built to tolerate (see
+	// calls_within_bounds).
+	add("no_unexpected_status", in.unexpected == 0,
+		"%d of %d requests answered with a status other than 2xx, 429 or 503 (%s)", in.unexpected, in.requests, in.statuses)
 
 	// Never more side effects than logical calls: more means duplicates.
 	add("effects_le_calls", in.effects <= in.calls,

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,6 +36,10 @@ type LoadStats struct {
 	Status0 int `json:"status0"`
 	// Errors holds up to maxErrors distinct transport errors behind status0.
 	Errors []string `json:"errors"`
+	// Refusals holds up to maxErrors distinct summaries of answers that were
+	// neither 2xx nor back-pressure (429, 503), e.g. "HTTP 400 bad_request:
+	// ...": what made the run fail its no_unexpected_status check.
+	Refusals []string `json:"refusals"`
 }
 
 // Latency percentiles in milliseconds (nearest rank).
@@ -69,6 +75,12 @@ type loadResult struct {
 	ackedKeys int
 	// serverErrors counts 5xx responses.
 	serverErrors int
+	// answered2xx counts 2xx responses (not keys: same-key runs repeat one).
+	answered2xx int
+	// backpressure counts 429 and 503: the service saying "not now".
+	backpressure int
+	// unexpected counts every other non-2xx response.
+	unexpected int
 }
 
 // worker-local tallies, merged after the run: no lock on the hot path.
@@ -77,7 +89,21 @@ type tally struct {
 	status  map[int]int
 	status0 int
 	errs    []string
-	ok2xx   int // responses 2xx
+	ok2xx   int      // responses 2xx
+	refused []string // distinct summaries of unexpected answers, ≤ maxErrors
+}
+
+// backpressureStatus reports whether code is the service's documented
+// "not now" (SPEC §4.3, §6: clients retry on 429 and 503). Under overload
+// these are a result worth reporting, not a broken run.
+func backpressureStatus(code int) bool {
+	return code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable
+}
+
+// unexpectedStatus reports whether a response is neither an
+// acknowledgement (2xx) nor back-pressure.
+func unexpectedStatus(code int) bool {
+	return (code < 200 || code > 299) && !backpressureStatus(code)
 }
 
 // newHTTPClient returns the one client every request of a bench uses, the
@@ -184,6 +210,13 @@ func (l *load) one(ctx context.Context, t *tally, i int) {
 	}
 	// The body is read to the end, as §12.12.1's resp.read() does, so the
 	// latency includes the whole reply and the connection can be reused.
+	// An unexpected answer's head is kept to say why it came (the 2xx hot
+	// path reads nothing into memory).
+	var head []byte
+	keep := unexpectedStatus(resp.StatusCode) && len(t.refused) < maxErrors
+	if keep {
+		head, _ = io.ReadAll(io.LimitReader(resp.Body, maxRefusalBody))
+	}
 	_, copyErr := io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	if copyErr != nil {
@@ -199,6 +232,40 @@ func (l *load) one(ctx context.Context, t *tally, i int) {
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		t.ok2xx++
 	}
+	if keep {
+		if msg := refusal(resp.StatusCode, head); !slices.Contains(t.refused, msg) {
+			t.refused = append(t.refused, msg)
+		}
+	}
+}
+
+// maxRefusalBody is how much of an unexpected answer's body is read for
+// its summary; maxRefusalText caps the summary's message.
+const (
+	maxRefusalBody = 4 << 10
+	maxRefusalText = 200
+)
+
+// refusal summarizes an unexpected answer: "HTTP 400 bad_request: message"
+// for the service's error shape, else the start of the body.
+func refusal(code int, body []byte) string {
+	var e struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	msg := strings.TrimSpace(string(body))
+	if json.Unmarshal(body, &e) == nil && e.Error.Code != "" {
+		msg = e.Error.Code + ": " + e.Error.Message
+	}
+	if len(msg) > maxRefusalText {
+		msg = msg[:maxRefusalText] + "…"
+	}
+	if msg == "" {
+		return fmt.Sprintf("HTTP %d", code)
+	}
+	return fmt.Sprintf("HTTP %d %s", code, msg)
 }
 
 // addErr keeps the first maxErrors distinct messages.
@@ -212,7 +279,7 @@ func (t *tally) addErr(msg string) {
 // distinct (one per request) or all the same, so the acknowledged distinct
 // keys are counted without keeping a set of them on the hot path.
 func merge(tallies []*tally, wall time.Duration, sameKey bool) loadResult {
-	r := loadResult{LoadStats: LoadStats{Status: map[string]int{}, Errors: []string{}}}
+	r := loadResult{LoadStats: LoadStats{Status: map[string]int{}, Errors: []string{}, Refusals: []string{}}}
 	var lat []time.Duration
 	ok2xx := 0
 	for _, t := range tallies {
@@ -224,10 +291,23 @@ func merge(tallies []*tally, wall time.Duration, sameKey bool) loadResult {
 			if code >= 500 {
 				r.serverErrors += n
 			}
+			switch {
+			case code >= 200 && code <= 299:
+				r.answered2xx += n
+			case backpressureStatus(code):
+				r.backpressure += n
+			default:
+				r.unexpected += n
+			}
 		}
 		for _, e := range t.errs {
 			if len(r.Errors) < maxErrors && !slices.Contains(r.Errors, e) {
 				r.Errors = append(r.Errors, e)
+			}
+		}
+		for _, e := range t.refused {
+			if len(r.Refusals) < maxErrors && !slices.Contains(r.Refusals, e) {
+				r.Refusals = append(r.Refusals, e)
 			}
 		}
 		ok2xx += t.ok2xx

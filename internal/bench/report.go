@@ -100,10 +100,18 @@ func writeText(w io.Writer, r Report) error {
 	}
 	fmt.Fprintf(&b, "bench %s: tool=%s, %s, c=%d, %s\n", r.RunID, r.Tool, keys, r.Concurrency, server)
 	fmt.Fprintf(&b, "n=%d  wall=%.3fs  rps=%.1f\n", r.N, r.WallS, r.RPS)
-	fmt.Fprintf(&b, "%s\n", r.LatencyMS)
+	if r.Status0 == r.N {
+		fmt.Fprintln(&b, "latency: none measured (no request got a response)")
+	} else {
+		fmt.Fprintf(&b, "%s\n", r.LatencyMS)
+	}
 	fmt.Fprintf(&b, "%s\n", statusLine(r.LoadStats))
+	fmt.Fprintf(&b, "%s\n", classLine(r.LoadStats))
 	for _, e := range r.Errors {
 		fmt.Fprintf(&b, "  no response: %s\n", e)
+	}
+	for _, e := range r.Refusals {
+		fmt.Fprintf(&b, "  unexpected answer: %s\n", e)
 	}
 	var drain string
 	switch {
@@ -164,6 +172,24 @@ func writeText(w io.Writer, r Report) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// classLine sorts the answers into what the checks judge them by:
+// "answers: 2xx=300  back-pressure(429/503)=0  unexpected=0  no response=0".
+func classLine(s LoadStats) string {
+	var ok, bp, other int
+	for code, n := range s.Status {
+		c, _ := strconv.Atoi(code)
+		switch {
+		case c >= 200 && c <= 299:
+			ok += n
+		case backpressureStatus(c):
+			bp += n
+		default:
+			other += n
+		}
+	}
+	return fmt.Sprintf("answers: 2xx=%d  back-pressure(429/503)=%d  unexpected=%d  no response=%d", ok, bp, other, s.Status0)
 }
 
 // statusLine renders "http_202=300  status0=0", statuses ascending.

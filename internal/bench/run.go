@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"time"
 
@@ -13,6 +14,12 @@ import (
 
 // stopTimeout bounds stopping the in-process server and the ceiling.
 const stopTimeout = 20 * time.Second
+
+// statsTimeout bounds each GET /stats. It is not --timeout: that one is a
+// parameter of the load (it may be 1ms on purpose), while the bench's own
+// bookkeeping must work whatever the load's settings are, or a run whose
+// requests all timed out could not report that they did.
+const statsTimeout = 10 * time.Second
 
 // Run performs one bench: the load, the drain, the /stats deltas, the
 // attempt distribution (in-process server only), the ceiling (if asked) and
@@ -38,6 +45,7 @@ func Run(ctx context.Context, opts Options, out io.Writer) (rep Report, err erro
 	}
 	client := newHTTPClient(opts.Concurrency, opts.Timeout)
 	defer client.CloseIdleConnections()
+	statsClient := &http.Client{Transport: client.Transport, Timeout: statsTimeout}
 
 	var proc *inProcess
 	if opts.Base == "" {
@@ -58,7 +66,7 @@ func Run(ctx context.Context, opts Options, out io.Writer) (rep Report, err erro
 		rep.Base, rep.Server, rep.Workers = proc.l.base, "in-process", opts.Workers
 	}
 
-	if rep.StatsBefore, err = fetchStats(ctx, client, rep.Base); err != nil {
+	if rep.StatsBefore, err = fetchStats(ctx, statsClient, rep.Base); err != nil {
 		return Report{}, err
 	}
 
@@ -85,11 +93,11 @@ func Run(ctx context.Context, opts Options, out io.Writer) (rep Report, err erro
 	drainStart := time.Now()
 	if opts.DrainTimeout > 0 {
 		progress, done := drainProgress(opts.Progress)
-		rep.StatsAfter, rep.Drained, err = drain(ctx, client, rep.Base, opts.DrainTimeout, progress)
+		rep.StatsAfter, rep.Drained, err = drain(ctx, statsClient, rep.Base, opts.DrainTimeout, progress)
 		done()
 		rep.DrainS = time.Since(drainStart).Seconds()
 	} else {
-		rep.StatsAfter, err = fetchStats(ctx, client, rep.Base)
+		rep.StatsAfter, err = fetchStats(ctx, statsClient, rep.Base)
 		rep.Drained = rep.StatsAfter.busy() == 0
 	}
 	if err != nil {
@@ -128,6 +136,10 @@ func Run(ctx context.Context, opts Options, out io.Writer) (rep Report, err erro
 	rep.Checks = checks(checkInput{
 		sameKey:      opts.SameKey,
 		effectTool:   effectTools[opts.Tool],
+		requests:     res.N,
+		answered2xx:  res.answered2xx,
+		unexpected:   res.unexpected,
+		statuses:     statusLine(res.LoadStats),
 		keysSent:     keysSent(res),
 		acked:        res.ackedKeys,
 		clean:        res.Status0 == 0 && res.serverErrors == 0,
