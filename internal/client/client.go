@@ -253,7 +253,8 @@ type wireRequest struct {
 
 // Call makes one logical call under key, retrying per §12.8.1:
 //   - the key is fixed here, outside the loop (unless NewKeyOnRetry);
-//   - only timeouts, connection errors, 429 and 503 are retried, after
+//   - only timeouts (the client's, or the server's 408), connection
+//     errors, 429 and 503 are retried, after
 //     min(2^attempt × 100ms, 1s) + jitter, or the server's Retry-After if
 //     longer;
 //   - any other non-2xx ends at once with an *APIError carrying the
@@ -350,8 +351,11 @@ type reply struct {
 
 func (r reply) retryable() bool {
 	// Only "try later" answers are retried; 400/409 and the rest mean the
-	// same request will get the same answer (§12.8.1).
-	return r.status == http.StatusTooManyRequests || r.status == http.StatusServiceUnavailable
+	// same request will get the same answer (§12.8.1). 408 is the server's
+	// own timeout (the body did not arrive in time; nothing was stored), a
+	// timeout like the client's, so the same key may safely be sent again.
+	return r.status == http.StatusTooManyRequests || r.status == http.StatusServiceUnavailable ||
+		r.status == http.StatusRequestTimeout
 }
 
 func (r reply) apiError() *APIError {

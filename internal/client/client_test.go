@@ -237,6 +237,24 @@ func TestCall429IsRetried(t *testing.T) {
 	}
 }
 
+func TestCall408IsRetriedWithTheSameKey(t *testing.T) {
+	fs := newFakeServer(t,
+		respond(408, errJSON("bad_request")),
+		respond(202, callJSON("c_1", "K", "pending")))
+	c, _ := setup(t, fs.srv.URL)
+	res, err := c.Call(t.Context(), "K", Request{Tool: "charge"})
+	if err != nil {
+		t.Fatalf("Call: %v", err)
+	}
+	if n := fs.requests(); n != 2 {
+		t.Fatalf("requests = %d, want 2 (the server's 408 is a timeout: retry)", n)
+	}
+	if len(res.Attempts) != 2 || res.Attempts[0].HTTP != 408 || !res.Attempts[0].Retry ||
+		res.Attempts[0].Key != "K" || res.Attempts[1].Key != "K" {
+		t.Fatalf("attempts = %+v, want a retried 408 then success, both with key K", res.Attempts)
+	}
+}
+
 func TestCallExhaustedOn503(t *testing.T) {
 	fs := newFakeServer(t, respond(503, errJSON("unavailable")))
 	c, _ := setup(t, fs.srv.URL)

@@ -10,6 +10,7 @@
 package tools
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -256,11 +257,15 @@ type okResult struct {
 }
 
 func success(result any, eff *store.Effect) (Outcome, error) {
-	raw, err := json.Marshal(result)
-	if err != nil {
+	// Without HTML escaping: a result is stored and served as the tool
+	// produced it ("a&b" stays "a&b", not "a\u0026b").
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(result); err != nil {
 		return Outcome{}, fmt.Errorf("tools: marshal result: %w", err)
 	}
-	return Outcome{Result: raw, Effect: eff}, nil
+	return Outcome{Result: bytes.TrimRight(buf.Bytes(), "\n"), Effect: eff}, nil
 }
 
 // Parsed arguments, one type per tool.

@@ -264,6 +264,17 @@ func TestRunSendEmail(t *testing.T) {
 	}
 }
 
+func TestResultNotHTMLEscaped(t *testing.T) {
+	inv := Invocation{CallID: "c_3333333333333333", Tool: SendEmail, Args: args(t, `{"to":"a&b<c>@x"}`), Attempt: 1}
+	out, err := Run(context.Background(), inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out.Result), `"to":"a&b<c>@x"`) {
+		t.Fatalf("result = %s, want the address as written, not HTML-escaped", out.Result)
+	}
+}
+
 func TestRunSleep(t *testing.T) {
 	out, err := Run(context.Background(), Invocation{CallID: "c_3", Tool: Sleep, Args: args(t, `{"seconds":0.01}`), Attempt: 1})
 	if err != nil {
