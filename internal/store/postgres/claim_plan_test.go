@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -159,5 +160,48 @@ func TestMigratesFromVersion1(t *testing.T) {
 	}
 	if got, err := rw.ClaimNext(t.Context(), "w", time.Minute, 1); err != nil || len(got) != 1 || got[0].CallID != c.CallID {
 		t.Fatalf("claim after migrating = %v, %v; want %s", got, err, c.CallID)
+	}
+}
+
+// TestListCallsGenericPlan: the scheduler lists the running calls after
+// every completion through a prepared statement, which PostgreSQL soon runs
+// with a generic plan. That plan, forced here, must find the running calls
+// through idx_calls_status, not walk every call newest first.
+func TestListCallsGenericPlan(t *testing.T) {
+	s := open(t, freshURL(t), store.Options{})
+	seedHistory(t, s, 5000, 500)
+	conn, err := s.pool.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	query, ok := listCallsSQL(store.StatusRunning)
+	if !ok {
+		t.Fatal("no statement for running")
+	}
+	for _, q := range []string{`SET plan_cache_mode = force_generic_plan`, `PREPARE list_running AS ` + query} {
+		if _, err := conn.Exec(t.Context(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	defer conn.Exec(context.Background(), `DEALLOCATE list_running; RESET plan_cache_mode`) //nolint:errcheck // cleanup
+	var raw string
+	if err := conn.QueryRow(t.Context(), `EXPLAIN (FORMAT JSON) EXECUTE list_running(NULL)`).Scan(&raw); err != nil {
+		t.Fatal(err)
+	}
+	var plans []struct {
+		Plan planNode `json:"Plan"`
+	}
+	if err := json.Unmarshal([]byte(raw), &plans); err != nil || len(plans) != 1 {
+		t.Fatalf("EXPLAIN output %s: %v", raw, err)
+	}
+	if _, ok := plans[0].Plan.find(func(n planNode) bool { return n.IndexName == "idx_calls_status" }); !ok {
+		t.Fatalf("generic plan of the running list does not use idx_calls_status:\n%s", raw)
+	}
+	if _, ok := listCallsSQL("bogus"); ok {
+		t.Fatal("a statement for an unknown status")
+	}
+	if got, err := s.ListCalls(t.Context(), store.ListFilter{Status: "bogus"}); err != nil || len(got) != 0 {
+		t.Fatalf("ListCalls(bogus) = %d calls, %v; want none", len(got), err)
 	}
 }

@@ -26,23 +26,46 @@ func (s *Store) GetByKey(ctx context.Context, key string) (store.Call, error) {
 // ListCalls returns calls newest first, optionally of one status and at
 // most f.Limit of them.
 func (s *Store) ListCalls(ctx context.Context, f store.ListFilter) ([]store.Call, error) {
-	// NULL parameters mean "no filter" / "no limit" (LIMIT NULL is LIMIT ALL).
-	var status *string
-	if f.Status != "" {
-		v := string(f.Status)
-		status = &v
+	query, ok := listCallsSQL(f.Status)
+	if !ok {
+		return []store.Call{}, nil // no call has an unknown status (CHECK)
 	}
-	rows, err := s.pool.Query(ctx, `
-SELECT `+callColumns+`
-FROM calls
-WHERE $1::text IS NULL OR status = $1
-ORDER BY created_at DESC, call_id DESC
-LIMIT $2`, status, limitParam(f.Limit))
+	// A NULL limit is LIMIT ALL.
+	rows, err := s.pool.Query(ctx, query, limitParam(f.Limit))
 	if err != nil {
 		return nil, interpret(ctx, err)
 	}
 	calls, err := collectCalls(rows)
 	return calls, interpret(ctx, err)
+}
+
+// listCallsSQL is ListCalls' statement for status ("" = every status), or
+// false for a status no call can have.
+//
+// The status is a literal, one statement per status, not a parameter: pgx
+// prepares each statement once per connection, and PostgreSQL soon runs a
+// prepared statement with a generic plan, one made without the parameter's
+// value. For "status = $1" (or "$1 IS NULL OR status = $1") that plan walks
+// idx_calls_created backwards over every call, filtering on status: 13 ms
+// with 20 000 calls, growing with the history, and the scheduler lists the
+// running calls after every completion. With the literal, the plan knows it
+// is after the few running calls: idx_calls_status, 0.2 ms.
+// TestListCallsGenericPlan checks it.
+func listCallsSQL(status store.Status) (string, bool) {
+	where := ""
+	switch status {
+	case "":
+	case store.StatusPending, store.StatusRunning, store.StatusSucceeded, store.StatusFailed:
+		where = "WHERE status = '" + string(status) + "'"
+	default:
+		return "", false
+	}
+	return `
+SELECT ` + callColumns + `
+FROM calls
+` + where + `
+ORDER BY created_at DESC, call_id DESC
+LIMIT $1`, true
 }
 
 // ListEffects returns effects newest first (limit 0 = all).
