@@ -40,7 +40,7 @@ func TestBenchSameKeyTwoEffectsExitsOne(t *testing.T) {
 	if code != 1 {
 		t.Fatalf("exit %d, want 1\n%s\n%s", code, out, errOut)
 	}
-	if !strings.Contains(out, "FAIL same_key_at_most_one_effect") || !strings.Contains(errOut, "invariant") {
+	if !strings.Contains(out, "FAIL same_key_at_most_one_effect") || !strings.Contains(errOut, "a check failed") {
 		t.Errorf("stdout:\n%s\nstderr: %s", out, errOut)
 	}
 }
