@@ -195,7 +195,7 @@ RETURNING `+callColumnsOf("calls"), call.CallID))
 			return err
 		}
 		out = store.RetryReset
-		return insertAudit(ctx, tx, call.UpdatedAt, call.CallID, store.EventRetryReset, "after "+errorSummary(prevErr))
+		return insertAudit(ctx, tx, call.UpdatedAt, call.CallID, store.EventRetryReset, "after "+store.ErrorSummary(prevErr))
 	})
 	if err != nil {
 		return store.Call{}, 0, err
@@ -355,7 +355,7 @@ func (s *Store) complete(ctx context.Context, c store.Completion, status store.S
 			e = "{}"
 		}
 		errObj = &e
-		event, detail = store.EventFailed, errorSummary(json.RawMessage(e))
+		event, detail = store.EventFailed, store.ErrorSummary(json.RawMessage(e))
 	}
 
 	var call store.Call

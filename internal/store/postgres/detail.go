@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"github.com/idemctl/idemctl/internal/store"
@@ -30,25 +29,6 @@ const detailClaimedSQL = `$1`
 // RecoverExpired's "recovered" rows (the owner and attempt whose lease
 // lapsed).
 const detailRecoverSQL = `'lease expired (owner ' || coalesce(owner, '') || ', attempt ' || attempt || ')'`
-
-// errorSummary renders an error object {"code","message"} for audit detail.
-func errorSummary(errJSON json.RawMessage) string {
-	var e struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	}
-	if json.Unmarshal(errJSON, &e) != nil || (e.Code == "" && e.Message == "") {
-		const max = 200
-		if len(errJSON) > max {
-			return string(errJSON[:max]) + "…"
-		}
-		return string(errJSON)
-	}
-	if e.Message == "" {
-		return e.Code
-	}
-	return e.Code + ": " + e.Message
-}
 
 // detailFenced: the refused token and where the call stands now.
 func detailFenced(comp store.Completion, cur store.Call) string {

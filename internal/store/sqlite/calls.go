@@ -85,7 +85,7 @@ func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, s
 				return err
 			}
 			out = store.RetryReset
-			return s.audit(ctx, tx, now, c.CallID, store.EventRetryReset, "after "+errorSummary(c.ErrorJSON))
+			return s.audit(ctx, tx, now, c.CallID, store.EventRetryReset, "after "+store.ErrorSummary(c.ErrorJSON))
 		default:
 			call, out = c, store.Existing
 			return nil
@@ -119,25 +119,6 @@ func retryable(errJSON json.RawMessage) bool {
 		return false
 	}
 	return *e.Retryable
-}
-
-// errorSummary renders an error object {"code","message"} for audit detail.
-func errorSummary(errJSON json.RawMessage) string {
-	var e struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	}
-	if json.Unmarshal(errJSON, &e) != nil || (e.Code == "" && e.Message == "") {
-		const max = 200
-		if len(errJSON) > max {
-			return string(errJSON[:max]) + "…"
-		}
-		return string(errJSON)
-	}
-	if e.Message == "" {
-		return e.Code
-	}
-	return e.Code + ": " + e.Message
 }
 
 // claimable is the condition under which a call may be claimed: pending, or
@@ -326,7 +307,7 @@ func (s *Store) Fail(ctx context.Context, c store.Completion) (store.Call, error
 		} else if err != nil {
 			return err
 		}
-		return s.audit(ctx, tx, now, c.CallID, store.EventFailed, errorSummary(errJSON))
+		return s.audit(ctx, tx, now, c.CallID, store.EventFailed, store.ErrorSummary(errJSON))
 	})
 	if err != nil {
 		return store.Call{}, s.auditFenced(ctx, c, err)
