@@ -41,7 +41,7 @@ func (o *serveOptions) Validate() error {
 	if o.Addr == "" {
 		errs = append(errs, errors.New("--addr must not be empty"))
 	} else if o.Chaos {
-		if err := loopbackAddr(o.Addr); err != nil {
+		if err := server.CheckLoopback(o.Addr); err != nil {
 			errs = append(errs, fmt.Errorf("--chaos makes the process exit on request, so it is only allowed on a loopback address: %w", err))
 		}
 	}
@@ -149,26 +149,6 @@ func serveRun(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 	fmt.Fprintf(streams.ErrOut, "idemctl serving on http://%s (db: %s, workers %d, lease %s)\n",
 		ln.Addr(), redactDSN(o.DB), o.Workers, o.Lease)
 	return srv.Run(ctx, ln)
-}
-
-// loopbackAddr accepts host:port where host is localhost or a loopback IP
-// (the rule server.New applies to --chaos). An empty host means every
-// interface.
-func loopbackAddr(addr string) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("address %q: %w", addr, err)
-	}
-	if strings.EqualFold(host, "localhost") {
-		return nil
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		return nil
-	}
-	if host == "" {
-		return fmt.Errorf("address %q listens on every interface", addr)
-	}
-	return fmt.Errorf("address %q is not loopback", addr)
 }
 
 // redactDSN hides a password in a postgres:// URL before it is printed:

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/idemctl/idemctl/internal/server"
 )
 
 // runServe executes `idemctl serve args...` through cobra and returns its
@@ -90,8 +92,8 @@ func TestServeChaosOffLoopbackRefusedBeforeBinding(t *testing.T) {
 		t.Errorf("refused serve left %q behind", names)
 	}
 	for _, addr := range []string{"127.0.0.1:0", "localhost:0", "[::1]:0", "127.5.6.7:80"} {
-		if err := loopbackAddr(addr); err != nil {
-			t.Errorf("loopbackAddr(%s): %v", addr, err)
+		if err := server.CheckLoopback(addr); err != nil {
+			t.Errorf("CheckLoopback(%s): %v", addr, err)
 		}
 	}
 }

@@ -216,7 +216,7 @@ func (c *Config) fill() error {
 		}
 	}
 	if c.Chaos {
-		if err := checkLoopback(c.Addr); err != nil {
+		if err := CheckLoopback(c.Addr); err != nil {
 			errs = append(errs, fmt.Errorf("--chaos makes the process exit on request, so it is only allowed on a loopback address: %w", err))
 		}
 	}
@@ -226,9 +226,10 @@ func (c *Config) fill() error {
 	return nil
 }
 
-// checkLoopback accepts host:port where host is localhost or an IP in
-// 127.0.0.0/8 or ::1. An empty host means every interface.
-func checkLoopback(addr string) error {
+// CheckLoopback accepts host:port where host is localhost or an IP in
+// 127.0.0.0/8 or ::1 (the only addresses --chaos may listen on). An empty
+// host means every interface and is refused.
+func CheckLoopback(addr string) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("address %q: %w", addr, err)
@@ -292,7 +293,7 @@ func (s *Server) Wake() { s.exec.Wake() }
 // ShutdownGrace to finish. It returns nil after a clean stop.
 func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	if s.cfg.Chaos {
-		if err := checkLoopback(ln.Addr().String()); err != nil {
+		if err := CheckLoopback(ln.Addr().String()); err != nil {
 			return fmt.Errorf("server: --chaos is only allowed on a loopback address: %w", err)
 		}
 	}
