@@ -55,6 +55,26 @@ func (e *env) settle(ctx context.Context, c *client.Client, call client.Call) (c
 	return call, nil
 }
 
+// chargeAndSettle makes the scenarios' one logical call (charge 100 under
+// key) and waits for its final state. It returns the client's result and
+// the call ids the client was answered with; a missing answer or a call that
+// never settles is recorded on rep (the error is non-nil only when the
+// scenario must stop).
+func (e *env) chargeAndSettle(ctx context.Context, rep *Report, c *client.Client, key string) (client.Result, []string, error) {
+	res, callErr := c.Call(ctx, key, client.Request{Tool: tools.Charge, Args: chargeArgs(100)})
+	answers := answeredIDs(res)
+	if callErr != nil {
+		return res, answers, noAnswer(ctx, rep, "the client", callErr)
+	}
+	final, err := e.settle(ctx, c, res.Call)
+	if err != nil {
+		if err := notFinal(ctx, rep, res.Call.CallID, err); err != nil {
+			return res, answers, err
+		}
+	}
+	return res, append(answers, final.CallID), nil
+}
+
 // noAnswer records a client that ended without an answer, or returns the
 // context's error when the run was cancelled.
 func noAnswer(ctx context.Context, rep *Report, who string, err error) error {
@@ -114,22 +134,11 @@ func runDrop(ctx context.Context, e *env, rep *Report, newKey bool) error {
 	}
 	e.logf("client: idemctl call --base %s --key %s --amount 100 --timeout %s%s", base, key, c.Timeout, flag)
 
-	res, callErr := c.Call(ctx, key, client.Request{Tool: tools.Charge, Args: chargeArgs(100)})
-	answers := answeredIDs(res)
-	if callErr != nil {
-		if err := noAnswer(ctx, rep, "the client", callErr); err != nil {
-			return err
-		}
-	} else {
-		final, err := e.settle(ctx, c, res.Call)
-		if err != nil {
-			if err := notFinal(ctx, rep, res.Call.CallID, err); err != nil {
-				return err
-			}
-		}
-		answers = append(answers, final.CallID)
-	}
+	res, answers, err := e.chargeAndSettle(ctx, rep, c, key)
 	rep.Attempts = len(res.Attempts)
+	if err != nil {
+		return err
+	}
 	if newKey {
 		// The dropped first key's call runs on without the client; wait
 		// for it too, so the counts include its charge.
@@ -467,21 +476,10 @@ func runDuplicate(ctx context.Context, e *env, rep *Report) error {
 	key := fmt.Sprintf("dup-%d", time.Now().Unix())
 	c := e.client(base, "")
 	e.logf("client: idemctl call --base %s --key %s --amount 100", base, key)
-	res, callErr := c.Call(ctx, key, client.Request{Tool: tools.Charge, Args: chargeArgs(100)})
+	res, answers, err := e.chargeAndSettle(ctx, rep, c, key)
 	rep.Attempts = len(res.Attempts)
-	answers := answeredIDs(res)
-	if callErr != nil {
-		if err := noAnswer(ctx, rep, "the client", callErr); err != nil {
-			return err
-		}
-	} else {
-		final, err := e.settle(ctx, c, res.Call)
-		if err != nil {
-			if err := notFinal(ctx, rep, res.Call.CallID, err); err != nil {
-				return err
-			}
-		}
-		answers = append(answers, final.CallID)
+	if err != nil {
+		return err
 	}
 	if _, hits := proxy.Counts(); hits != 1 {
 		rep.fail("the fault did not happen as planned: %d request(s) duplicated, want 1", hits)
