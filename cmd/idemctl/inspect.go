@@ -34,9 +34,7 @@ func (o *inspectOptions) Validate() error {
 	if o.Limit < 0 {
 		return fmt.Errorf("--limit must be ≥ 0 (0 = all), got %d", o.Limit)
 	}
-	switch store.Status(o.Status) {
-	case "", store.StatusPending, store.StatusRunning, store.StatusSucceeded, store.StatusFailed:
-	default:
+	if o.Status != "" && !store.Status(o.Status).Valid() {
 		return fmt.Errorf("--status %q: accepted: pending, running, succeeded, failed", o.Status)
 	}
 	return nil

@@ -25,7 +25,7 @@ type StatsJSON struct {
 }
 
 // allStatuses is the order stats prints states in.
-var allStatuses = []store.Status{store.StatusPending, store.StatusRunning, store.StatusSucceeded, store.StatusFailed}
+var allStatuses = store.Statuses
 
 // Stats prints calls, effects and calls by status, and returns them. Normally
 // effects never exceed succeeded calls with an effect tool; more effects than

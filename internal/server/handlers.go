@@ -267,7 +267,7 @@ func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	by := map[store.Status]int64{}
-	for _, status := range []store.Status{store.StatusPending, store.StatusRunning, store.StatusSucceeded, store.StatusFailed} {
+	for _, status := range store.Statuses {
 		by[status] = st.ByStatus[status] // all four, zeros included
 	}
 	writeJSON(w, s.log, http.StatusOK, StatsView{Calls: st.Calls, Effects: st.Effects, ByStatus: by})

@@ -32,6 +32,20 @@ const (
 	StatusFailed    Status = "failed"
 )
 
+// Statuses lists every status in lifecycle order. It is the one list of
+// them: handlers, statements, reads, inspect and bench range over it.
+var Statuses = []Status{StatusPending, StatusRunning, StatusSucceeded, StatusFailed}
+
+// Valid reports whether s is one of Statuses.
+func (s Status) Valid() bool {
+	for _, v := range Statuses {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
+
 // Final reports whether s is a final state.
 func (s Status) Final() bool { return s == StatusSucceeded || s == StatusFailed }
 

@@ -53,9 +53,9 @@ func (s *Store) ListCalls(ctx context.Context, f store.ListFilter) ([]store.Call
 // TestListCallsGenericPlan checks it.
 func listCallsSQL(status store.Status) (string, bool) {
 	where := ""
-	switch status {
-	case "":
-	case store.StatusPending, store.StatusRunning, store.StatusSucceeded, store.StatusFailed:
+	switch {
+	case status == "":
+	case status.Valid():
 		where = "WHERE status = '" + string(status) + "'"
 	default:
 		return "", false

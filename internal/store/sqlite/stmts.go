@@ -126,7 +126,7 @@ func sqlListByStatus(st store.Status) string {
 }
 
 // statuses are the statuses ListCalls has a statement for: all of them.
-var statuses = []store.Status{store.StatusPending, store.StatusRunning, store.StatusSucceeded, store.StatusFailed}
+var statuses = store.Statuses
 
 // readStmts are prepared on the read pool; every store has them.
 type readStmts struct {
