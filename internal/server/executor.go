@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemctl/idemctl/internal/exitcode"
 	"log/slog"
 	"runtime/debug"
 	"sync"
@@ -15,8 +16,8 @@ import (
 	"github.com/idemctl/idemctl/internal/tools"
 )
 
-// exitCrash is the exit status of a chaos crash (SPEC §4.6).
-const exitCrash = 3
+// exitCrash is the exit status of a chaos crash.
+const exitCrash = exitcode.Crash
 
 // commitTimeout bounds one completion transaction. Completions do not use the
 // worker's context: once a tool has run, recording its outcome matters more

@@ -3,6 +3,7 @@ package fault
 import (
 	"context"
 	"fmt"
+	"github.com/idemctl/idemctl/internal/exitcode"
 	"slices"
 	"strings"
 	"sync"
@@ -251,7 +252,7 @@ func (e *env) restartOnExit(ctx context.Context, p *serverProc) <-chan restartRe
 }
 
 // exitCrash is serve's exit status for a chaos crash.
-const exitCrash = 3
+const exitCrash = exitcode.Crash
 
 func runCrash(ctx context.Context, e *env, rep *Report, hook string) error {
 	before := hook == tools.ArgCrashBeforeCommit
