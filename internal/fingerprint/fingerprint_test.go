@@ -19,8 +19,16 @@ func fpOfBody(t *testing.T, body string) (string, error) {
 	if !ok {
 		t.Fatalf("body %s is not an object", body)
 	}
-	tool, _ := m["tool"].(string)
-	args, _ := m["args"].(map[string]any)
+	// A body without a string tool or with a non-object args would be
+	// fingerprinted as tool "" or args {} and compare equal to others.
+	tool, ok := m["tool"].(string)
+	if !ok {
+		t.Fatalf("body %s has no string tool", body)
+	}
+	args, ok := m["args"].(map[string]any)
+	if raw, present := m["args"]; present && raw != nil && !ok { // null is the server's {}
+		t.Fatalf("body %s: args is not an object", body)
+	}
 	return Of(tool, args)
 }
 

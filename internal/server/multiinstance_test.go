@@ -293,19 +293,11 @@ func httpGet(t *testing.T, base, path string) []byte {
 	return body
 }
 
-// metricAt reads one sample from an instance's /metrics (0 when absent).
+// metricAt reads one sample from an instance's /metrics; an absent series
+// fails the test (see metricSample).
 func metricAt(t *testing.T, base, series string) float64 {
 	t.Helper()
-	for _, line := range strings.Split(string(httpGet(t, base, "/metrics")), "\n") {
-		if v, ok := strings.CutPrefix(line, series+" "); ok {
-			var f float64
-			if err := json.Unmarshal([]byte(v), &f); err != nil {
-				t.Fatalf("metric %s: bad value %q", series, v)
-			}
-			return f
-		}
-	}
-	return 0
+	return metricSample(t, httpGet(t, base, "/metrics"), series)
 }
 
 // events filters audit rows by event name.

@@ -98,7 +98,9 @@ func TestConcurrentSameKeyOneEffect(t *testing.T) {
 			}
 			defer res.Body.Close()
 			var c CallView
-			_ = json.NewDecoder(res.Body).Decode(&c)
+			if err := json.NewDecoder(res.Body).Decode(&c); err != nil {
+				t.Errorf("POST %d: body is not a call: %v", i, err)
+			}
 			ids[i], codes[i] = c.CallID, res.StatusCode
 		})
 	}
@@ -108,6 +110,11 @@ func TestConcurrentSameKeyOneEffect(t *testing.T) {
 	for i := range n {
 		if codes[i] != http.StatusOK && codes[i] != http.StatusAccepted {
 			t.Fatalf("request %d: status %d", i, codes[i])
+		}
+		if !isCallID(ids[i]) {
+			// Without this, n bodies that all lack a call_id would count
+			// as one call id ("") and pass.
+			t.Fatalf("request %d: call id %q", i, ids[i])
 		}
 		seen[ids[i]] = true
 	}
