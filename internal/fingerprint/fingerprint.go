@@ -1,5 +1,5 @@
-// Package fingerprint computes the request fingerprint of SPEC §4.4 (§12.5.1),
-// version 1:
+// Package fingerprint computes the request fingerprint (docs/fingerprint.md,
+// "What is fingerprinted"), version 1:
 //
 //	fingerprint = hex(SHA-256(JCS(normalize({"tool": tool, "args": args}))))
 //
@@ -12,8 +12,10 @@
 // silently coerced: duplicate member names (encoding/json would keep the last
 // one, so two different bodies would look the same), invalid UTF-8 and lone
 // surrogate escapes (encoding/json would turn them into U+FFFD), trailing data,
-// and numbers that are not finite or whose magnitude exceeds 2^53 (beyond it
-// distinct integers share one IEEE double, so "same number" is undecidable).
+// numbers that are not finite or whose magnitude exceeds 2^53 (beyond it
+// distinct integers share one IEEE double, so "same number" is undecidable),
+// and number literals longer than MaxNumberLength (docs/fingerprint.md,
+// "Numbers").
 //
 // Changing any of these rules changes fingerprints of stored calls, so it must
 // come with a new Version.
@@ -38,13 +40,23 @@ import (
 	"golang.org/x/text/unicode/norm"
 )
 
-// Version is the fingerprint version these rules implement (SPEC §4.4).
+// Version is the fingerprint version these rules implement (docs/fingerprint.md,
+// "Versioning").
 const Version = 1
 
 // MaxDepth bounds the nesting of arrays and objects accepted by ParseJSON and
 // Normalize. Tool arguments are flat; the bound keeps recursion shallow for
 // hostile input.
 const MaxDepth = 64
+
+// MaxNumberLength bounds the length in bytes of a number literal (sign,
+// digits, point and exponent included) accepted by ParseJSON and Normalize.
+// Longer literals are refused with ErrNumberTooLong before any arithmetic:
+// deciding whether a literal that rounds to exactly 2^53 lies above it takes
+// big-number work that grows with the square of its length (a 1 MiB literal
+// cost seconds of CPU). No real argument needs more: a double prints in at
+// most 24 characters.
+const MaxNumberLength = 100
 
 // MaxExactInteger is 2^53: every integer of at most this magnitude has its own
 // IEEE 754 double, so numbers within it compare exactly.
@@ -59,6 +71,8 @@ var (
 	ErrDuplicateMember = errors.New("duplicate member")
 	// ErrNumberRange: a number is not finite or its magnitude exceeds 2^53.
 	ErrNumberRange = errors.New("number out of range: magnitude above 2^53 or not finite")
+	// ErrNumberTooLong: a number literal longer than MaxNumberLength.
+	ErrNumberTooLong = errors.New("number literal too long")
 	// ErrUnsupportedType: Normalize was given a Go value that is not a JSON value.
 	ErrUnsupportedType = errors.New("unsupported value type")
 	// ErrTooDeep: nesting deeper than MaxDepth.
@@ -114,6 +128,11 @@ func (p *parser) value(path string, depth int) (any, error) {
 	tok, err := p.token()
 	if err != nil {
 		return nil, err
+	}
+	if n, ok := tok.(json.Number); ok {
+		if err := checkNumberLength(string(n), path); err != nil {
+			return nil, err
+		}
 	}
 	delim, ok := tok.(json.Delim)
 	if !ok {
@@ -307,8 +326,21 @@ var numberRE = regexp.MustCompile(`^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+
 
 var maxExactRat = new(big.Rat).SetInt64(MaxExactInteger)
 
+// checkNumberLength refuses a literal longer than MaxNumberLength. It runs
+// before anything else looks at the digits.
+func checkNumberLength(lit, path string) error {
+	if len(lit) > MaxNumberLength {
+		return fmt.Errorf("%w: %s at %s has %d characters; at most %d are accepted",
+			ErrNumberTooLong, truncate(lit), path, len(lit), MaxNumberLength)
+	}
+	return nil
+}
+
 // checkNumber validates a JSON number literal and its magnitude.
 func checkNumber(lit, path string) (json.Number, error) {
+	if err := checkNumberLength(lit, path); err != nil {
+		return "", err
+	}
 	if !numberRE.MatchString(lit) {
 		return "", fmt.Errorf("%w: %q at %s is not a JSON number", ErrInvalidJSON, lit, path)
 	}
@@ -322,6 +354,8 @@ func checkNumber(lit, path string) (json.Number, error) {
 	}
 	// Rounding is monotonic, so only a literal that rounds to exactly 2^53
 	// can hide a value above it (2^53+1 rounds to 2^53); decide it exactly.
+	// big.Rat is quadratic in the literal's length, which checkNumberLength
+	// has bounded.
 	if a == MaxExactInteger {
 		r, ok := new(big.Rat).SetString(lit)
 		if !ok || r.Abs(r).Cmp(maxExactRat) > 0 {
@@ -371,7 +405,7 @@ func Canonical(v any) ([]byte, error) {
 // Of returns the version 1 fingerprint of a tool call: the lowercase hex
 // SHA-256 of the canonical JSON of the normalized {"tool": tool, "args": args}.
 // A nil args is the empty object. client_id and seq are deliberately not part
-// of it (SPEC §4.4).
+// of it (docs/fingerprint.md, "What is fingerprinted").
 func Of(tool string, args map[string]any) (string, error) {
 	if args == nil {
 		args = map[string]any{}

@@ -3,6 +3,7 @@ package fingerprint
 import (
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -50,7 +51,7 @@ func TestGoldenVersion1(t *testing.T) {
 }
 
 // TestSameFingerprint: each group of bodies spells the same call differently
-// and must give one fingerprint (SPEC §4.4).
+// and must give one fingerprint (docs/fingerprint.md, "Canonical JSON").
 func TestSameFingerprint(t *testing.T) {
 	groups := []struct {
 		name   string
@@ -199,6 +200,8 @@ func TestRefused(t *testing.T) {
 		{"reversed surrogates", `{"tool":"t","args":{"s":"\udc00\ud800"}}`, ErrInvalidJSON, "surrogate"},
 		{"NaN literal", `{"tool":"t","args":{"n":NaN}}`, ErrInvalidJSON, ""},
 		{"too deep", `{"tool":"t","args":{"a":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}}`, ErrTooDeep, ""},
+		{"101-character number", `{"tool":"t","args":{"n":` + paddedNumber("1", MaxNumberLength+1) + `}}`, ErrNumberTooLong, "$.args.n"},
+		{"huge exponent", `{"tool":"t","args":{"n":1e999999999}}`, ErrNumberRange, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -213,6 +216,85 @@ func TestRefused(t *testing.T) {
 				t.Errorf("error %q does not mention %q", err, c.message)
 			}
 		})
+	}
+}
+
+// paddedNumber returns lit followed by ".000…" up to n characters (lit must
+// have no point), so the value stays lit's.
+func paddedNumber(lit string, n int) string {
+	return lit + "." + strings.Repeat("0", n-len(lit)-1)
+}
+
+// TestLongNumberRefusedBeforeArithmetic: a literal that rounds to exactly
+// 2^53 needs exact (big.Rat) arithmetic to be judged, which is quadratic in
+// its length. One of 1 MiB must be refused by its length alone — by
+// ParseJSON, and by Normalize for values that did not come through it —
+// never reach that arithmetic (it would report ErrNumberRange, seconds
+// later).
+func TestLongNumberRefusedBeforeArithmetic(t *testing.T) {
+	huge := "9007199254740992." + strings.Repeat("0", 1<<20) + "1" // rounds to 2^53, lies above it
+	_, err := ParseJSON([]byte(`{"n":` + huge + `}`))
+	if !errors.Is(err, ErrNumberTooLong) {
+		t.Fatalf("ParseJSON of a 1 MiB number: %v, want ErrNumberTooLong", err)
+	}
+	if len(err.Error()) > 200 {
+		t.Errorf("error message of %d bytes quotes the literal", len(err.Error()))
+	}
+	_, err = Normalize(map[string]any{"n": json.Number(huge)})
+	if !errors.Is(err, ErrNumberTooLong) {
+		t.Fatalf("Normalize of a 1 MiB number: %v, want ErrNumberTooLong", err)
+	}
+}
+
+// TestNumberLengthLimit: MaxNumberLength characters are accepted and still
+// judged exactly; one more is refused.
+func TestNumberLengthLimit(t *testing.T) {
+	atLimit := paddedNumber("9007199254740992", MaxNumberLength)
+	if _, err := fpOfBody(t, `{"tool":"t","args":{"n":`+atLimit+`}}`); err != nil {
+		t.Errorf("%d-character 2^53 refused: %v", len(atLimit), err)
+	}
+	above := atLimit[:len(atLimit)-1] + "1" // still MaxNumberLength characters, now above 2^53
+	if _, err := fpOfBody(t, `{"tool":"t","args":{"n":`+above+`}}`); !errors.Is(err, ErrNumberRange) {
+		t.Errorf("%d-character literal above 2^53: %v, want ErrNumberRange", len(above), err)
+	}
+	if _, err := fpOfBody(t, `{"tool":"t","args":{"n":`+atLimit+`0}}`); !errors.Is(err, ErrNumberTooLong) {
+		t.Errorf("%d-character literal: %v, want ErrNumberTooLong", len(atLimit)+1, err)
+	}
+}
+
+// BenchmarkLongNumber measures the refusal of a 1 MiB literal that rounds
+// to 2^53 (before the length limit: seconds per operation).
+func BenchmarkLongNumber(b *testing.B) {
+	body := []byte(`{"n":9007199254740992.` + strings.Repeat("0", 1<<20) + `1}`)
+	for b.Loop() {
+		if _, err := ParseJSON(body); !errors.Is(err, ErrNumberTooLong) {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkWideBody measures a 1 MiB body of many members, the other shape
+// of large work per request (the body limit bounds it).
+func BenchmarkWideBody(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString(`{"tool":"t","args":{`)
+	for i := 0; sb.Len() < 1<<20-64; i++ {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteString(`"k` + strconv.Itoa(i) + `":` + strconv.Itoa(i))
+	}
+	sb.WriteString(`}}`)
+	body := []byte(sb.String())
+	for b.Loop() {
+		v, err := ParseJSON(body)
+		if err != nil {
+			b.Fatal(err)
+		}
+		args := v.(map[string]any)["args"].(map[string]any)
+		if _, err := Of("t", args); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 

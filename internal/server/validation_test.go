@@ -283,3 +283,24 @@ func TestChaosArgsAcceptedWithChaos(t *testing.T) {
 	default:
 	}
 }
+
+// TestLongNumberRefusedByLength: a number literal of almost 1 MiB that
+// rounds to 2^53, under an argument name no tool knows, is refused with 400
+// bad_request for its length — the limit comes before tool validation and
+// before any big-number arithmetic — and stores nothing.
+func TestLongNumberRefusedByLength(t *testing.T) {
+	b := setup(t)
+	before := b.snapshot()
+	digits := MaxBodyBytes - 200
+	body := `{"tool":"charge","args":{"anything":9007199254740992.` + strings.Repeat("0", digits) + `1}}`
+	r := b.post("k-long-number", body)
+	if r.status != http.StatusBadRequest || r.errCode(t) != codeBadRequest {
+		t.Fatalf("got %d %s, want 400 bad_request", r.status, r.body)
+	}
+	if !strings.Contains(string(r.body), "number literal too long") || len(r.body) > 500 {
+		t.Fatalf("body %.300s: want the length refusal, without the literal", r.body)
+	}
+	if !b.snapshot().equal(before) {
+		t.Fatal("a refused request changed the database")
+	}
+}
