@@ -313,7 +313,7 @@ func (e *executor) execute(c store.Call) {
 	// over must be able to commit.
 	if e.chaos && chaos.PauseBeforeCommit > 0 && c.Attempt == 1 {
 		log.Warn("chaos: _pause_before_commit, pausing before the completion commits",
-			"pause", chaos.PauseBeforeCommit, "lease", e.lease)
+			durationAttr(attrPause, chaos.PauseBeforeCommit), durationAttr(attrLease, e.lease))
 		t := time.NewTimer(chaos.PauseBeforeCommit)
 		// When the shutdown grace runs out the pause ends early and the
 		// commit goes ahead: the tool has run, and recording its outcome
@@ -357,7 +357,7 @@ func (e *executor) execute(c store.Call) {
 	}
 	e.m.executions.WithLabelValues(c.Tool, string(done.Status)).Inc()
 	e.m.execSeconds.WithLabelValues(c.Tool).Observe(time.Since(start).Seconds())
-	log.Info("call "+string(done.Status), attrStatus, done.Status, attrDuration, time.Since(start))
+	log.Info("call "+string(done.Status), attrStatus, done.Status, durationAttr(attrDuration, time.Since(start)))
 
 	if e.chaos && chaos.CrashAfterCommit && done.Status == store.StatusSucceeded {
 		log.Warn("chaos: _crash_after_commit, exiting before the response")

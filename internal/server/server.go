@@ -262,7 +262,7 @@ func (s *Server) Start(ctx context.Context) error {
 		return errors.New("server: already started")
 	}
 	s.log.Info("executor starting", attrOwner, s.owner, "workers", s.cfg.Workers,
-		"lease", s.cfg.Lease, "chaos", s.cfg.Chaos)
+		durationAttr(attrLease, s.cfg.Lease), "chaos", s.cfg.Chaos)
 	s.exec.start(ctx)
 	return nil
 }
@@ -310,7 +310,7 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	case serveErr = <-errc:
 	case <-ctx.Done():
 	}
-	s.log.Info("shutting down", "grace", s.cfg.ShutdownGrace)
+	s.log.Info("shutting down", durationAttr(attrGrace, s.cfg.ShutdownGrace))
 	s.beginClose() // first, so held "Prefer: wait" requests answer and the HTTP drain is quick
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownGrace)
 	defer cancel()
