@@ -32,16 +32,19 @@ const commitTimeout = 10 * time.Second
 // claimer, and a completion commits only under the (owner, attempt) fencing
 // token the claim returned.
 type executor struct {
-	st       store.Store
-	owner    string  // fencing identity of this executor's claims
-	self     ownerID // this process, for dead-owner recovery
-	selfOK   bool    // self.Start is known, so liveness checks can be trusted
-	proc     procFS
-	workers  int
-	lease    time.Duration
-	interval time.Duration
-	chaos    bool
-	exit     func(code int)
+	st    store.Store
+	owner string  // fencing identity of this executor's claims
+	self  ownerID // this process, for dead-owner recovery
+	// deadOwners: this process's identity is complete and /proc shows
+	// every process (procFS.livenessCertain), so a missing pid means a
+	// dead owner. Off, only lease expiry recovers.
+	deadOwners bool
+	proc       procFS
+	workers    int
+	lease      time.Duration
+	interval   time.Duration
+	chaos      bool
+	exit       func(code int)
 	// beforeCommit, if set, runs after the tool and before its completion
 	// commits (tests: pause a worker past its lease).
 	beforeCommit func(ctx context.Context, c store.Call)
@@ -200,7 +203,7 @@ func (e *executor) recoverExpired(ctx context.Context) {
 // that provably no longer exist are released; other hosts and live
 // processes are never touched.
 func (e *executor) releaseDeadOwners(ctx context.Context) {
-	if !e.selfOK {
+	if !e.deadOwners {
 		return
 	}
 	running, err := e.st.ListCalls(ctx, store.ListFilter{Status: store.StatusRunning})

@@ -22,6 +22,7 @@ const (
 	attrLease    = "lease"
 	attrGrace    = "grace"
 	attrPause    = "pause"
+	attrReason   = "reason"
 )
 
 // durationAttr logs d as text ("30s", "1.5ms"). slog's JSON handler would

@@ -49,6 +49,8 @@ type metrics struct {
 	fenced         prometheus.Counter
 	busyWorkers    prometheus.Gauge
 	execSeconds    *prometheus.HistogramVec // tool
+
+	deadOwnerRecovery prometheus.Gauge // 1 on, 0 off (lease expiry only)
 }
 
 // newMetrics builds the collectors. queueDepth is read at scrape time.
@@ -96,6 +98,10 @@ func newMetrics(queueDepth func() float64, extra prometheus.Registerer) (*metric
 			Help:    "Time from claim to committed completion, by tool.",
 			Buckets: []float64{.001, .005, .01, .05, .1, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"tool"}),
+		deadOwnerRecovery: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "idemctl_dead_owner_recovery",
+			Help: "1 if calls of crashed processes on this host are released at once (dead-owner recovery), 0 if only lease expiry recovers them (identity incomplete, or /proc may hide processes).",
+		}),
 	}
 	depth := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "idemctl_queue_depth",
@@ -103,7 +109,7 @@ func newMetrics(queueDepth func() float64, extra prometheus.Registerer) (*metric
 	}, queueDepth)
 	own := []prometheus.Collector{
 		m.requests, m.requestSeconds, m.calls, m.executions, m.attempts,
-		m.recoveries, m.fenced, m.busyWorkers, m.execSeconds, depth,
+		m.recoveries, m.fenced, m.busyWorkers, m.execSeconds, m.deadOwnerRecovery, depth,
 	}
 	for _, c := range own {
 		if err := m.reg.Register(c); err != nil {

@@ -105,6 +105,8 @@ type Server struct {
 	waiters *waiters
 	handler http.Handler
 	owner   string
+	// whyNoDeadOwners says why dead-owner recovery is off ("" when on).
+	whyNoDeadOwners string
 
 	started   atomic.Bool
 	closing   chan struct{} // closed when a stop begins: waits return, readyz fails
@@ -130,12 +132,16 @@ func New(cfg Config, st store.Store) (*Server, error) {
 		proc = *cfg.proc
 	}
 	self, err := proc.self(cfg.InstanceHost)
-	selfOK := err == nil && self.Start != 0
-	if !selfOK {
-		// Without a start time, liveness cannot be told from pid reuse;
-		// without a host identity, whose pids they are: recovery of dead
-		// owners' calls falls back to lease expiry.
-		log.Warn("process identity incomplete; calls of crashed servers wait for their lease to expire", attrErr, err)
+	// Dead-owner recovery only when liveness is certain; otherwise only
+	// lease expiry recovers a crashed server's calls. Without a start time,
+	// liveness cannot be told from pid reuse; without a host identity,
+	// whose pids they are; with a /proc that hides processes, whether a pid
+	// is gone or merely invisible.
+	deadOwners, why := err == nil && self.Start != 0, ""
+	if !deadOwners {
+		why = fmt.Sprintf("process identity incomplete: %v", err)
+	} else {
+		deadOwners, why = proc.livenessCertain()
 	}
 	if self.Host == "" {
 		self.Host = "unknown-host"
@@ -143,22 +149,26 @@ func New(cfg Config, st store.Store) (*Server, error) {
 	owner := fmt.Sprintf("%s/%d", self, instances.Add(1))
 
 	s := &Server{
-		cfg:     cfg,
-		st:      st,
-		log:     log,
-		waiters: newWaiters(),
-		owner:   owner,
-		closing: make(chan struct{}),
+		cfg:             cfg,
+		st:              st,
+		log:             log,
+		waiters:         newWaiters(),
+		owner:           owner,
+		closing:         make(chan struct{}),
+		whyNoDeadOwners: why,
 	}
 	s.m, err = newMetrics(pendingGauge(st), cfg.Registry)
 	if err != nil {
 		return nil, fmt.Errorf("server: metrics: %w", err)
 	}
+	if deadOwners {
+		s.m.deadOwnerRecovery.Set(1)
+	}
 	s.exec = &executor{
 		st:           st,
 		owner:        owner,
 		self:         self,
-		selfOK:       selfOK,
+		deadOwners:   deadOwners,
 		proc:         proc,
 		workers:      cfg.Workers,
 		lease:        cfg.Lease,
@@ -263,6 +273,13 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	s.log.Info("executor starting", attrOwner, s.owner, "workers", s.cfg.Workers,
 		durationAttr(attrLease, s.cfg.Lease), "chaos", s.cfg.Chaos)
+	if s.exec.deadOwners {
+		s.log.Info("dead-owner recovery on: calls of crashed processes on this host are released at once",
+			"dead_owner_recovery", true)
+	} else {
+		s.log.Warn("dead-owner recovery off: calls of crashed servers wait for their lease to expire",
+			"dead_owner_recovery", false, attrReason, s.whyNoDeadOwners)
+	}
 	s.exec.start(ctx)
 	return nil
 }
