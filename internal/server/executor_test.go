@@ -292,7 +292,7 @@ func TestChaosRefusedOffLoopback(t *testing.T) {
 
 func TestNewValidates(t *testing.T) {
 	b := setup(t)
-	for _, cfg := range []Config{{Workers: -1}, {Lease: -time.Second}, {MaxWait: -1}} {
+	for _, cfg := range []Config{{Workers: -1}, {Lease: -time.Second}, {MaxWait: -1}, {MaxConcurrentBodies: -1}, {MaxHeldWaits: -1}} {
 		if _, err := New(cfg, b.st); err == nil {
 			t.Errorf("%+v accepted", cfg)
 		}

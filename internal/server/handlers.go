@@ -70,25 +70,8 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, s.log, aerr)
 		return
 	}
-	if r.ContentLength > MaxBodyBytes {
-		writeError(w, s.log, http.StatusRequestEntityTooLarge, codePayloadTooLarge,
-			fmt.Sprintf("body is %d bytes; at most %d are accepted", r.ContentLength, MaxBodyBytes))
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			writeError(w, s.log, http.StatusRequestEntityTooLarge, codePayloadTooLarge,
-				fmt.Sprintf("body exceeds %d bytes", MaxBodyBytes))
-			return
-		}
-		s.bodyReadError(w, r, err)
-		return
-	}
-	req, aerr := parseCreate(body, s.cfg.Chaos)
-	if aerr != nil {
-		writeAPIError(w, s.log, aerr)
+	req, ok := s.readCreate(w, r)
+	if !ok {
 		return
 	}
 	callID, err := newCallID()
@@ -127,6 +110,52 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		s.exec.Wake() // start now, not at the next tick
 	}
 	s.respondCall(w, r, call, outcome != store.Created, true)
+}
+
+// readCreate reads and checks a POST body under a body slot
+// (MaxConcurrentBodies); the slot is held while the body and its parsed
+// form are in memory, and given back before the store is asked anything.
+// Without a free slot it answers 503 overloaded before reading: the
+// request stores nothing, so a retry with the same key is safe. ok false
+// means the answer has been written.
+func (s *Server) readCreate(w http.ResponseWriter, r *http.Request) (req createRequest, ok bool) {
+	if r.ContentLength > MaxBodyBytes {
+		writeError(w, s.log, http.StatusRequestEntityTooLarge, codePayloadTooLarge,
+			fmt.Sprintf("body is %d bytes; at most %d are accepted", r.ContentLength, MaxBodyBytes))
+		return req, false
+	}
+	select {
+	case s.bodySlots <- struct{}{}:
+	default:
+		s.m.limitRefusals.WithLabelValues(limitBodies).Inc()
+		w.Header().Set("Retry-After", "1")
+		writeError(w, s.log, http.StatusServiceUnavailable, codeOverloaded,
+			fmt.Sprintf("too many requests being read at once (at most %d); retry with the same key", cap(s.bodySlots)))
+		return req, false
+	}
+	s.m.bodiesInFlight.Inc()
+	defer func() {
+		<-s.bodySlots
+		s.m.bodiesInFlight.Dec()
+	}()
+
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			writeError(w, s.log, http.StatusRequestEntityTooLarge, codePayloadTooLarge,
+				fmt.Sprintf("body exceeds %d bytes", MaxBodyBytes))
+			return req, false
+		}
+		s.bodyReadError(w, r, err)
+		return req, false
+	}
+	req, aerr := parseCreate(body, s.cfg.Chaos)
+	if aerr != nil {
+		writeAPIError(w, s.log, aerr)
+		return req, false
+	}
+	return req, true
 }
 
 // bodyReadError answers a request whose body could not be read. The
@@ -204,10 +233,13 @@ func (s *Server) handleGetByKey(w http.ResponseWriter, r *http.Request) {
 func (s *Server) respondCall(w http.ResponseWriter, r *http.Request, call store.Call, replayed, isPost bool) {
 	h := w.Header()
 	if wait, ok := preferWait(r.Header, s.cfg.MaxWait); ok {
+		applied := true
 		if !call.Status.Final() {
-			call = s.waitFinal(r.Context(), call, wait)
+			call, applied = s.holdWait(r.Context(), call, wait)
 		}
-		h.Set("Preference-Applied", "wait="+strconv.Itoa(int(wait/time.Second)))
+		if applied {
+			h.Set("Preference-Applied", "wait="+strconv.Itoa(int(wait/time.Second)))
+		}
 	}
 	h.Set("Location", CallPath(call.CallID))
 	if replayed {
@@ -221,6 +253,24 @@ func (s *Server) respondCall(w http.ResponseWriter, r *http.Request, call store.
 		}
 	}
 	writeJSON(w, s.log, status, viewOf(call))
+}
+
+// holdWait runs waitFinal under a wait slot (MaxHeldWaits). Without a free
+// slot it does not wait: the call is returned as it is and applied is
+// false, so the response goes out at once without Preference-Applied.
+func (s *Server) holdWait(ctx context.Context, call store.Call, d time.Duration) (store.Call, bool) {
+	select {
+	case s.waitSlots <- struct{}{}:
+	default:
+		s.m.limitRefusals.WithLabelValues(limitWaits).Inc()
+		return call, false
+	}
+	s.m.waitsHeld.Inc()
+	defer func() {
+		<-s.waitSlots
+		s.m.waitsHeld.Dec()
+	}()
+	return s.waitFinal(ctx, call, d), true
 }
 
 // waitFinal waits until call is final, d has passed, the client left or

@@ -19,6 +19,7 @@ const (
 	codePayloadTooLarge  = "payload_too_large"
 	codeMethodNotAllowed = "method_not_allowed"
 	codeUnavailable      = "unavailable"
+	codeOverloaded       = "overloaded"
 	codeInternal         = "internal"
 )
 

@@ -50,6 +50,12 @@ const (
 	DefaultRecoverInterval = 200 * time.Millisecond
 	DefaultShutdownGrace   = 15 * time.Second
 	DefaultMaxWait         = 30 * time.Second
+	// DefaultMaxConcurrentBodies bounds the memory of bodies in flight:
+	// at most 64 × MaxBodyBytes (64 MiB) plus their parsed form.
+	DefaultMaxConcurrentBodies = 64
+	// DefaultMaxHeldWaits bounds "Prefer: wait" requests held at once
+	// (each costs a goroutine pair and some 50 KB).
+	DefaultMaxHeldWaits = 512
 )
 
 // Config configures a Server. Zero values take the defaults above.
@@ -72,6 +78,15 @@ type Config struct {
 	ShutdownGrace time.Duration
 	// MaxWait caps "Prefer: wait=N"; larger N are clamped.
 	MaxWait time.Duration
+	// MaxConcurrentBodies is how many POST bodies may be read and parsed
+	// at once. A POST beyond it is refused with 503 overloaded and
+	// Retry-After before its body is read; nothing is recorded, so a
+	// retry with the same key is safe.
+	MaxConcurrentBodies int
+	// MaxHeldWaits is how many requests may be held under "Prefer: wait"
+	// at once. Beyond it the request is answered at once with the call's
+	// current state, without Preference-Applied (poll, or wait later).
+	MaxHeldWaits int
 	// Logger receives structured logs; nil discards them.
 	Logger *slog.Logger
 	// Registry, if set, also receives the idemctl_* collectors. The
@@ -103,8 +118,12 @@ type Server struct {
 	m       *metrics
 	exec    *executor
 	waiters *waiters
-	handler http.Handler
-	owner   string
+	// bodySlots and waitSlots are semaphores: a send takes a slot
+	// (MaxConcurrentBodies, MaxHeldWaits), a receive gives it back.
+	bodySlots chan struct{}
+	waitSlots chan struct{}
+	handler   http.Handler
+	owner     string
 	// whyNoDeadOwners says why dead-owner recovery is off ("" when on).
 	whyNoDeadOwners string
 
@@ -153,6 +172,8 @@ func New(cfg Config, st store.Store) (*Server, error) {
 		st:              st,
 		log:             log,
 		waiters:         newWaiters(),
+		bodySlots:       make(chan struct{}, cfg.MaxConcurrentBodies),
+		waitSlots:       make(chan struct{}, cfg.MaxHeldWaits),
 		owner:           owner,
 		closing:         make(chan struct{}),
 		whyNoDeadOwners: why,
@@ -204,6 +225,12 @@ func (c *Config) fill() error {
 	if c.MaxWait == 0 {
 		c.MaxWait = DefaultMaxWait
 	}
+	if c.MaxConcurrentBodies == 0 {
+		c.MaxConcurrentBodies = DefaultMaxConcurrentBodies
+	}
+	if c.MaxHeldWaits == 0 {
+		c.MaxHeldWaits = DefaultMaxHeldWaits
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -219,6 +246,10 @@ func (c *Config) fill() error {
 	}
 	if c.RecoverInterval < 0 || c.ShutdownGrace < 0 || c.MaxWait < 0 {
 		errs = append(errs, errors.New("recover interval, shutdown grace and max wait must not be negative"))
+	}
+	if c.MaxConcurrentBodies < 0 || c.MaxHeldWaits < 0 {
+		errs = append(errs, fmt.Errorf("max concurrent bodies and max held waits must not be negative, got %d and %d",
+			c.MaxConcurrentBodies, c.MaxHeldWaits))
 	}
 	if c.InstanceHost != "" {
 		if err := checkInstanceHost(c.InstanceHost); err != nil {
