@@ -12,7 +12,12 @@ import (
 )
 
 // ownerID identifies the process holding a lease: the host it runs on, its
-// pid, and its start time. The start time is what makes the identity safe to
+// pid, and its start time. The owner column holds it followed by
+// "/<instance>", the number of the Server inside that process (tests and
+// benches run several). It does not name a worker: all workers of one
+// server claim under the same owner (the scheduler claims for them in one
+// batch), and what tells two claims of a call apart is the attempt, the
+// fencing token. The start time is what makes the identity safe to
 // act on: pids are reused, so "host:pid" alone could name a new, unrelated
 // process (or a later idemctl) and a dead owner's call would look held
 // forever — or a live owner's call would look abandoned.
@@ -32,7 +37,8 @@ func (o ownerID) String() string {
 }
 
 // parseOwner parses an owner column value: "host:pid:start", optionally
-// followed by "/suffix" (the executor instance inside the process). It is
+// followed by "/suffix" (the server instance inside the process; older
+// owners may carry another suffix, which is ignored). It is
 // parsed from the right because only the host is free text. Owners written by
 // anything else (or by older versions) do not parse; their calls are left to
 // lease expiry.

@@ -288,7 +288,9 @@ func CheckLoopback(addr string) error {
 }
 
 // Owner is the lease owner this server's executor claims calls under:
-// "host:pid:starttime/instance".
+// "host:pid:starttime/instance", where instance numbers the servers of this
+// process. Every worker of the server claims under it: it identifies the
+// server process, not a worker.
 func (s *Server) Owner() string { return s.owner }
 
 // Handler returns the HTTP handler: the API routes with JSON errors,
