@@ -33,7 +33,7 @@ const commitTimeout = 10 * time.Second
 // token the claim returned.
 type executor struct {
 	st    store.Store
-	owner string  // fencing identity of this executor's claims
+	owner string  // this server's claims, shared by all its workers (see ownerID)
 	self  ownerID // this process, for dead-owner recovery
 	// deadOwners: this process's identity is complete and /proc shows
 	// every process (procFS.livenessCertain), so a missing pid means a
