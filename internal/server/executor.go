@@ -25,7 +25,7 @@ const exitCrash = exitcode.Crash
 const commitTimeout = 10 * time.Second
 
 // executor runs tool calls on a worker pool separate from HTTP handling
-// (§12.6.5). One scheduler goroutine recovers expired leases and calls of
+// (docs/design.md, "Leases and dead-owner recovery"). One scheduler goroutine recovers expired leases and calls of
 // dead owners, claims runnable calls up to the number of idle workers, and
 // hands them to the workers. Every decision goes through the store's
 // conditional updates, never through memory: a claim is won by exactly one
@@ -198,7 +198,7 @@ func (e *executor) recoverExpired(ctx context.Context) {
 }
 
 // releaseDeadOwners returns at once the running calls whose owner was a
-// process on this host that is gone (§12.7.1's production note): after a
+// process on this host that is gone (docs/lifecycle.md, "Recovery"): after a
 // crash and restart there is no need to wait out the old lease. Only owners
 // that provably no longer exist are released; other hosts and live
 // processes are never touched.
@@ -310,7 +310,7 @@ func (e *executor) execute(c store.Call) {
 		return // only reached when exit is a test hook
 	}
 	// The pause stands for a worker frozen past its lease (a GC pause, a
-	// stalled VM; §12.3.2, §12.13.3): the outcome is in hand, the lease runs
+	// stalled VM; docs/design.md, "The attempt as fencing token"): the outcome is in hand, the lease runs
 	// out, another worker may take the call over, and this commit must then
 	// be fenced. First attempt only, like the crash: the attempt that takes
 	// over must be able to commit.
@@ -477,8 +477,8 @@ func refusedForGood(err error) bool {
 
 // failRefused records, once and under the same fencing token, that the
 // outcome of attempt c could not be recorded: the call fails with code
-// internal and retryable false. SPEC §2.4 asks that every accepted call
-// reach a final state without the client's help; a call whose completion
+// internal and retryable false. Every accepted call must reach a final
+// state without the client's help (docs/lifecycle.md, "Invariants"); a call whose completion
 // the database refuses for good would otherwise be re-run once per lease,
 // for ever.
 //

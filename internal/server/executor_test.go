@@ -21,7 +21,7 @@ import (
 // TestLeaseTakeoverFencesStaleWorker: a worker paused past its lease (a GC
 // pause, a stalled VM) loses the call to another server; the other's
 // completion is the only one that lands, the stale one is fenced, and there
-// is exactly one effect (§12.3.2, §12.13.3).
+// is exactly one effect (docs/design.md, "The attempt as fencing token").
 func TestLeaseTakeoverFencesStaleWorker(t *testing.T) {
 	paused := make(chan store.Call, 1)
 	resume := make(chan struct{})

@@ -62,7 +62,7 @@ func varyPrefer(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// handleCreate is POST /v1/tool-calls (SPEC §4.1): validate everything,
+// handleCreate is POST /v1/tool-calls (docs/api.md, "Submitting a call"): validate everything,
 // then record or find the call in one store transaction.
 func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 	key, aerr := idempotencyKey(r.Header)
@@ -168,8 +168,8 @@ func (s *Server) bodyReadError(w http.ResponseWriter, r *http.Request, err error
 	var ne net.Error
 	if errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
 		// The server's read timeout ran out mid-body: 408 (RFC 9110
-		// §15.5.9), with the stable code bad_request (SPEC §4.3's codes are
-		// fixed). net/http closes the connection after it anyway; saying so
+		// §15.5.9), with the stable code bad_request (docs/api.md,
+		// "Errors": the codes are fixed). net/http closes the connection after it anyway; saying so
 		// keeps the client from sending its next request on it.
 		w.Header().Set("Connection", "close")
 		writeError(w, s.log, http.StatusRequestTimeout, codeBadRequest,
@@ -202,8 +202,8 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 	s.respondCall(w, r, call, false, false)
 }
 
-// handleGetByKey is GET /v1/tool-calls/by-key/{key} (§12.8.4: the client
-// never saw a call_id). 404 means the key was never recorded: resend the
+// handleGetByKey is GET /v1/tool-calls/by-key/{key} (docs/api.md, "Reading
+// a call": for a client that never saw a call_id). 404 means the key was never recorded: resend the
 // POST with the same key.
 func (s *Server) handleGetByKey(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
@@ -249,7 +249,7 @@ func (s *Server) respondCall(w http.ResponseWriter, r *http.Request, call store.
 	if !call.Status.Final() {
 		h.Set("Retry-After", "1") // poll again in a second (or use Prefer: wait)
 		if isPost {
-			status = http.StatusAccepted // accepted, not done (§12.4.3)
+			status = http.StatusAccepted // accepted, not done
 		}
 	}
 	writeJSON(w, s.log, status, viewOf(call))
@@ -309,7 +309,8 @@ func (s *Server) waitFinal(ctx context.Context, call store.Call, d time.Duration
 	}
 }
 
-// handleStats is GET /stats: logical calls against side effects (§12.11.1).
+// handleStats is GET /stats: logical calls against side effects
+// (docs/api.md, "Health, stats and metrics").
 func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
 	st, err := s.st.Stats(r.Context())
 	if err != nil {

@@ -88,7 +88,7 @@ func newMetrics(queueDepth func() float64, extra prometheus.Registerer) (*metric
 		}, []string{"tool", "outcome"}),
 		attempts: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "idemctl_execution_attempt",
-			Help:    "Attempt number of each claimed execution; mass above 1 means leases expire or processes crash (§12.12.5).",
+			Help:    "Attempt number of each claimed execution; mass above 1 means leases expire or processes crash.",
 			Buckets: []float64{1, 2, 3, 5, 10},
 		}),
 		recoveries: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -1,7 +1,7 @@
 package server
 
-// Several real `idemctl serve` processes on one PostgreSQL database (issue 5,
-// SPEC §5): the same key through three instances is one call and one effect;
+// Several real `idemctl serve` processes on one PostgreSQL database
+// (docs/operations.md, "Running several instances"): the same key through three instances is one call and one effect;
 // a call whose instance died is finished by another after its lease (or at
 // once when the dead owner is provably gone); a stale instance's commit is
 // fenced; distinct keys are shared out; a live lease is never taken.

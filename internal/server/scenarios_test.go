@@ -1,6 +1,6 @@
 package server
 
-// The seven scenarios of §12.10.1, in Go.
+// The seven failure scenarios of the design, in Go.
 
 import (
 	"bytes"
@@ -144,7 +144,7 @@ func TestFailedRetryableCanBeRetried(t *testing.T) {
 		t.Fatalf("first attempt: status %s error %s, want failed and retryable", failed.Status, failed.Error)
 	}
 
-	// The server never retries by itself (§12.9.3): only this same-key
+	// The server never retries by itself: only this same-key
 	// request resets the call.
 	r := b.post("k-flaky", body)
 	if r.status != http.StatusAccepted || r.header.Get("Idempotent-Replayed") != "true" {

@@ -1,4 +1,4 @@
-// Package server is idemctl's HTTP service (SPEC §4, §5; §12.4–§12.7): the
+// Package server is idemctl's HTTP service (docs/api.md, docs/lifecycle.md): the
 // handlers that record a tool call under its idempotency key and answer with
 // the one call that key names, and the executor that runs recorded calls on a
 // worker pool under leases, recovers them after crashes, and commits each
@@ -66,13 +66,14 @@ type Config struct {
 	// Workers is the number of tool executions run at once.
 	Workers int
 	// Lease is how long a claim holds a call before another worker may
-	// take it over (§12.5.3). It must exceed the longest tool's run time.
+	// take it over (docs/lifecycle.md, "Leases"). It must exceed the longest tool's run time.
 	Lease time.Duration
-	// Chaos enables the _crash_* and _pause_before_commit argument hooks (SPEC §4.6). Refused
+	// Chaos enables the _crash_* and _pause_before_commit argument hooks
+	// (docs/tools.md, "Chaos hooks"). Refused
 	// unless Addr is a loopback address.
 	Chaos bool
 	// RecoverInterval is the scheduler's tick: lease recovery and claiming
-	// (§12.7.1: 200 ms).
+	// (200 ms by default).
 	RecoverInterval time.Duration
 	// ShutdownGrace bounds how long a stop waits for running tools.
 	ShutdownGrace time.Duration

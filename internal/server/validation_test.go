@@ -9,8 +9,9 @@ import (
 	"testing"
 )
 
-// TestBadInputStoresNothing walks every refusal of SPEC §4.1: status, code,
-// and the database unchanged (a refused request stores nothing). Requests go
+// TestBadInputStoresNothing walks every refusal of docs/api.md, "Submitting
+// a call": status, code, and the database unchanged (a refused request
+// stores nothing). Requests go
 // straight to the handler, so header bytes a Go client refuses to send
 // (control characters) can be tested too.
 func TestBadInputStoresNothing(t *testing.T) {
