@@ -49,6 +49,14 @@ const Version = 1
 // hostile input.
 const MaxDepth = 64
 
+// MaxValues bounds how many JSON values (scalars, arrays and objects,
+// members' values included) ParseJSON accepts in one document. Every value
+// costs work at each later step (normalization, canonical form, hashing);
+// a 1 MiB body of small members would otherwise cost about a second of CPU
+// before any tool could refuse its arguments. Tool arguments are a handful
+// of members.
+const MaxValues = 10_000
+
 // MaxNumberLength bounds the length in bytes of a number literal (sign,
 // digits, point and exponent included) accepted by ParseJSON and Normalize.
 // Longer literals are refused with ErrNumberTooLong before any arithmetic:
@@ -71,6 +79,8 @@ var (
 	ErrDuplicateMember = errors.New("duplicate member")
 	// ErrNumberRange: a number is not finite or its magnitude exceeds 2^53.
 	ErrNumberRange = errors.New("number out of range: magnitude above 2^53 or not finite")
+	// ErrTooManyValues: a document with more than MaxValues values.
+	ErrTooManyValues = errors.New("too many values")
 	// ErrNumberTooLong: a number literal longer than MaxNumberLength.
 	ErrNumberTooLong = errors.New("number literal too long")
 	// ErrUnsupportedType: Normalize was given a Go value that is not a JSON value.
@@ -82,7 +92,9 @@ var (
 // ParseJSON decodes exactly one JSON value into generic Go values:
 // map[string]any, []any, json.Number, string, bool and nil. Unlike
 // json.Unmarshal it refuses duplicate member names at any depth, trailing
-// data after the value, invalid UTF-8 and unpaired surrogate escapes.
+// data after the value, invalid UTF-8 and unpaired surrogate escapes. It
+// also bounds the work a document can cause: at most MaxDepth levels,
+// MaxValues values and MaxNumberLength characters per number.
 func ParseJSON(data []byte) (any, error) {
 	// encoding/json replaces invalid UTF-8 with U+FFFD without complaint, which
 	// would let two different byte strings share a fingerprint.
@@ -110,7 +122,8 @@ func ParseJSON(data []byte) (any, error) {
 }
 
 type parser struct {
-	dec *json.Decoder
+	dec    *json.Decoder
+	values int // values read so far, for MaxValues
 }
 
 func (p *parser) token() (json.Token, error) {
@@ -128,6 +141,9 @@ func (p *parser) value(path string, depth int) (any, error) {
 	tok, err := p.token()
 	if err != nil {
 		return nil, err
+	}
+	if p.values++; p.values > MaxValues {
+		return nil, fmt.Errorf("%w: more than %d values (at %s)", ErrTooManyValues, MaxValues, path)
 	}
 	if n, ok := tok.(json.Number); ok {
 		if err := checkNumberLength(string(n), path); err != nil {

@@ -273,26 +273,60 @@ func BenchmarkLongNumber(b *testing.B) {
 	}
 }
 
-// BenchmarkWideBody measures a 1 MiB body of many members, the other shape
-// of large work per request (the body limit bounds it).
-func BenchmarkWideBody(b *testing.B) {
+// wideBody is a body of about size bytes whose args has many small members.
+func wideBody(size int) []byte {
 	var sb strings.Builder
 	sb.WriteString(`{"tool":"t","args":{`)
-	for i := 0; sb.Len() < 1<<20-64; i++ {
+	for i := 0; sb.Len() < size-64; i++ {
 		if i > 0 {
 			sb.WriteByte(',')
 		}
 		sb.WriteString(`"k` + strconv.Itoa(i) + `":` + strconv.Itoa(i))
 	}
 	sb.WriteString(`}}`)
-	body := []byte(sb.String())
+	return []byte(sb.String())
+}
+
+// TestValueCountLimit: MaxValues values are accepted, one more is refused,
+// and a 1 MiB body of small members (some 110,000 values, about a second of
+// CPU through normalization and canonical form) is refused by the count
+// while parsing.
+func TestValueCountLimit(t *testing.T) {
+	array := func(n int) []byte { // an object and an array: n+2 values
+		return []byte(`{"a":[` + strings.TrimSuffix(strings.Repeat("0,", n), ",") + `]}`)
+	}
+	if _, err := ParseJSON(array(MaxValues - 2)); err != nil {
+		t.Fatalf("%d values refused: %v", MaxValues, err)
+	}
+	if _, err := ParseJSON(array(MaxValues - 1)); !errors.Is(err, ErrTooManyValues) {
+		t.Fatalf("%d values: %v, want ErrTooManyValues", MaxValues+1, err)
+	}
+	if _, err := ParseJSON(wideBody(1 << 20)); !errors.Is(err, ErrTooManyValues) {
+		t.Fatalf("1 MiB of members: %v, want ErrTooManyValues", err)
+	}
+}
+
+// BenchmarkWideBody measures the refusal of a 1 MiB body of many members
+// (before MaxValues: about a second per request through Of).
+func BenchmarkWideBody(b *testing.B) {
+	body := wideBody(1 << 20)
+	for b.Loop() {
+		if _, err := ParseJSON(body); !errors.Is(err, ErrTooManyValues) {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLargestAccepted measures the most values a body may have, all
+// the way to a fingerprint: the bound on work per accepted request.
+func BenchmarkLargestAccepted(b *testing.B) {
+	body := []byte(`{"tool":"t","args":{"a":[` + strings.TrimSuffix(strings.Repeat("0.5,", MaxValues-4), ",") + `]}}`)
 	for b.Loop() {
 		v, err := ParseJSON(body)
 		if err != nil {
 			b.Fatal(err)
 		}
-		args := v.(map[string]any)["args"].(map[string]any)
-		if _, err := Of("t", args); err != nil {
+		if _, err := Of("t", v.(map[string]any)["args"].(map[string]any)); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/idemctl/idemctl/internal/fingerprint"
 )
 
 // TestBadInputStoresNothing walks every refusal of docs/api.md, "Submitting
@@ -300,6 +302,27 @@ func TestLongNumberRefusedByLength(t *testing.T) {
 	}
 	if !strings.Contains(string(r.body), "number literal too long") || len(r.body) > 500 {
 		t.Fatalf("body %.300s: want the length refusal, without the literal", r.body)
+	}
+	if !b.snapshot().equal(before) {
+		t.Fatal("a refused request changed the database")
+	}
+}
+
+// TestManyValuesRefusedByCount: a body of more than fingerprint.MaxValues
+// values is refused with 400 bad_request by the count, while parsing —
+// before normalization, the canonical form and tool validation, which would
+// cost about a second of CPU for 1 MiB of small members — and stores
+// nothing.
+func TestManyValuesRefusedByCount(t *testing.T) {
+	b := setup(t)
+	before := b.snapshot()
+	body := `{"tool":"charge","args":{"amount":1,"x":[` + strings.Repeat("0,", fingerprint.MaxValues) + `0]}}`
+	r := b.post("k-many-values", body)
+	if r.status != http.StatusBadRequest || r.errCode(t) != codeBadRequest {
+		t.Fatalf("got %d %s, want 400 bad_request", r.status, r.body)
+	}
+	if !strings.Contains(string(r.body), "too many values") {
+		t.Fatalf("body %.300s: want the value-count refusal", r.body)
 	}
 	if !b.snapshot().equal(before) {
 		t.Fatal("a refused request changed the database")
