@@ -25,9 +25,10 @@ const exitCrash = exitcode.Crash
 const commitTimeout = 10 * time.Second
 
 // executor runs tool calls on a worker pool separate from HTTP handling
-// (docs/design.md, "Leases and dead-owner recovery"). One scheduler goroutine recovers expired leases and calls of
-// dead owners, claims runnable calls up to the number of idle workers, and
-// hands them to the workers. Every decision goes through the store's
+// (docs/design.md, "Leases and dead-owner recovery"). One scheduler
+// goroutine recovers expired leases and calls of dead owners, claims
+// runnable calls up to the number of idle workers, and hands them to the
+// workers. Every decision goes through the store's
 // conditional updates, never through memory: a claim is won by exactly one
 // claimer, and a completion commits only under the (owner, attempt) fencing
 // token the claim returned.
@@ -310,9 +311,9 @@ func (e *executor) execute(c store.Call) {
 		return // only reached when exit is a test hook
 	}
 	// The pause stands for a worker frozen past its lease (a GC pause, a
-	// stalled VM; docs/design.md, "The attempt as fencing token"): the outcome is in hand, the lease runs
-	// out, another worker may take the call over, and this commit must then
-	// be fenced. First attempt only, like the crash: the attempt that takes
+	// stalled VM; docs/design.md, "The attempt as fencing token"): the
+	// outcome is in hand, the lease runs out, another worker may take the
+	// call over, and this commit must then be fenced. First attempt only, like the crash: the attempt that takes
 	// over must be able to commit.
 	if e.chaos && chaos.PauseBeforeCommit > 0 && c.Attempt == 1 {
 		log.Warn("chaos: _pause_before_commit, pausing before the completion commits",
@@ -478,9 +479,9 @@ func refusedForGood(err error) bool {
 // failRefused records, once and under the same fencing token, that the
 // outcome of attempt c could not be recorded: the call fails with code
 // internal and retryable false. Every accepted call must reach a final
-// state without the client's help (docs/lifecycle.md, "Invariants"); a call whose completion
-// the database refuses for good would otherwise be re-run once per lease,
-// for ever.
+// state without the client's help (docs/lifecycle.md, "Invariants"); a
+// call whose completion the database refuses for good would otherwise be
+// re-run once per lease, for ever.
 //
 // Why failing is consistent even for tools with an effect (charge,
 // send_email): in this service the effect row is written only by the
