@@ -1,5 +1,5 @@
-// Package fingerprint computes the request fingerprint of SPEC §4.4 (§12.5.1),
-// version 1:
+// Package fingerprint computes the request fingerprint (docs/fingerprint.md,
+// "What is fingerprinted"), version 1:
 //
 //	fingerprint = hex(SHA-256(JCS(normalize({"tool": tool, "args": args}))))
 //
@@ -12,8 +12,10 @@
 // silently coerced: duplicate member names (encoding/json would keep the last
 // one, so two different bodies would look the same), invalid UTF-8 and lone
 // surrogate escapes (encoding/json would turn them into U+FFFD), trailing data,
-// and numbers that are not finite or whose magnitude exceeds 2^53 (beyond it
-// distinct integers share one IEEE double, so "same number" is undecidable).
+// numbers that are not finite or whose magnitude exceeds 2^53 (beyond it
+// distinct integers share one IEEE double, so "same number" is undecidable),
+// and number literals longer than MaxNumberLength (docs/fingerprint.md,
+// "Numbers").
 //
 // Changing any of these rules changes fingerprints of stored calls, so it must
 // come with a new Version.
@@ -38,13 +40,31 @@ import (
 	"golang.org/x/text/unicode/norm"
 )
 
-// Version is the fingerprint version these rules implement (SPEC §4.4).
+// Version is the fingerprint version these rules implement (docs/fingerprint.md,
+// "Versioning").
 const Version = 1
 
 // MaxDepth bounds the nesting of arrays and objects accepted by ParseJSON and
 // Normalize. Tool arguments are flat; the bound keeps recursion shallow for
 // hostile input.
 const MaxDepth = 64
+
+// MaxValues bounds how many JSON values (scalars, arrays and objects,
+// members' values included) ParseJSON accepts in one document. Every value
+// costs work at each later step (normalization, canonical form, hashing);
+// a 1 MiB body of small members would otherwise cost about a second of CPU
+// before any tool could refuse its arguments. Tool arguments are a handful
+// of members.
+const MaxValues = 10_000
+
+// MaxNumberLength bounds the length in bytes of a number literal (sign,
+// digits, point and exponent included) accepted by ParseJSON and Normalize.
+// Longer literals are refused with ErrNumberTooLong before any arithmetic:
+// deciding whether a literal that rounds to exactly 2^53 lies above it takes
+// big-number work that grows with the square of its length (a 1 MiB literal
+// cost seconds of CPU). No real argument needs more: a double prints in at
+// most 24 characters.
+const MaxNumberLength = 100
 
 // MaxExactInteger is 2^53: every integer of at most this magnitude has its own
 // IEEE 754 double, so numbers within it compare exactly.
@@ -59,6 +79,10 @@ var (
 	ErrDuplicateMember = errors.New("duplicate member")
 	// ErrNumberRange: a number is not finite or its magnitude exceeds 2^53.
 	ErrNumberRange = errors.New("number out of range: magnitude above 2^53 or not finite")
+	// ErrTooManyValues: a document with more than MaxValues values.
+	ErrTooManyValues = errors.New("too many values")
+	// ErrNumberTooLong: a number literal longer than MaxNumberLength.
+	ErrNumberTooLong = errors.New("number literal too long")
 	// ErrUnsupportedType: Normalize was given a Go value that is not a JSON value.
 	ErrUnsupportedType = errors.New("unsupported value type")
 	// ErrTooDeep: nesting deeper than MaxDepth.
@@ -68,7 +92,9 @@ var (
 // ParseJSON decodes exactly one JSON value into generic Go values:
 // map[string]any, []any, json.Number, string, bool and nil. Unlike
 // json.Unmarshal it refuses duplicate member names at any depth, trailing
-// data after the value, invalid UTF-8 and unpaired surrogate escapes.
+// data after the value, invalid UTF-8 and unpaired surrogate escapes. It
+// also bounds the work a document can cause: at most MaxDepth levels,
+// MaxValues values and MaxNumberLength characters per number.
 func ParseJSON(data []byte) (any, error) {
 	// encoding/json replaces invalid UTF-8 with U+FFFD without complaint, which
 	// would let two different byte strings share a fingerprint.
@@ -96,7 +122,8 @@ func ParseJSON(data []byte) (any, error) {
 }
 
 type parser struct {
-	dec *json.Decoder
+	dec    *json.Decoder
+	values int // values read so far, for MaxValues
 }
 
 func (p *parser) token() (json.Token, error) {
@@ -114,6 +141,14 @@ func (p *parser) value(path string, depth int) (any, error) {
 	tok, err := p.token()
 	if err != nil {
 		return nil, err
+	}
+	if p.values++; p.values > MaxValues {
+		return nil, fmt.Errorf("%w: more than %d values (at %s)", ErrTooManyValues, MaxValues, path)
+	}
+	if n, ok := tok.(json.Number); ok {
+		if err := checkNumberLength(string(n), path); err != nil {
+			return nil, err
+		}
 	}
 	delim, ok := tok.(json.Delim)
 	if !ok {
@@ -307,8 +342,21 @@ var numberRE = regexp.MustCompile(`^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+
 
 var maxExactRat = new(big.Rat).SetInt64(MaxExactInteger)
 
+// checkNumberLength refuses a literal longer than MaxNumberLength. It runs
+// before anything else looks at the digits.
+func checkNumberLength(lit, path string) error {
+	if len(lit) > MaxNumberLength {
+		return fmt.Errorf("%w: %s at %s has %d characters; at most %d are accepted",
+			ErrNumberTooLong, truncate(lit), path, len(lit), MaxNumberLength)
+	}
+	return nil
+}
+
 // checkNumber validates a JSON number literal and its magnitude.
 func checkNumber(lit, path string) (json.Number, error) {
+	if err := checkNumberLength(lit, path); err != nil {
+		return "", err
+	}
 	if !numberRE.MatchString(lit) {
 		return "", fmt.Errorf("%w: %q at %s is not a JSON number", ErrInvalidJSON, lit, path)
 	}
@@ -322,6 +370,8 @@ func checkNumber(lit, path string) (json.Number, error) {
 	}
 	// Rounding is monotonic, so only a literal that rounds to exactly 2^53
 	// can hide a value above it (2^53+1 rounds to 2^53); decide it exactly.
+	// big.Rat is quadratic in the literal's length, which checkNumberLength
+	// has bounded.
 	if a == MaxExactInteger {
 		r, ok := new(big.Rat).SetString(lit)
 		if !ok || r.Abs(r).Cmp(maxExactRat) > 0 {
@@ -371,7 +421,7 @@ func Canonical(v any) ([]byte, error) {
 // Of returns the version 1 fingerprint of a tool call: the lowercase hex
 // SHA-256 of the canonical JSON of the normalized {"tool": tool, "args": args}.
 // A nil args is the empty object. client_id and seq are deliberately not part
-// of it (SPEC §4.4).
+// of it (docs/fingerprint.md, "What is fingerprinted").
 func Of(tool string, args map[string]any) (string, error) {
 	if args == nil {
 		args = map[string]any{}

@@ -3,6 +3,7 @@ package fingerprint
 import (
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -19,8 +20,16 @@ func fpOfBody(t *testing.T, body string) (string, error) {
 	if !ok {
 		t.Fatalf("body %s is not an object", body)
 	}
-	tool, _ := m["tool"].(string)
-	args, _ := m["args"].(map[string]any)
+	// A body without a string tool or with a non-object args would be
+	// fingerprinted as tool "" or args {} and compare equal to others.
+	tool, ok := m["tool"].(string)
+	if !ok {
+		t.Fatalf("body %s has no string tool", body)
+	}
+	args, ok := m["args"].(map[string]any)
+	if raw, present := m["args"]; present && raw != nil && !ok { // null is the server's {}
+		t.Fatalf("body %s: args is not an object", body)
+	}
 	return Of(tool, args)
 }
 
@@ -42,7 +51,7 @@ func TestGoldenVersion1(t *testing.T) {
 }
 
 // TestSameFingerprint: each group of bodies spells the same call differently
-// and must give one fingerprint (SPEC §4.4).
+// and must give one fingerprint (docs/fingerprint.md, "Canonical JSON").
 func TestSameFingerprint(t *testing.T) {
 	groups := []struct {
 		name   string
@@ -191,6 +200,8 @@ func TestRefused(t *testing.T) {
 		{"reversed surrogates", `{"tool":"t","args":{"s":"\udc00\ud800"}}`, ErrInvalidJSON, "surrogate"},
 		{"NaN literal", `{"tool":"t","args":{"n":NaN}}`, ErrInvalidJSON, ""},
 		{"too deep", `{"tool":"t","args":{"a":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}}`, ErrTooDeep, ""},
+		{"101-character number", `{"tool":"t","args":{"n":` + paddedNumber("1", MaxNumberLength+1) + `}}`, ErrNumberTooLong, "$.args.n"},
+		{"huge exponent", `{"tool":"t","args":{"n":1e999999999}}`, ErrNumberRange, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -205,6 +216,119 @@ func TestRefused(t *testing.T) {
 				t.Errorf("error %q does not mention %q", err, c.message)
 			}
 		})
+	}
+}
+
+// paddedNumber returns lit followed by ".000…" up to n characters (lit must
+// have no point), so the value stays lit's.
+func paddedNumber(lit string, n int) string {
+	return lit + "." + strings.Repeat("0", n-len(lit)-1)
+}
+
+// TestLongNumberRefusedBeforeArithmetic: a literal that rounds to exactly
+// 2^53 needs exact (big.Rat) arithmetic to be judged, which is quadratic in
+// its length. One of 1 MiB must be refused by its length alone — by
+// ParseJSON, and by Normalize for values that did not come through it —
+// never reach that arithmetic (it would report ErrNumberRange, seconds
+// later).
+func TestLongNumberRefusedBeforeArithmetic(t *testing.T) {
+	huge := "9007199254740992." + strings.Repeat("0", 1<<20) + "1" // rounds to 2^53, lies above it
+	_, err := ParseJSON([]byte(`{"n":` + huge + `}`))
+	if !errors.Is(err, ErrNumberTooLong) {
+		t.Fatalf("ParseJSON of a 1 MiB number: %v, want ErrNumberTooLong", err)
+	}
+	if len(err.Error()) > 200 {
+		t.Errorf("error message of %d bytes quotes the literal", len(err.Error()))
+	}
+	_, err = Normalize(map[string]any{"n": json.Number(huge)})
+	if !errors.Is(err, ErrNumberTooLong) {
+		t.Fatalf("Normalize of a 1 MiB number: %v, want ErrNumberTooLong", err)
+	}
+}
+
+// TestNumberLengthLimit: MaxNumberLength characters are accepted and still
+// judged exactly; one more is refused.
+func TestNumberLengthLimit(t *testing.T) {
+	atLimit := paddedNumber("9007199254740992", MaxNumberLength)
+	if _, err := fpOfBody(t, `{"tool":"t","args":{"n":`+atLimit+`}}`); err != nil {
+		t.Errorf("%d-character 2^53 refused: %v", len(atLimit), err)
+	}
+	above := atLimit[:len(atLimit)-1] + "1" // still MaxNumberLength characters, now above 2^53
+	if _, err := fpOfBody(t, `{"tool":"t","args":{"n":`+above+`}}`); !errors.Is(err, ErrNumberRange) {
+		t.Errorf("%d-character literal above 2^53: %v, want ErrNumberRange", len(above), err)
+	}
+	if _, err := fpOfBody(t, `{"tool":"t","args":{"n":`+atLimit+`0}}`); !errors.Is(err, ErrNumberTooLong) {
+		t.Errorf("%d-character literal: %v, want ErrNumberTooLong", len(atLimit)+1, err)
+	}
+}
+
+// BenchmarkLongNumber measures the refusal of a 1 MiB literal that rounds
+// to 2^53 (before the length limit: seconds per operation).
+func BenchmarkLongNumber(b *testing.B) {
+	body := []byte(`{"n":9007199254740992.` + strings.Repeat("0", 1<<20) + `1}`)
+	for b.Loop() {
+		if _, err := ParseJSON(body); !errors.Is(err, ErrNumberTooLong) {
+			b.Fatal(err)
+		}
+	}
+}
+
+// wideBody is a body of about size bytes whose args has many small members.
+func wideBody(size int) []byte {
+	var sb strings.Builder
+	sb.WriteString(`{"tool":"t","args":{`)
+	for i := 0; sb.Len() < size-64; i++ {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteString(`"k` + strconv.Itoa(i) + `":` + strconv.Itoa(i))
+	}
+	sb.WriteString(`}}`)
+	return []byte(sb.String())
+}
+
+// TestValueCountLimit: MaxValues values are accepted, one more is refused,
+// and a 1 MiB body of small members (some 110,000 values, about a second of
+// CPU through normalization and canonical form) is refused by the count
+// while parsing.
+func TestValueCountLimit(t *testing.T) {
+	array := func(n int) []byte { // an object and an array: n+2 values
+		return []byte(`{"a":[` + strings.TrimSuffix(strings.Repeat("0,", n), ",") + `]}`)
+	}
+	if _, err := ParseJSON(array(MaxValues - 2)); err != nil {
+		t.Fatalf("%d values refused: %v", MaxValues, err)
+	}
+	if _, err := ParseJSON(array(MaxValues - 1)); !errors.Is(err, ErrTooManyValues) {
+		t.Fatalf("%d values: %v, want ErrTooManyValues", MaxValues+1, err)
+	}
+	if _, err := ParseJSON(wideBody(1 << 20)); !errors.Is(err, ErrTooManyValues) {
+		t.Fatalf("1 MiB of members: %v, want ErrTooManyValues", err)
+	}
+}
+
+// BenchmarkWideBody measures the refusal of a 1 MiB body of many members
+// (before MaxValues: about a second per request through Of).
+func BenchmarkWideBody(b *testing.B) {
+	body := wideBody(1 << 20)
+	for b.Loop() {
+		if _, err := ParseJSON(body); !errors.Is(err, ErrTooManyValues) {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLargestAccepted measures the most values a body may have, all
+// the way to a fingerprint: the bound on work per accepted request.
+func BenchmarkLargestAccepted(b *testing.B) {
+	body := []byte(`{"tool":"t","args":{"a":[` + strings.TrimSuffix(strings.Repeat("0.5,", MaxValues-4), ",") + `]}}`)
+	for b.Loop() {
+		v, err := ParseJSON(body)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := Of("t", v.(map[string]any)["args"].(map[string]any)); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 

@@ -25,23 +25,27 @@ const exitCrash = exitcode.Crash
 const commitTimeout = 10 * time.Second
 
 // executor runs tool calls on a worker pool separate from HTTP handling
-// (§12.6.5). One scheduler goroutine recovers expired leases and calls of
-// dead owners, claims runnable calls up to the number of idle workers, and
-// hands them to the workers. Every decision goes through the store's
+// (docs/design.md, "Leases and dead-owner recovery"). One scheduler
+// goroutine recovers expired leases and calls of dead owners, claims
+// runnable calls up to the number of idle workers, and hands them to the
+// workers. Every decision goes through the store's
 // conditional updates, never through memory: a claim is won by exactly one
 // claimer, and a completion commits only under the (owner, attempt) fencing
 // token the claim returned.
 type executor struct {
-	st       store.Store
-	owner    string  // fencing identity of this executor's claims
-	self     ownerID // this process, for dead-owner recovery
-	selfOK   bool    // self.Start is known, so liveness checks can be trusted
-	proc     procFS
-	workers  int
-	lease    time.Duration
-	interval time.Duration
-	chaos    bool
-	exit     func(code int)
+	st    store.Store
+	owner string  // this server's claims, shared by all its workers (see ownerID)
+	self  ownerID // this process, for dead-owner recovery
+	// deadOwners: this process's identity is complete and /proc shows
+	// every process (procFS.livenessCertain), so a missing pid means a
+	// dead owner. Off, only lease expiry recovers.
+	deadOwners bool
+	proc       procFS
+	workers    int
+	lease      time.Duration
+	interval   time.Duration
+	chaos      bool
+	exit       func(code int)
 	// beforeCommit, if set, runs after the tool and before its completion
 	// commits (tests: pause a worker past its lease).
 	beforeCommit func(ctx context.Context, c store.Call)
@@ -195,12 +199,12 @@ func (e *executor) recoverExpired(ctx context.Context) {
 }
 
 // releaseDeadOwners returns at once the running calls whose owner was a
-// process on this host that is gone (§12.7.1's production note): after a
+// process on this host that is gone (docs/lifecycle.md, "Recovery"): after a
 // crash and restart there is no need to wait out the old lease. Only owners
 // that provably no longer exist are released; other hosts and live
 // processes are never touched.
 func (e *executor) releaseDeadOwners(ctx context.Context) {
-	if !e.selfOK {
+	if !e.deadOwners {
 		return
 	}
 	running, err := e.st.ListCalls(ctx, store.ListFilter{Status: store.StatusRunning})
@@ -307,13 +311,13 @@ func (e *executor) execute(c store.Call) {
 		return // only reached when exit is a test hook
 	}
 	// The pause stands for a worker frozen past its lease (a GC pause, a
-	// stalled VM; §12.3.2, §12.13.3): the outcome is in hand, the lease runs
-	// out, another worker may take the call over, and this commit must then
-	// be fenced. First attempt only, like the crash: the attempt that takes
+	// stalled VM; docs/design.md, "The attempt as fencing token"): the
+	// outcome is in hand, the lease runs out, another worker may take the
+	// call over, and this commit must then be fenced. First attempt only, like the crash: the attempt that takes
 	// over must be able to commit.
 	if e.chaos && chaos.PauseBeforeCommit > 0 && c.Attempt == 1 {
 		log.Warn("chaos: _pause_before_commit, pausing before the completion commits",
-			"pause", chaos.PauseBeforeCommit, "lease", e.lease)
+			durationAttr(attrPause, chaos.PauseBeforeCommit), durationAttr(attrLease, e.lease))
 		t := time.NewTimer(chaos.PauseBeforeCommit)
 		// When the shutdown grace runs out the pause ends early and the
 		// commit goes ahead: the tool has run, and recording its outcome
@@ -357,7 +361,7 @@ func (e *executor) execute(c store.Call) {
 	}
 	e.m.executions.WithLabelValues(c.Tool, string(done.Status)).Inc()
 	e.m.execSeconds.WithLabelValues(c.Tool).Observe(time.Since(start).Seconds())
-	log.Info("call "+string(done.Status), attrStatus, done.Status, attrDuration, time.Since(start))
+	log.Info("call "+string(done.Status), attrStatus, done.Status, durationAttr(attrDuration, time.Since(start)))
 
 	if e.chaos && chaos.CrashAfterCommit && done.Status == store.StatusSucceeded {
 		log.Warn("chaos: _crash_after_commit, exiting before the response")
@@ -474,10 +478,10 @@ func refusedForGood(err error) bool {
 
 // failRefused records, once and under the same fencing token, that the
 // outcome of attempt c could not be recorded: the call fails with code
-// internal and retryable false. SPEC §2.4 asks that every accepted call
-// reach a final state without the client's help; a call whose completion
-// the database refuses for good would otherwise be re-run once per lease,
-// for ever.
+// internal and retryable false. Every accepted call must reach a final
+// state without the client's help (docs/lifecycle.md, "Invariants"); a
+// call whose completion the database refuses for good would otherwise be
+// re-run once per lease, for ever.
 //
 // Why failing is consistent even for tools with an effect (charge,
 // send_email): in this service the effect row is written only by the

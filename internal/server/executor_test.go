@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -19,7 +21,7 @@ import (
 // TestLeaseTakeoverFencesStaleWorker: a worker paused past its lease (a GC
 // pause, a stalled VM) loses the call to another server; the other's
 // completion is the only one that lands, the stale one is fenced, and there
-// is exactly one effect (§12.3.2, §12.13.3).
+// is exactly one effect (docs/design.md, "The attempt as fencing token").
 func TestLeaseTakeoverFencesStaleWorker(t *testing.T) {
 	paused := make(chan store.Call, 1)
 	resume := make(chan struct{})
@@ -82,6 +84,9 @@ func TestDeadOwnerRecoveredWithoutWaitingForLease(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "idem.db")
 	id := claimWithOwner(t, db, "k-dead-owner", dead, time.Hour)
 	b := setupOn(t, db, func(c *Config) { c.Workers = 1 })
+	if !b.srv.exec.deadOwners {
+		t.Skipf("dead-owner recovery is off on this machine: %s", b.srv.whyNoDeadOwners)
+	}
 	done := b.waitFinal(id)
 	if done.Status != "succeeded" || done.Attempt != 2 {
 		t.Fatalf("status %s attempt %d, want succeeded at attempt 2", done.Status, done.Attempt)
@@ -101,6 +106,69 @@ func TestDeadOwnerRecoveredWithoutWaitingForLease(t *testing.T) {
 	}
 	if v := b.metricValue(`idemctl_lease_recoveries_total{reason="dead_owner"}`); v != 1 {
 		t.Fatalf("dead_owner recoveries = %v, want 1", v)
+	}
+}
+
+// TestHiddenOwnerNotReleased: with /proc mounted hidepid=invisible, a live
+// instance of another user is simply absent from it. The server must not
+// take that for a dead owner: the call keeps its owner and attempt until its
+// lease expires, and the mode is visible in /metrics. The same fake /proc
+// without hidepid releases the call at once (so the test can fail).
+func TestHiddenOwnerNotReleased(t *testing.T) {
+	ctx := context.Background()
+	// pid 4242 runs (as another user) but is not in the fake tree: hidden.
+	const owner = "node-a:4242:99/1"
+	for _, tc := range []struct {
+		superOpts string
+		released  bool
+	}{
+		{"rw,hidepid=invisible", false},
+		{"rw", true},
+	} {
+		t.Run(tc.superOpts, func(t *testing.T) {
+			root := t.TempDir()
+			proc := fakeProcAt(t, root, map[int][2]string{
+				1:           {"S", "1"},
+				os.Getpid(): {"R", "777"},
+			})
+			fakeMountinfo(t, root, procMount(root, tc.superOpts))
+			db := filepath.Join(t.TempDir(), "idem.db")
+			id := claimWithOwner(t, db, "k-hidden-owner", owner, time.Hour)
+			var logs syncBuffer
+			b := setupOn(t, db, func(c *Config) {
+				c.Workers = 1
+				c.InstanceHost = "node-a"
+				c.proc = &proc
+				c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			})
+			if !tc.released {
+				b.srv.exec.releaseDeadOwners(ctx) // one pass, synchronously
+				c, err := b.st.Get(ctx, id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c.Status != store.StatusRunning || c.Owner == nil || *c.Owner != owner || c.Attempt != 1 {
+					t.Fatalf("status %s owner %v attempt %d: a hidden live owner's call was taken", c.Status, c.Owner, c.Attempt)
+				}
+				if v := b.metricValue("idemctl_dead_owner_recovery"); v != 0 {
+					t.Errorf("idemctl_dead_owner_recovery = %v, want 0", v)
+				}
+				if !strings.Contains(logs.String(), "dead-owner recovery off") || !strings.Contains(logs.String(), "hidepid=invisible") {
+					t.Errorf("start-up log does not say recovery is off and why:\n%s", logs.String())
+				}
+				return
+			}
+			done := b.waitFinal(id)
+			if done.Status != "succeeded" || done.Attempt != 2 {
+				t.Fatalf("status %s attempt %d, want succeeded at attempt 2", done.Status, done.Attempt)
+			}
+			if v := b.metricValue("idemctl_dead_owner_recovery"); v != 1 {
+				t.Errorf("idemctl_dead_owner_recovery = %v, want 1", v)
+			}
+			if !strings.Contains(logs.String(), "dead-owner recovery on") {
+				t.Errorf("start-up log does not say recovery is on:\n%s", logs.String())
+			}
+		})
 	}
 }
 
@@ -136,6 +204,10 @@ func TestLiveAndForeignOwnersUntouched(t *testing.T) {
 		ids[key] = claimWithOwner(t, db, key, owner, time.Hour)
 	}
 	b := setupOn(t, db, func(c *Config) { c.Workers = 1 })
+	if !b.srv.exec.deadOwners {
+		// Nothing would be judged at all: the test could not fail.
+		t.Skipf("dead-owner recovery is off on this machine: %s", b.srv.whyNoDeadOwners)
+	}
 	b.srv.exec.releaseDeadOwners(ctx) // one more pass, synchronously
 	for key, id := range ids {
 		c, err := b.st.Get(ctx, id)
@@ -220,7 +292,7 @@ func TestChaosRefusedOffLoopback(t *testing.T) {
 
 func TestNewValidates(t *testing.T) {
 	b := setup(t)
-	for _, cfg := range []Config{{Workers: -1}, {Lease: -time.Second}, {MaxWait: -1}} {
+	for _, cfg := range []Config{{Workers: -1}, {Lease: -time.Second}, {MaxWait: -1}, {MaxConcurrentBodies: -1}, {MaxHeldWaits: -1}} {
 		if _, err := New(cfg, b.st); err == nil {
 			t.Errorf("%+v accepted", cfg)
 		}

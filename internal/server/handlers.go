@@ -62,7 +62,7 @@ func varyPrefer(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// handleCreate is POST /v1/tool-calls (SPEC §4.1): validate everything,
+// handleCreate is POST /v1/tool-calls (docs/api.md, "Submitting a call"): validate everything,
 // then record or find the call in one store transaction.
 func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 	key, aerr := idempotencyKey(r.Header)
@@ -70,25 +70,8 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, s.log, aerr)
 		return
 	}
-	if r.ContentLength > MaxBodyBytes {
-		writeError(w, s.log, http.StatusRequestEntityTooLarge, codePayloadTooLarge,
-			fmt.Sprintf("body is %d bytes; at most %d are accepted", r.ContentLength, MaxBodyBytes))
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			writeError(w, s.log, http.StatusRequestEntityTooLarge, codePayloadTooLarge,
-				fmt.Sprintf("body exceeds %d bytes", MaxBodyBytes))
-			return
-		}
-		s.bodyReadError(w, r, err)
-		return
-	}
-	req, aerr := parseCreate(body, s.cfg.Chaos)
-	if aerr != nil {
-		writeAPIError(w, s.log, aerr)
+	req, ok := s.readCreate(w, r)
+	if !ok {
 		return
 	}
 	callID, err := newCallID()
@@ -129,6 +112,52 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 	s.respondCall(w, r, call, outcome != store.Created, true)
 }
 
+// readCreate reads and checks a POST body under a body slot
+// (MaxConcurrentBodies); the slot is held while the body and its parsed
+// form are in memory, and given back before the store is asked anything.
+// Without a free slot it answers 503 overloaded before reading: the
+// request stores nothing, so a retry with the same key is safe. ok false
+// means the answer has been written.
+func (s *Server) readCreate(w http.ResponseWriter, r *http.Request) (req createRequest, ok bool) {
+	if r.ContentLength > MaxBodyBytes {
+		writeError(w, s.log, http.StatusRequestEntityTooLarge, codePayloadTooLarge,
+			fmt.Sprintf("body is %d bytes; at most %d are accepted", r.ContentLength, MaxBodyBytes))
+		return req, false
+	}
+	select {
+	case s.bodySlots <- struct{}{}:
+	default:
+		s.m.limitRefusals.WithLabelValues(limitBodies).Inc()
+		w.Header().Set("Retry-After", "1")
+		writeError(w, s.log, http.StatusServiceUnavailable, codeOverloaded,
+			fmt.Sprintf("too many requests being read at once (at most %d); retry with the same key", cap(s.bodySlots)))
+		return req, false
+	}
+	s.m.bodiesInFlight.Inc()
+	defer func() {
+		<-s.bodySlots
+		s.m.bodiesInFlight.Dec()
+	}()
+
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			writeError(w, s.log, http.StatusRequestEntityTooLarge, codePayloadTooLarge,
+				fmt.Sprintf("body exceeds %d bytes", MaxBodyBytes))
+			return req, false
+		}
+		s.bodyReadError(w, r, err)
+		return req, false
+	}
+	req, aerr := parseCreate(body, s.cfg.Chaos)
+	if aerr != nil {
+		writeAPIError(w, s.log, aerr)
+		return req, false
+	}
+	return req, true
+}
+
 // bodyReadError answers a request whose body could not be read. The
 // message never includes err's text: a network error names both ends'
 // addresses ("read tcp 127.0.0.1:8081->10.0.0.7:51234: i/o timeout"), which
@@ -139,8 +168,8 @@ func (s *Server) bodyReadError(w http.ResponseWriter, r *http.Request, err error
 	var ne net.Error
 	if errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
 		// The server's read timeout ran out mid-body: 408 (RFC 9110
-		// §15.5.9), with the stable code bad_request (SPEC §4.3's codes are
-		// fixed). net/http closes the connection after it anyway; saying so
+		// §15.5.9), with the stable code bad_request (docs/api.md,
+		// "Errors": the codes are fixed). net/http closes the connection after it anyway; saying so
 		// keeps the client from sending its next request on it.
 		w.Header().Set("Connection", "close")
 		writeError(w, s.log, http.StatusRequestTimeout, codeBadRequest,
@@ -173,8 +202,8 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 	s.respondCall(w, r, call, false, false)
 }
 
-// handleGetByKey is GET /v1/tool-calls/by-key/{key} (§12.8.4: the client
-// never saw a call_id). 404 means the key was never recorded: resend the
+// handleGetByKey is GET /v1/tool-calls/by-key/{key} (docs/api.md, "Reading
+// a call": for a client that never saw a call_id). 404 means the key was never recorded: resend the
 // POST with the same key.
 func (s *Server) handleGetByKey(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
@@ -204,10 +233,13 @@ func (s *Server) handleGetByKey(w http.ResponseWriter, r *http.Request) {
 func (s *Server) respondCall(w http.ResponseWriter, r *http.Request, call store.Call, replayed, isPost bool) {
 	h := w.Header()
 	if wait, ok := preferWait(r.Header, s.cfg.MaxWait); ok {
+		applied := true
 		if !call.Status.Final() {
-			call = s.waitFinal(r.Context(), call, wait)
+			call, applied = s.holdWait(r.Context(), call, wait)
 		}
-		h.Set("Preference-Applied", "wait="+strconv.Itoa(int(wait/time.Second)))
+		if applied {
+			h.Set("Preference-Applied", "wait="+strconv.Itoa(int(wait/time.Second)))
+		}
 	}
 	h.Set("Location", CallPath(call.CallID))
 	if replayed {
@@ -217,10 +249,28 @@ func (s *Server) respondCall(w http.ResponseWriter, r *http.Request, call store.
 	if !call.Status.Final() {
 		h.Set("Retry-After", "1") // poll again in a second (or use Prefer: wait)
 		if isPost {
-			status = http.StatusAccepted // accepted, not done (§12.4.3)
+			status = http.StatusAccepted // accepted, not done
 		}
 	}
 	writeJSON(w, s.log, status, viewOf(call))
+}
+
+// holdWait runs waitFinal under a wait slot (MaxHeldWaits). Without a free
+// slot it does not wait: the call is returned as it is and applied is
+// false, so the response goes out at once without Preference-Applied.
+func (s *Server) holdWait(ctx context.Context, call store.Call, d time.Duration) (store.Call, bool) {
+	select {
+	case s.waitSlots <- struct{}{}:
+	default:
+		s.m.limitRefusals.WithLabelValues(limitWaits).Inc()
+		return call, false
+	}
+	s.m.waitsHeld.Inc()
+	defer func() {
+		<-s.waitSlots
+		s.m.waitsHeld.Dec()
+	}()
+	return s.waitFinal(ctx, call, d), true
 }
 
 // waitFinal waits until call is final, d has passed, the client left or
@@ -259,7 +309,8 @@ func (s *Server) waitFinal(ctx context.Context, call store.Call, d time.Duration
 	}
 }
 
-// handleStats is GET /stats: logical calls against side effects (§12.11.1).
+// handleStats is GET /stats: logical calls against side effects
+// (docs/api.md, "Health, stats and metrics").
 func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
 	st, err := s.st.Stats(r.Context())
 	if err != nil {

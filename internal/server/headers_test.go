@@ -56,7 +56,7 @@ func TestResponseHeaders(t *testing.T) {
 	if get.status != http.StatusOK || get.header.Get("Idempotent-Replayed") != "" {
 		t.Fatalf("GET: %d %v", get.status, get.header)
 	}
-	// The shape of SPEC §4.3, every member present.
+	// The shape of docs/api.md, "The call object", every member present.
 	var m map[string]any
 	if err := json.Unmarshal(get.body, &m); err != nil {
 		t.Fatal(err)

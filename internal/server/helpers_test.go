@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -278,23 +279,32 @@ func (s snapshot) equal(o snapshot) bool { return reflect.DeepEqual(s, o) }
 
 // metricValue reads one sample from the Prometheus text at GET /metrics;
 // series is the name with its labels as exposed, e.g.
-// `idemctl_calls_total{outcome="created"}`.
+// `idemctl_calls_total{outcome="created"}`. An absent series fails the
+// test: read as 0, a renamed or removed metric would pass every "want 0".
 func (b *bundle) metricValue(series string) float64 {
 	b.t.Helper()
 	r := b.get("/metrics")
 	if r.status != http.StatusOK {
 		b.t.Fatalf("GET /metrics: %d", r.status)
 	}
-	for _, line := range strings.Split(string(r.body), "\n") {
+	return metricSample(b.t, r.body, series)
+}
+
+// metricSample finds series in a Prometheus text exposition and fails the
+// test when it is absent or its value is not a number.
+func metricSample(t *testing.T, exposition []byte, series string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(string(exposition), "\n") {
 		if v, ok := strings.CutPrefix(line, series+" "); ok {
-			var f float64
-			if err := json.Unmarshal([]byte(v), &f); err != nil {
-				b.t.Fatalf("metric %s: bad value %q", series, v)
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("metric %s: bad value %q", series, v)
 			}
 			return f
 		}
 	}
-	return 0 // absent series read as 0
+	t.Fatalf("metric %s is not exposed at /metrics", series)
+	return 0 // not reached
 }
 
 // startHTTP serves srv's handler (no executor) for the rest of the test.

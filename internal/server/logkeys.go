@@ -1,5 +1,10 @@
 package server
 
+import (
+	"log/slog"
+	"time"
+)
+
 // Log attribute keys. Every line about a call carries attrCallID and
 // attrKey, so `grep call_id=c_...` or a JSON query finds its whole story.
 const (
@@ -14,4 +19,15 @@ const (
 	attrPath     = "path"
 	attrDuration = "duration"
 	attrAddr     = "addr"
+	attrLease    = "lease"
+	attrGrace    = "grace"
+	attrPause    = "pause"
+	attrReason   = "reason"
 )
+
+// durationAttr logs d as text ("30s", "1.5ms"). slog's JSON handler would
+// print a time.Duration as integer nanoseconds (30000000000), which reads as
+// nothing in particular; every duration in the logs goes through here.
+func durationAttr(key string, d time.Duration) slog.Attr {
+	return slog.String(key, d.String())
+}

@@ -29,6 +29,12 @@ const (
 	execError     = "error"     // the commit failed (database); the lease brings the call back
 )
 
+// Label values of idemctl_limit_refusals_total{limit}.
+const (
+	limitBodies = "bodies" // MaxConcurrentBodies: 503 overloaded
+	limitWaits  = "waits"  // MaxHeldWaits: answered without waiting
+)
+
 // Label values of idemctl_lease_recoveries_total{reason}.
 const (
 	recoverExpired   = "expired"
@@ -49,6 +55,12 @@ type metrics struct {
 	fenced         prometheus.Counter
 	busyWorkers    prometheus.Gauge
 	execSeconds    *prometheus.HistogramVec // tool
+
+	deadOwnerRecovery prometheus.Gauge // 1 on, 0 off (lease expiry only)
+
+	bodiesInFlight prometheus.Gauge
+	waitsHeld      prometheus.Gauge
+	limitRefusals  *prometheus.CounterVec // limit
 }
 
 // newMetrics builds the collectors. queueDepth is read at scrape time.
@@ -76,7 +88,7 @@ func newMetrics(queueDepth func() float64, extra prometheus.Registerer) (*metric
 		}, []string{"tool", "outcome"}),
 		attempts: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "idemctl_execution_attempt",
-			Help:    "Attempt number of each claimed execution; mass above 1 means leases expire or processes crash (§12.12.5).",
+			Help:    "Attempt number of each claimed execution; mass above 1 means leases expire or processes crash.",
 			Buckets: []float64{1, 2, 3, 5, 10},
 		}),
 		recoveries: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -96,6 +108,22 @@ func newMetrics(queueDepth func() float64, extra prometheus.Registerer) (*metric
 			Help:    "Time from claim to committed completion, by tool.",
 			Buckets: []float64{.001, .005, .01, .05, .1, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"tool"}),
+		deadOwnerRecovery: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "idemctl_dead_owner_recovery",
+			Help: "1 if calls of crashed processes on this host are released at once (dead-owner recovery), 0 if only lease expiry recovers them (identity incomplete, or /proc may hide processes).",
+		}),
+		bodiesInFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "idemctl_http_bodies_in_flight",
+			Help: "POST bodies being read and parsed now (limit: MaxConcurrentBodies).",
+		}),
+		waitsHeld: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "idemctl_http_waits_held",
+			Help: "Requests held under Prefer: wait now (limit: MaxHeldWaits).",
+		}),
+		limitRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemctl_limit_refusals_total",
+			Help: "Requests over a concurrency limit: bodies (answered 503 overloaded), waits (answered at once, not held).",
+		}, []string{"limit"}),
 	}
 	depth := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "idemctl_queue_depth",
@@ -103,7 +131,8 @@ func newMetrics(queueDepth func() float64, extra prometheus.Registerer) (*metric
 	}, queueDepth)
 	own := []prometheus.Collector{
 		m.requests, m.requestSeconds, m.calls, m.executions, m.attempts,
-		m.recoveries, m.fenced, m.busyWorkers, m.execSeconds, depth,
+		m.recoveries, m.fenced, m.busyWorkers, m.execSeconds, m.deadOwnerRecovery,
+		m.bodiesInFlight, m.waitsHeld, m.limitRefusals, depth,
 	}
 	for _, c := range own {
 		if err := m.reg.Register(c); err != nil {
@@ -130,6 +159,9 @@ func newMetrics(queueDepth func() float64, extra prometheus.Registerer) (*metric
 	}
 	for _, r := range []string{recoverExpired, recoverDeadOwner} {
 		m.recoveries.WithLabelValues(r)
+	}
+	for _, l := range []string{limitBodies, limitWaits} {
+		m.limitRefusals.WithLabelValues(l)
 	}
 	return m, nil
 }

@@ -1,7 +1,7 @@
 package server
 
-// Several real `idemctl serve` processes on one PostgreSQL database (issue 5,
-// SPEC §5): the same key through three instances is one call and one effect;
+// Several real `idemctl serve` processes on one PostgreSQL database
+// (docs/operations.md, "Running several instances"): the same key through three instances is one call and one effect;
 // a call whose instance died is finished by another after its lease (or at
 // once when the dead owner is provably gone); a stale instance's commit is
 // fenced; distinct keys are shared out; a live lease is never taken.
@@ -293,19 +293,11 @@ func httpGet(t *testing.T, base, path string) []byte {
 	return body
 }
 
-// metricAt reads one sample from an instance's /metrics (0 when absent).
+// metricAt reads one sample from an instance's /metrics; an absent series
+// fails the test (see metricSample).
 func metricAt(t *testing.T, base, series string) float64 {
 	t.Helper()
-	for _, line := range strings.Split(string(httpGet(t, base, "/metrics")), "\n") {
-		if v, ok := strings.CutPrefix(line, series+" "); ok {
-			var f float64
-			if err := json.Unmarshal([]byte(v), &f); err != nil {
-				t.Fatalf("metric %s: bad value %q", series, v)
-			}
-			return f
-		}
-	}
-	return 0
+	return metricSample(t, httpGet(t, base, "/metrics"), series)
 }
 
 // events filters audit rows by event name.

@@ -6,12 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 )
 
 // ownerID identifies the process holding a lease: the host it runs on, its
-// pid, and its start time. The start time is what makes the identity safe to
+// pid, and its start time. The owner column holds it followed by
+// "/<instance>", the number of the Server inside that process (tests and
+// benches run several). It does not name a worker: all workers of one
+// server claim under the same owner (the scheduler claims for them in one
+// batch), and what tells two claims of a call apart is the attempt, the
+// fencing token. The start time is what makes the identity safe to
 // act on: pids are reused, so "host:pid" alone could name a new, unrelated
 // process (or a later idemctl) and a dead owner's call would look held
 // forever — or a live owner's call would look abandoned.
@@ -31,7 +37,8 @@ func (o ownerID) String() string {
 }
 
 // parseOwner parses an owner column value: "host:pid:start", optionally
-// followed by "/suffix" (the executor instance inside the process). It is
+// followed by "/suffix" (the server instance inside the process; older
+// owners may carry another suffix, which is ignored). It is
 // parsed from the right because only the host is free text. Owners written by
 // anything else (or by older versions) do not parse; their calls are left to
 // lease expiry.
@@ -173,12 +180,60 @@ func parseProcStat(line string) (procStat, error) {
 	return procStat{state: rest[0][0], start: start}, nil
 }
 
+// livenessCertain reports whether this process sees every process of its
+// pid namespace in /proc, so that a missing /proc/<pid> really means "no
+// such process". When it cannot be sure it answers false with the reason,
+// and dead-owner recovery must stay off: a /proc mounted with hidepid=2 or
+// hidepid=invisible (also what systemd's ProtectProc=invisible mounts) hides
+// other users' processes, so a live instance running as another user would
+// look dead and its call would be run a second time, in parallel.
+//
+// Two checks, both required: the mount options of the proc filesystem at
+// the root (read from self/mountinfo; any hidepid other than 0/off, and a
+// mountinfo that cannot be read or names no proc mount there, count as
+// uncertain), and a probe that pid 1 — the namespace's init, owned by
+// another user in every unprivileged service — is visible.
+func (p procFS) livenessCertain() (bool, string) {
+	data, err := os.ReadFile(p.root + "/self/mountinfo")
+	if err != nil {
+		return false, fmt.Sprintf("cannot read %s/self/mountinfo to check for hidepid: %v", p.root, err)
+	}
+	var opts []string
+	found := false
+	for _, line := range strings.Split(string(data), "\n") {
+		// mountinfo(5): id parent major:minor root mountpoint options
+		// [optional fields...] - fstype source super-options
+		fields := strings.Fields(line)
+		sep := slices.Index(fields, "-")
+		if sep < 6 || len(fields) < sep+4 || fields[4] != p.root || fields[sep+1] != "proc" {
+			continue
+		}
+		// The last mount at the mount point is the one in force.
+		found = true
+		opts = append(strings.Split(fields[5], ","), strings.Split(fields[sep+3], ",")...)
+	}
+	if !found {
+		return false, fmt.Sprintf("no proc filesystem mounted at %s", p.root)
+	}
+	for _, o := range opts {
+		if v, ok := strings.CutPrefix(o, "hidepid="); ok && v != "0" && v != "off" {
+			return false, fmt.Sprintf("%s is mounted with hidepid=%s: processes of other users may be invisible", p.root, v)
+		}
+	}
+	if _, err := p.stat(1); err != nil {
+		return false, fmt.Sprintf("pid 1 is not visible in %s (%v): processes of other users may be hidden", p.root, err)
+	}
+	return true, ""
+}
+
 // ownerGone reports whether owner is a process with this host identity
 // (self.Host, see hostID) that certainly no longer runs: its pid is gone, now belongs to a process started
 // at another time (pid reuse), or is a zombie (exited, not yet reaped — its
 // tools no longer run). Anything uncertain — another host, an unparsable
 // owner, an unreadable /proc — answers false: a live lease is never taken on
-// a guess, and lease expiry still recovers the call.
+// a guess, and lease expiry still recovers the call. A missing /proc/<pid>
+// is only trustworthy when livenessCertain holds; the caller checks that
+// once, at start.
 func (p procFS) ownerGone(self ownerID, owner string) (ownerID, bool) {
 	o, ok := parseOwner(owner)
 	if !ok || o.Host != self.Host || self.Start == 0 {

@@ -224,8 +224,9 @@ func TestSelfInstanceHostOverride(t *testing.T) {
 		t.Fatal("derived identity without boot id and pid namespace accepted")
 	}
 	fakeHost(t, root, "b", "pid:[1]")
-	if self, err := proc.self(""); err != nil || !strings.Contains(self.Host, "~") {
-		t.Fatalf("derived identity %+v, %v", self, err)
+	derived, err := proc.self("")
+	if err != nil || !strings.Contains(derived.Host, "~") {
+		t.Fatalf("derived identity %+v, %v", derived, err)
 	}
 
 	// Only owners with exactly this host are judged: same pid under a
@@ -240,8 +241,14 @@ func TestSelfInstanceHostOverride(t *testing.T) {
 	// An owner written before host identities (plain hostname) is never
 	// judged by a server with a derived identity: it waits for its lease.
 	name, _ := os.Hostname()
-	if _, gone := proc.ownerGone(ownerID{Host: self.Host, PID: 10, Start: 1}, name+":"+ghost); gone {
+	judge := ownerID{Host: derived.Host, PID: 10, Start: 1}
+	if _, gone := proc.ownerGone(judge, name+":"+ghost); gone {
 		t.Error("old-format owner judged")
+	}
+	// The same dead pid under the derived identity is judged: the refusal
+	// above is the format's doing, not an unreadable /proc.
+	if _, gone := proc.ownerGone(judge, derived.Host+":"+ghost); !gone {
+		t.Error("dead owner of the derived identity not recognised")
 	}
 }
 
@@ -262,5 +269,67 @@ func TestCheckInstanceHost(t *testing.T) {
 	srv, err := New(Config{InstanceHost: "node-x"}, &faultyStore{})
 	if err != nil || !strings.HasPrefix(srv.Owner(), "node-x:"+strconv.Itoa(os.Getpid())+":") {
 		t.Errorf("owner with --instance-host node-x: %q, %v", srv.Owner(), err)
+	}
+}
+
+// fakeMountinfo writes root/self/mountinfo: a root filesystem, then the
+// given lines (use procMount for the proc filesystem at root).
+func fakeMountinfo(t *testing.T, root string, lines ...string) {
+	t.Helper()
+	dir := filepath.Join(root, "self")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	all := append([]string{"1 0 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw"}, lines...)
+	if err := os.WriteFile(filepath.Join(dir, "mountinfo"), []byte(strings.Join(all, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// procMount is a mountinfo line for a proc filesystem at mountPoint with
+// the given super options.
+func procMount(mountPoint, superOpts string) string {
+	return "22 1 0:21 / " + mountPoint + " rw,nosuid,nodev,noexec,relatime shared:12 - proc proc " + superOpts
+}
+
+// TestLivenessCertain: dead-owner recovery is trusted only with a proc
+// mount without hidepid and a visible pid 1.
+func TestLivenessCertain(t *testing.T) {
+	cases := []struct {
+		name   string
+		mounts func(root string) []string // nil: no mountinfo file
+		pid1   bool
+		want   bool
+		reason string
+	}{
+		{"plain proc", func(r string) []string { return []string{procMount(r, "rw")} }, true, true, ""},
+		{"hidepid=0", func(r string) []string { return []string{procMount(r, "rw,hidepid=0")} }, true, true, ""},
+		{"hidepid=off", func(r string) []string { return []string{procMount(r, "rw,hidepid=off")} }, true, true, ""},
+		{"hidepid=2", func(r string) []string { return []string{procMount(r, "rw,hidepid=2")} }, true, false, "hidepid=2"},
+		{"hidepid=invisible", func(r string) []string { return []string{procMount(r, "rw,hidepid=invisible,subset=pid")} }, true, false, "hidepid=invisible"},
+		{"hidepid=1", func(r string) []string { return []string{procMount(r, "rw,hidepid=1")} }, true, false, "hidepid=1"},
+		{"later mount with hidepid shadows", func(r string) []string {
+			return []string{procMount(r, "rw"), strings.Replace(procMount(r, "rw,hidepid=invisible"), "22 1", "40 1", 1)}
+		}, true, false, "hidepid=invisible"},
+		{"proc mounted elsewhere only", func(r string) []string { return []string{procMount(r+"-other", "rw")} }, true, false, "no proc filesystem"},
+		{"no mountinfo", nil, true, false, "mountinfo"},
+		{"pid 1 hidden", func(r string) []string { return []string{procMount(r, "rw")} }, false, false, "pid 1"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			procs := map[int][2]string{}
+			if tc.pid1 {
+				procs[1] = [2]string{"S", "1"}
+			}
+			proc := fakeProcAt(t, root, procs)
+			if tc.mounts != nil {
+				fakeMountinfo(t, root, tc.mounts(root)...)
+			}
+			got, reason := proc.livenessCertain()
+			if got != tc.want || !strings.Contains(reason, tc.reason) || (got && reason != "") {
+				t.Fatalf("livenessCertain() = %v %q, want %v with a reason mentioning %q", got, reason, tc.want, tc.reason)
+			}
+		})
 	}
 }

@@ -12,8 +12,8 @@ import (
 )
 
 // TestChaosPauseBeforeCommitFencedAfterTakeover: a charge with
-// _pause_before_commit under --chaos is the paused worker of §12.3.2 and
-// §12.13.3 without a test hook. Server A claims it and pauses (1s) past its
+// _pause_before_commit under --chaos is the paused worker of docs/design.md,
+// "The attempt as fencing token", without a test hook. Server A claims it and pauses (1s) past its
 // lease (300ms); server B, another owner on the same database, takes the
 // call over and commits attempt 2 with the effect; A wakes, its attempt-1
 // commit is fenced. One call, one effect, fenced in the audit and counted

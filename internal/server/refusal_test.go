@@ -113,8 +113,8 @@ func countEvents(events []string) map[string]int {
 
 // TestRefusedSucceedEndsFailed: the database refuses a charge's success
 // record for a non-transient reason (as PostgreSQL refuses a value it
-// cannot store). The call must still reach a final state on its own (SPEC
-// §2.4): failed, code internal, not retryable, at attempt 1, with exactly
+// cannot store). The call must still reach a final state on its own
+// (docs/lifecycle.md, "Invariants"): failed, code internal, not retryable, at attempt 1, with exactly
 // one completion recorded and no effect — instead of being re-run once per
 // lease for ever.
 func TestRefusedSucceedEndsFailed(t *testing.T) {

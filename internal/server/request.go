@@ -14,7 +14,7 @@ import (
 	"github.com/idemctl/idemctl/internal/tools"
 )
 
-// Request limits (SPEC §4.1).
+// Request limits (docs/api.md, "Limits").
 const (
 	// MaxBodyBytes caps a POST body; larger bodies get 413 payload_too_large.
 	MaxBodyBytes = 1 << 20
@@ -28,7 +28,8 @@ const (
 // idempotencyKeyHeader is the request header carrying the client's key.
 const idempotencyKeyHeader = "Idempotency-Key"
 
-// apiError is a refusal with its HTTP status and stable code (SPEC §4.3).
+// apiError is a refusal with its HTTP status and stable code (docs/api.md,
+// "Errors").
 type apiError struct {
 	status  int
 	code    string
@@ -61,7 +62,7 @@ func idempotencyKey(h http.Header) (string, *apiError) {
 	return key, nil
 }
 
-// checkKey applies the key rules of SPEC §4.1 (1–255 visible ASCII
+// checkKey applies the key rules of docs/api.md, "Headers" (1–255 visible ASCII
 // characters). A string that fails them can never have been recorded, so
 // lookups by such a key are answered without asking the store.
 func checkKey(key string) *apiError {
@@ -80,7 +81,7 @@ func checkKey(key string) *apiError {
 }
 
 // isCallID reports whether id has the only shape the server hands out:
-// "c_" + 16 lowercase hex digits (SPEC §3). Anything else is not found
+// "c_" + 16 lowercase hex digits. Anything else is not found
 // without a store lookup: PostgreSQL refuses NUL and invalid UTF-8 in a
 // text parameter outright, which must be a 404, not a 500.
 func isCallID(id string) bool {

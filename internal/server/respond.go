@@ -10,7 +10,7 @@ import (
 	"github.com/idemctl/idemctl/internal/store"
 )
 
-// Error codes: stable API, clients branch on them (SPEC §4.3).
+// Error codes: stable API, clients branch on them (docs/api.md, "Errors").
 const (
 	codeMissingKey       = "missing_idempotency_key"
 	codeBadRequest       = "bad_request"
@@ -19,13 +19,14 @@ const (
 	codePayloadTooLarge  = "payload_too_large"
 	codeMethodNotAllowed = "method_not_allowed"
 	codeUnavailable      = "unavailable"
+	codeOverloaded       = "overloaded"
 	codeInternal         = "internal"
 )
 
 // CallPath is the path of a call's resource; Location and query_url use it.
 func CallPath(callID string) string { return "/v1/tool-calls/" + callID }
 
-// CallView is the JSON shape of a call (SPEC §4.3). Result and Error are the
+// CallView is the JSON shape of a call (docs/api.md, "The call object"). Result and Error are the
 // stored JSON, or null. Times are Unix seconds.
 type CallView struct {
 	CallID      string          `json:"call_id"`
@@ -139,7 +140,7 @@ func writeJSON(w http.ResponseWriter, log *slog.Logger, status int, v any) {
 	_, _ = w.Write(append(body, '\n')) // a failed write means the client left
 }
 
-// writeError writes the error shape of SPEC §4.3.
+// writeError writes the error shape of docs/api.md, "Errors".
 func writeError(w http.ResponseWriter, log *slog.Logger, status int, code, message string) {
 	writeJSON(w, log, status, ErrorBody{Error: ErrorDetail{Code: code, Message: message}})
 }

@@ -1,6 +1,6 @@
 package server
 
-// The seven scenarios of §12.10.1, in Go.
+// The seven failure scenarios of the design, in Go.
 
 import (
 	"bytes"
@@ -98,7 +98,9 @@ func TestConcurrentSameKeyOneEffect(t *testing.T) {
 			}
 			defer res.Body.Close()
 			var c CallView
-			_ = json.NewDecoder(res.Body).Decode(&c)
+			if err := json.NewDecoder(res.Body).Decode(&c); err != nil {
+				t.Errorf("POST %d: body is not a call: %v", i, err)
+			}
 			ids[i], codes[i] = c.CallID, res.StatusCode
 		})
 	}
@@ -108,6 +110,11 @@ func TestConcurrentSameKeyOneEffect(t *testing.T) {
 	for i := range n {
 		if codes[i] != http.StatusOK && codes[i] != http.StatusAccepted {
 			t.Fatalf("request %d: status %d", i, codes[i])
+		}
+		if !isCallID(ids[i]) {
+			// Without this, n bodies that all lack a call_id would count
+			// as one call id ("") and pass.
+			t.Fatalf("request %d: call id %q", i, ids[i])
 		}
 		seen[ids[i]] = true
 	}
@@ -137,7 +144,7 @@ func TestFailedRetryableCanBeRetried(t *testing.T) {
 		t.Fatalf("first attempt: status %s error %s, want failed and retryable", failed.Status, failed.Error)
 	}
 
-	// The server never retries by itself (§12.9.3): only this same-key
+	// The server never retries by itself: only this same-key
 	// request resets the call.
 	r := b.post("k-flaky", body)
 	if r.status != http.StatusAccepted || r.header.Get("Idempotent-Replayed") != "true" {

@@ -1,4 +1,4 @@
-// Package server is idemctl's HTTP service (SPEC §4, §5; §12.4–§12.7): the
+// Package server is idemctl's HTTP service (docs/api.md, docs/lifecycle.md): the
 // handlers that record a tool call under its idempotency key and answer with
 // the one call that key names, and the executor that runs recorded calls on a
 // worker pool under leases, recovers them after crashes, and commits each
@@ -50,6 +50,12 @@ const (
 	DefaultRecoverInterval = 200 * time.Millisecond
 	DefaultShutdownGrace   = 15 * time.Second
 	DefaultMaxWait         = 30 * time.Second
+	// DefaultMaxConcurrentBodies bounds the memory of bodies in flight:
+	// at most 64 × MaxBodyBytes (64 MiB) plus their parsed form.
+	DefaultMaxConcurrentBodies = 64
+	// DefaultMaxHeldWaits bounds "Prefer: wait" requests held at once
+	// (each costs a goroutine pair and some 50 KB).
+	DefaultMaxHeldWaits = 512
 )
 
 // Config configures a Server. Zero values take the defaults above.
@@ -60,18 +66,28 @@ type Config struct {
 	// Workers is the number of tool executions run at once.
 	Workers int
 	// Lease is how long a claim holds a call before another worker may
-	// take it over (§12.5.3). It must exceed the longest tool's run time.
+	// take it over (docs/lifecycle.md, "Leases"). It must exceed the longest tool's run time.
 	Lease time.Duration
-	// Chaos enables the _crash_* and _pause_before_commit argument hooks (SPEC §4.6). Refused
+	// Chaos enables the _crash_* and _pause_before_commit argument hooks
+	// (docs/tools.md, "Chaos hooks"). Refused
 	// unless Addr is a loopback address.
 	Chaos bool
 	// RecoverInterval is the scheduler's tick: lease recovery and claiming
-	// (§12.7.1: 200 ms).
+	// (200 ms by default).
 	RecoverInterval time.Duration
 	// ShutdownGrace bounds how long a stop waits for running tools.
 	ShutdownGrace time.Duration
 	// MaxWait caps "Prefer: wait=N"; larger N are clamped.
 	MaxWait time.Duration
+	// MaxConcurrentBodies is how many POST bodies may be read and parsed
+	// at once. A POST beyond it is refused with 503 overloaded and
+	// Retry-After before its body is read; nothing is recorded, so a
+	// retry with the same key is safe.
+	MaxConcurrentBodies int
+	// MaxHeldWaits is how many requests may be held under "Prefer: wait"
+	// at once. Beyond it the request is answered at once with the call's
+	// current state, without Preference-Applied (poll, or wait later).
+	MaxHeldWaits int
 	// Logger receives structured logs; nil discards them.
 	Logger *slog.Logger
 	// Registry, if set, also receives the idemctl_* collectors. The
@@ -103,8 +119,14 @@ type Server struct {
 	m       *metrics
 	exec    *executor
 	waiters *waiters
-	handler http.Handler
-	owner   string
+	// bodySlots and waitSlots are semaphores: a send takes a slot
+	// (MaxConcurrentBodies, MaxHeldWaits), a receive gives it back.
+	bodySlots chan struct{}
+	waitSlots chan struct{}
+	handler   http.Handler
+	owner     string
+	// whyNoDeadOwners says why dead-owner recovery is off ("" when on).
+	whyNoDeadOwners string
 
 	started   atomic.Bool
 	closing   chan struct{} // closed when a stop begins: waits return, readyz fails
@@ -130,12 +152,16 @@ func New(cfg Config, st store.Store) (*Server, error) {
 		proc = *cfg.proc
 	}
 	self, err := proc.self(cfg.InstanceHost)
-	selfOK := err == nil && self.Start != 0
-	if !selfOK {
-		// Without a start time, liveness cannot be told from pid reuse;
-		// without a host identity, whose pids they are: recovery of dead
-		// owners' calls falls back to lease expiry.
-		log.Warn("process identity incomplete; calls of crashed servers wait for their lease to expire", attrErr, err)
+	// Dead-owner recovery only when liveness is certain; otherwise only
+	// lease expiry recovers a crashed server's calls. Without a start time,
+	// liveness cannot be told from pid reuse; without a host identity,
+	// whose pids they are; with a /proc that hides processes, whether a pid
+	// is gone or merely invisible.
+	deadOwners, why := err == nil && self.Start != 0, ""
+	if !deadOwners {
+		why = fmt.Sprintf("process identity incomplete: %v", err)
+	} else {
+		deadOwners, why = proc.livenessCertain()
 	}
 	if self.Host == "" {
 		self.Host = "unknown-host"
@@ -143,22 +169,28 @@ func New(cfg Config, st store.Store) (*Server, error) {
 	owner := fmt.Sprintf("%s/%d", self, instances.Add(1))
 
 	s := &Server{
-		cfg:     cfg,
-		st:      st,
-		log:     log,
-		waiters: newWaiters(),
-		owner:   owner,
-		closing: make(chan struct{}),
+		cfg:             cfg,
+		st:              st,
+		log:             log,
+		waiters:         newWaiters(),
+		bodySlots:       make(chan struct{}, cfg.MaxConcurrentBodies),
+		waitSlots:       make(chan struct{}, cfg.MaxHeldWaits),
+		owner:           owner,
+		closing:         make(chan struct{}),
+		whyNoDeadOwners: why,
 	}
 	s.m, err = newMetrics(pendingGauge(st), cfg.Registry)
 	if err != nil {
 		return nil, fmt.Errorf("server: metrics: %w", err)
 	}
+	if deadOwners {
+		s.m.deadOwnerRecovery.Set(1)
+	}
 	s.exec = &executor{
 		st:           st,
 		owner:        owner,
 		self:         self,
-		selfOK:       selfOK,
+		deadOwners:   deadOwners,
 		proc:         proc,
 		workers:      cfg.Workers,
 		lease:        cfg.Lease,
@@ -194,6 +226,12 @@ func (c *Config) fill() error {
 	if c.MaxWait == 0 {
 		c.MaxWait = DefaultMaxWait
 	}
+	if c.MaxConcurrentBodies == 0 {
+		c.MaxConcurrentBodies = DefaultMaxConcurrentBodies
+	}
+	if c.MaxHeldWaits == 0 {
+		c.MaxHeldWaits = DefaultMaxHeldWaits
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -209,6 +247,10 @@ func (c *Config) fill() error {
 	}
 	if c.RecoverInterval < 0 || c.ShutdownGrace < 0 || c.MaxWait < 0 {
 		errs = append(errs, errors.New("recover interval, shutdown grace and max wait must not be negative"))
+	}
+	if c.MaxConcurrentBodies < 0 || c.MaxHeldWaits < 0 {
+		errs = append(errs, fmt.Errorf("max concurrent bodies and max held waits must not be negative, got %d and %d",
+			c.MaxConcurrentBodies, c.MaxHeldWaits))
 	}
 	if c.InstanceHost != "" {
 		if err := checkInstanceHost(c.InstanceHost); err != nil {
@@ -247,7 +289,9 @@ func CheckLoopback(addr string) error {
 }
 
 // Owner is the lease owner this server's executor claims calls under:
-// "host:pid:starttime/instance".
+// "host:pid:starttime/instance", where instance numbers the servers of this
+// process. Every worker of the server claims under it: it identifies the
+// server process, not a worker.
 func (s *Server) Owner() string { return s.owner }
 
 // Handler returns the HTTP handler: the API routes with JSON errors,
@@ -262,7 +306,14 @@ func (s *Server) Start(ctx context.Context) error {
 		return errors.New("server: already started")
 	}
 	s.log.Info("executor starting", attrOwner, s.owner, "workers", s.cfg.Workers,
-		"lease", s.cfg.Lease, "chaos", s.cfg.Chaos)
+		durationAttr(attrLease, s.cfg.Lease), "chaos", s.cfg.Chaos)
+	if s.exec.deadOwners {
+		s.log.Info("dead-owner recovery on: calls of crashed processes on this host are released at once",
+			"dead_owner_recovery", true)
+	} else {
+		s.log.Warn("dead-owner recovery off: calls of crashed servers wait for their lease to expire",
+			"dead_owner_recovery", false, attrReason, s.whyNoDeadOwners)
+	}
 	s.exec.start(ctx)
 	return nil
 }
@@ -310,7 +361,7 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	case serveErr = <-errc:
 	case <-ctx.Done():
 	}
-	s.log.Info("shutting down", "grace", s.cfg.ShutdownGrace)
+	s.log.Info("shutting down", durationAttr(attrGrace, s.cfg.ShutdownGrace))
 	s.beginClose() // first, so held "Prefer: wait" requests answer and the HTTP drain is quick
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownGrace)
 	defer cancel()

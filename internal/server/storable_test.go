@@ -124,7 +124,7 @@ func TestUnrecordableLookupsAre404(t *testing.T) {
 // over-long client_id: 400 bad_request on every backend, nothing stored.
 // On PostgreSQL the NUL in client_id was a 500, and the NUL in a fail
 // message broke every completion's audit row, so the call never became
-// final (SPEC §2.4).
+// final (docs/lifecycle.md, "Invariants").
 func TestUnstorableBodiesRefused(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backendServer) {
 		noise := make([]byte, 50_000) // incompressible: PostgreSQL cannot index it

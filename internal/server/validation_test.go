@@ -7,10 +7,13 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/idemctl/idemctl/internal/fingerprint"
 )
 
-// TestBadInputStoresNothing walks every refusal of SPEC §4.1: status, code,
-// and the database unchanged (a refused request stores nothing). Requests go
+// TestBadInputStoresNothing walks every refusal of docs/api.md, "Submitting
+// a call": status, code, and the database unchanged (a refused request
+// stores nothing). Requests go
 // straight to the handler, so header bytes a Go client refuses to send
 // (control characters) can be tested too.
 func TestBadInputStoresNothing(t *testing.T) {
@@ -281,5 +284,47 @@ func TestChaosArgsAcceptedWithChaos(t *testing.T) {
 	case code := <-b.exits:
 		t.Fatalf("exit(%d) requested for _crash_after_commit:false", code)
 	default:
+	}
+}
+
+// TestLongNumberRefusedByLength: a number literal of almost 1 MiB that
+// rounds to 2^53, under an argument name no tool knows, is refused with 400
+// bad_request for its length — the limit comes before tool validation and
+// before any big-number arithmetic — and stores nothing.
+func TestLongNumberRefusedByLength(t *testing.T) {
+	b := setup(t)
+	before := b.snapshot()
+	digits := MaxBodyBytes - 200
+	body := `{"tool":"charge","args":{"anything":9007199254740992.` + strings.Repeat("0", digits) + `1}}`
+	r := b.post("k-long-number", body)
+	if r.status != http.StatusBadRequest || r.errCode(t) != codeBadRequest {
+		t.Fatalf("got %d %s, want 400 bad_request", r.status, r.body)
+	}
+	if !strings.Contains(string(r.body), "number literal too long") || len(r.body) > 500 {
+		t.Fatalf("body %.300s: want the length refusal, without the literal", r.body)
+	}
+	if !b.snapshot().equal(before) {
+		t.Fatal("a refused request changed the database")
+	}
+}
+
+// TestManyValuesRefusedByCount: a body of more than fingerprint.MaxValues
+// values is refused with 400 bad_request by the count, while parsing —
+// before normalization, the canonical form and tool validation, which would
+// cost about a second of CPU for 1 MiB of small members — and stores
+// nothing.
+func TestManyValuesRefusedByCount(t *testing.T) {
+	b := setup(t)
+	before := b.snapshot()
+	body := `{"tool":"charge","args":{"amount":1,"x":[` + strings.Repeat("0,", fingerprint.MaxValues) + `0]}}`
+	r := b.post("k-many-values", body)
+	if r.status != http.StatusBadRequest || r.errCode(t) != codeBadRequest {
+		t.Fatalf("got %d %s, want 400 bad_request", r.status, r.body)
+	}
+	if !strings.Contains(string(r.body), "too many values") {
+		t.Fatalf("body %.300s: want the value-count refusal", r.body)
+	}
+	if !b.snapshot().equal(before) {
+		t.Fatal("a refused request changed the database")
 	}
 }

@@ -1,12 +1,13 @@
-// Package tools holds the simulated tools idemctl executes (SPEC §4.5,
-// §12.2.1) and the validation of their arguments, including the chaos hook
-// arguments of SPEC §4.6.
+// Package tools holds the simulated tools idemctl executes (docs/tools.md)
+// and the validation of their arguments, including the chaos hook arguments
+// (docs/tools.md, "Chaos hooks").
 //
 // Validation happens before a key is recorded (a refused request stores
 // nothing); Run executes one attempt of an already validated call. Tools do
 // not touch the database: a tool with a side effect returns the effect row in
 // its Outcome and the caller writes it in the same transaction that marks the
-// call succeeded (§12.5.4), where effects.call_id UNIQUE is the last gate.
+// call succeeded, where effects.call_id UNIQUE is the last gate
+// (docs/design.md, "Why effects are unique per call").
 package tools
 
 import (
@@ -27,7 +28,7 @@ import (
 	"github.com/idemctl/idemctl/internal/store"
 )
 
-// Tool names (SPEC §4.5).
+// Tool names (docs/tools.md).
 const (
 	Charge    = "charge"
 	SendEmail = "send_email"
@@ -35,14 +36,14 @@ const (
 	Fail      = "fail"
 )
 
-// Chaos hook argument names (SPEC §4.6), accepted only when the server runs
+// Chaos hook argument names (docs/tools.md, "Chaos hooks"), accepted only when the server runs
 // with --chaos.
 const (
 	ArgCrashAfterCommit  = "_crash_after_commit"
 	ArgCrashBeforeCommit = "_crash_before_commit"
 	// ArgPauseBeforeCommit takes seconds: the worker waits that long after
 	// the tool ran and before its completion commits, as a worker frozen
-	// past its lease would (§12.3.2, §12.13.3).
+	// past its lease would (docs/design.md, "The attempt as fencing token").
 	ArgPauseBeforeCommit = "_pause_before_commit"
 )
 
@@ -85,7 +86,7 @@ type Invocation struct {
 }
 
 // ToolError is the error object a tool reports; it is stored as the call's
-// error (SPEC §4.5). Retryable tells a same-key request that it may reset the
+// error (docs/api.md, "The call object"). Retryable tells a same-key request that it may reset the
 // call and run it again.
 type ToolError struct {
 	Code      string `json:"code"`
@@ -154,7 +155,7 @@ func Validate(tool string, args map[string]any, chaos bool) error {
 	return err
 }
 
-// Chaos is which chaos hooks a call asked for (SPEC §4.6). The server acts
+// Chaos is which chaos hooks a call asked for (docs/tools.md, "Chaos hooks"). The server acts
 // on it only when it runs with --chaos (Validate refuses the arguments
 // otherwise).
 type Chaos struct {
@@ -182,7 +183,8 @@ func ChaosOf(args map[string]any) Chaos {
 // EffectID returns the effect id of a call: "eff_" + the first 8 bytes of
 // SHA-256("idemctl-effect:" + callID) in lowercase hex.
 //
-// It is derived from the call id, not random, on purpose (§12.3.2, §12.7.3):
+// It is derived from the call id, not random, on purpose (docs/design.md,
+// "Why effects are unique per call"):
 // a crash after the side effect but before the success transaction commits
 // leaves the call running, recovery runs it again, and the local effects
 // table has no row to stop the second attempt. Only the downstream system can,
