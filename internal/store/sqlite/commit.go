@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync/atomic"
 	"time"
 
@@ -136,7 +137,35 @@ func (s *Store) commitLoop() {
 	}
 }
 
-// commitBatch runs ops in one transaction and answers each of them.
+// panicError is a write whose function panicked: a bug, reported to the
+// writer (and from there to its log) as an error rather than wedging the
+// committer with the batch's transaction open.
+type panicError struct {
+	name  string
+	value any
+	stack []byte
+}
+
+func (e *panicError) Error() string {
+	return fmt.Sprintf("write %s panicked (a bug): %v\n%s", e.name, e.value, e.stack)
+}
+
+// run runs one write's function in tx, under its context without the
+// cancellation (a cancelled statement interrupts the connection, which
+// would roll back the other writes of the batch with it), and turns a
+// panic into a *panicError.
+func run(op *writeOp, tx *sql.Tx) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &panicError{name: op.name, value: v, stack: debug.Stack()}
+		}
+	}()
+	return op.fn(context.WithoutCancel(op.ctx), tx)
+}
+
+// commitBatch runs ops in one transaction and answers each of them: every
+// write of a batch that was not committed gets an error, whatever happened
+// (a failed statement, a lost transaction, a panic).
 func (s *Store) commitBatch(ops []*writeOp) {
 	live := ops[:0:0]
 	for _, op := range ops {
@@ -150,7 +179,12 @@ func (s *Store) commitBatch(ops []*writeOp) {
 	errs := make([]error, len(live))
 	answer := func() {
 		for i, op := range live {
-			op.done <- mapErr(op.ctx, op.name, errs[i])
+			// The write ran to its end under its context without the
+			// cancellation, so its error is its own outcome: a caller
+			// that gave up meanwhile must still learn it (a fenced
+			// completion stays ErrFenced and gets its audit row), not
+			// read its own "context canceled" instead.
+			op.done <- mapErr(context.WithoutCancel(op.ctx), op.name, errs[i])
 		}
 	}
 	defer answer()
@@ -181,7 +215,7 @@ func (s *Store) commitBatch(ops []*writeOp) {
 	}
 	if len(live) == 1 {
 		// Alone: the transaction is the write's own, no savepoint needed.
-		if errs[0] = live[0].fn(context.WithoutCancel(live[0].ctx), tx); errs[0] != nil {
+		if errs[0] = run(live[0], tx); errs[0] != nil {
 			_ = tx.Rollback() // the error that matters is fn's
 			return
 		}
@@ -192,8 +226,16 @@ func (s *Store) commitBatch(ops []*writeOp) {
 				failAll(fmt.Errorf("savepoint: %w", err))
 				return
 			}
-			errs[i] = op.fn(context.WithoutCancel(op.ctx), tx)
+			errs[i] = run(op, tx)
 			var err error
+			if p := (*panicError)(nil); errors.As(errs[i], &p) {
+				// A panicking write may have left the transaction
+				// anywhere: undo the whole batch, and tell every write
+				// so (none of them was committed).
+				_ = tx.Rollback()
+				failAll(fmt.Errorf("write batch rolled back: %w", errs[i]))
+				return
+			}
 			if errs[i] != nil {
 				// Undo this write only, then pop its savepoint.
 				_, err = tx.StmtContext(bg, s.wq.rollbackTo).ExecContext(bg)

@@ -25,6 +25,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	// Registers the pure-Go driver under the name "sqlite".
@@ -73,6 +74,9 @@ type Store struct {
 	quit       chan struct{}
 	commitDone chan struct{}
 	closeOnce  sync.Once
+	// closed is set by Close; every method then fails with
+	// store.ErrUnavailable instead of database/sql's "closed" errors.
+	closed atomic.Bool
 }
 
 var _ store.Store = (*Store)(nil)
@@ -155,6 +159,9 @@ func (s *Store) Path() string { return s.path }
 
 // Ping checks that the database file can be read (/readyz).
 func (s *Store) Ping(ctx context.Context) error {
+	if err := s.closedErr("ping"); err != nil {
+		return err
+	}
 	var n int
 	// Touch the calls table, not just the connection: a deleted or
 	// unreadable file must make /readyz fail.
@@ -166,6 +173,9 @@ func (s *Store) Ping(ctx context.Context) error {
 // writes still waiting fail with store.ErrUnavailable), then closes the
 // prepared statements and both pools.
 func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil // closed already
+	}
 	if s.quit != nil {
 		s.closeOnce.Do(func() { close(s.quit) })
 		<-s.commitDone
@@ -178,6 +188,14 @@ func (s *Store) Close() error {
 		errs = append(errs, s.w.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// closedErr is store.ErrUnavailable once the store is closed, else nil.
+func (s *Store) closedErr(op string) error {
+	if s.closed.Load() {
+		return closedErr(op)
+	}
+	return nil
 }
 
 // unixNow is the wall clock as Unix seconds, the unit of every time column
