@@ -723,7 +723,7 @@ func TestInterpret(t *testing.T) {
 		{"read-only transaction", pg("25006"), store.ErrReadOnly},
 		{"unexpected EOF", fmt.Errorf("read: %w", io.ErrUnexpectedEOF), store.ErrUnavailable},
 		{"already a sentinel", fmt.Errorf("x: %w", store.ErrFenced), store.ErrFenced},
-		{"unique violation is a bug, not a sentinel", pg("23505"), nil},
+		{"unique violation is a refusal", pg("23505"), store.ErrRefused},
 		{"canceled", context.Canceled, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
