@@ -106,7 +106,7 @@ func FailureJSON(c Completion) json.RawMessage {
 
 // Errors of CheckEffect.
 var (
-	errEffectNoID     = errors.New("effect without an effect id")
+	errEffectNoID      = errors.New("effect without an effect id")
 	errEffectOtherCall = errors.New("effect belongs to another call")
 )
 
