@@ -163,6 +163,24 @@ func run(op *writeOp, tx *sql.Tx) (err error) {
 	return op.fn(context.WithoutCancel(op.ctx), tx)
 }
 
+// runAlone runs one write in a transaction of its own on conn: the retry
+// of a write whose batch was lost through another write's fault.
+func runAlone(conn *sql.Conn, op *writeOp) error {
+	bg := context.Background()
+	tx, err := conn.BeginTx(bg, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	if err := run(op, tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
 // commitBatch runs ops in one transaction and answers each of them: every
 // write of a batch that was not committed gets an error, whatever happened
 // (a failed statement, a lost transaction, a panic).
@@ -246,9 +264,20 @@ func (s *Store) commitBatch(ops []*writeOp) {
 			if err != nil {
 				// Some errors (disk full, I/O) make SQLite roll back the
 				// whole transaction: the writes before this one are gone
-				// too, and each must be told so.
+				// too, and those after it never ran. This write's own
+				// error ends it; the others are innocent and are tried
+				// once more, each in a transaction of its own, in arrival
+				// order (a write's function starts from scratch when run
+				// again: each sets its results anew). Each is answered
+				// with the outcome of that try, so none is told
+				// "committed" unless its own transaction committed.
 				_ = tx.Rollback()
-				failAll(fmt.Errorf("write batch rolled back: %w", errors.Join(errs[i], err)))
+				errs[i] = fmt.Errorf("write batch rolled back: %w", errors.Join(errs[i], err))
+				for j, other := range live {
+					if j != i {
+						errs[j] = runAlone(conn, other)
+					}
+				}
 				return
 			}
 		}
