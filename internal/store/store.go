@@ -122,6 +122,7 @@ const (
 	RetryReset
 )
 
+// String names the outcome as the audit and logs do.
 func (o Outcome) String() string {
 	switch o {
 	case Created:

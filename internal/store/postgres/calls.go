@@ -218,9 +218,9 @@ RETURNING `+callColumnsOf("calls"), call.CallID))
 //
 // Two steps, not one WHERE status = 'pending' OR (running and expired)
 // ORDER BY created_at: PostgreSQL ran that as a walk of idx_calls_created
-// from the oldest call, filtering out every finished call on the way (with
-// 60 000 succeeded calls and 20 000 pending: 60 000 rows read, 8.4 ms per
-// claim, growing with the history). "pending" reads the partial index
+// from the oldest call, filtering out every finished call on the way, so
+// each claim cost grew with the history (BENCHMARKS.md, "Notes moved from
+// the code"). "pending" reads the partial index
 // idx_calls_pending (schema version 2) in order and stops after $2 rows;
 // "expired" searches idx_calls_status and sorts only the expired rows, which
 // RecoverExpired keeps few. TestClaimPendingPlan checks the plan.

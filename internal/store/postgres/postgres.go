@@ -1,6 +1,7 @@
 // Package postgres is the PostgreSQL backend of the store seam, for running
-// several idemctl instances against one shared database (§12.2.3: swap
-// calls/effects for a shared database and the unique constraints still hold).
+// several idemctl instances against one shared database: with calls and
+// effects in a shared database the unique constraints still hold across
+// instances (docs/operations.md, "Running several instances").
 //
 // It speaks to PostgreSQL through pgx/v5's pool. The design in one screen:
 //

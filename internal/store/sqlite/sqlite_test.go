@@ -297,8 +297,8 @@ func TestRefusesNewerSchema(t *testing.T) {
 	}
 }
 
-// TestAdoptsReferenceSchema opens a database made by the chapter's
-// reference implementation (its tables, user_version 0).
+// TestAdoptsReferenceSchema opens a database made by the reference
+// implementation idemctl grew from (its tables, user_version 0).
 func TestAdoptsReferenceSchema(t *testing.T) {
 	path := tempPath(t)
 	ref, err := openPool(path, url.Values{}, 1)

@@ -11,9 +11,9 @@ import (
 
 // Hot statements. Each is prepared once per Store (database/sql then keeps
 // one SQLite statement per pooled connection and reuses it), instead of being
-// parsed and planned again on every execution: a CPU profile of
-// `idemctl bench` showed about 15 % of the service's time in SQLite's parser
-// before. modernc.org/sqlite has no statement cache of its own; a one-shot
+// parsed and planned again on every execution, where a CPU profile of
+// `idemctl bench` found a large share of the service's time (BENCHMARKS.md,
+// "Notes moved from the code"). modernc.org/sqlite has no statement cache of its own; a one-shot
 // Exec or Query prepares and finalizes every time.
 //
 // The SQL is written out here, next to the comment that says why it is

@@ -13,7 +13,8 @@ import (
 	"github.com/idemctl/idemctl/internal/store"
 )
 
-// newCallID returns "c_" + 16 lowercase hex, the format SPEC §3 fixes.
+// newCallID returns "c_" + 16 lowercase hex, the call id format
+// (docs/api.md, "The call object").
 func newCallID(t *testing.T) string {
 	t.Helper()
 	var b [8]byte
@@ -24,7 +25,7 @@ func newCallID(t *testing.T) string {
 }
 
 // effectIDFor derives an effect id from a call id; the real server derives
-// it deterministically too (SPEC §3), the suite only needs it stable.
+// it deterministically too, the suite only needs it stable.
 func effectIDFor(callID string) string {
 	return "eff_" + callID[len(callID)-16:]
 }
