@@ -231,6 +231,17 @@ func (s *Store) commitBatch(ops []*writeOp) {
 		failAll(fmt.Errorf("begin: %w", err))
 		return
 	}
+	// A panic outside the writes' own functions (which run recovers) would
+	// otherwise leave tx open, and the deferred conn.Close would wait on it
+	// for ever: roll back and fail every write not already answered with
+	// its own error. Deferred after conn.Close, so it runs before it.
+	defer func() {
+		if v := recover(); v != nil {
+			_ = tx.Rollback()
+			failAll(fmt.Errorf("write batch rolled back: %w",
+				&panicError{name: "commit", value: v, stack: debug.Stack()}))
+		}
+	}()
 	if len(live) == 1 {
 		// Alone: the transaction is the write's own, no savepoint needed.
 		if errs[0] = run(live[0], tx); errs[0] != nil {
@@ -274,7 +285,10 @@ func (s *Store) commitBatch(ops []*writeOp) {
 				_ = tx.Rollback()
 				errs[i] = fmt.Errorf("write batch rolled back: %w", errors.Join(errs[i], err))
 				for j, other := range live {
-					if j != i {
+					// A write before this one that failed on its own
+					// keeps its own answer: it was undone to its
+					// savepoint, and nothing of it was ever committed.
+					if j != i && (j > i || errs[j] == nil) {
 						errs[j] = runAlone(conn, other)
 					}
 				}
