@@ -466,14 +466,15 @@ func transientErr(err error) bool {
 }
 
 // refusedForGood reports whether a completion error is the database
-// refusing this completion itself (a value it cannot store, a constraint),
-// as opposed to a lost lease (ErrFenced), a database that cannot write at
-// the moment (transient, ErrReadOnly) or a call that is gone (ErrNotFound).
-// Such a refusal is deterministic: the same completion would be refused on
-// every attempt, so retrying the call under a new lease never ends.
+// refusing this completion itself (a value it cannot store, a constraint):
+// the backend says so with store.ErrRefused, as opposed to a lost lease
+// (ErrFenced), a database that cannot write at the moment (ErrUnavailable,
+// ErrReadOnly), a call that is gone (ErrNotFound) or an error nobody
+// classified, which the lease retries. Such a refusal is deterministic: the
+// same completion would be refused on every attempt, so retrying the call
+// under a new lease never ends.
 func refusedForGood(err error) bool {
-	return err != nil && !transientErr(err) &&
-		!errors.Is(err, store.ErrFenced) && !errors.Is(err, store.ErrReadOnly) && !errors.Is(err, store.ErrNotFound)
+	return errors.Is(err, store.ErrRefused)
 }
 
 // failRefused records, once and under the same fencing token, that the
@@ -509,30 +510,15 @@ func (e *executor) failRefused(c store.Call, refusal error) (store.Call, error) 
 }
 
 // refusalReason is the short, data-free reason of a refused completion:
-// "the database refused it", with the SQLSTATE when the driver gives one
-// (PostgreSQL's errors do; it names the class of problem, e.g. 22P05
-// untranslatable character, and never the value).
+// "the database refused it", with the refusal's code when the backend gives
+// one (store.RefusedError.Code: an SQLSTATE such as 22P05 untranslatable
+// character, or an SQLite result code; it names the class of problem and
+// never the value).
 func refusalReason(err error) string {
 	const reason = "the database refused it"
-	var coded interface{ SQLState() string }
-	if errors.As(err, &coded) {
-		if code := coded.SQLState(); isSQLState(code) {
-			return reason + " (SQLSTATE " + code + ")"
-		}
+	var refused *store.RefusedError
+	if errors.As(err, &refused) && refused.Code != "" {
+		return reason + " (" + refused.Code + ")"
 	}
 	return reason
-}
-
-// isSQLState reports whether s has the shape of an SQLSTATE: five digits
-// or upper-case letters. Anything else is not echoed.
-func isSQLState(s string) bool {
-	if len(s) != 5 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; (c < '0' || c > '9') && (c < 'A' || c > 'Z') {
-			return false
-		}
-	}
-	return true
 }

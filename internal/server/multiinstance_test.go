@@ -21,7 +21,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -33,6 +32,7 @@ import (
 	"github.com/idemctl/idemctl/internal/server/servertest"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/postgres"
+	"github.com/idemctl/idemctl/internal/store/postgres/pgtest"
 	"github.com/idemctl/idemctl/internal/tools"
 )
 
@@ -56,23 +56,15 @@ type cluster struct {
 // killed, then the schema's remaining sessions ended and the schema dropped.
 func newCluster(t *testing.T, n int, args func(i int) []string) *cluster {
 	t.Helper()
-	base := os.Getenv(pgURLEnv)
-	if base == "" {
-		t.Skip(pgURLEnv + " not set: skipping the multi-instance PostgreSQL tests")
-	}
+	pgtest.BaseURL(t)           // skips without PostgreSQL
 	bin := servertest.Binary(t) // skips under -short
 
-	tag := randomHex(t, 6)
-	c := &cluster{t: t, schema: "idemctl_mi_" + tag, app: "idemctl-mi-" + tag, frozen: map[int]bool{}}
-	pgExec(t, base, "CREATE SCHEMA "+c.schema)
-	// Registered first, so it runs last: after the processes are killed.
-	t.Cleanup(func() {
-		// A backend stalled by a test trigger does not notice its client
-		// died; end every session of this cluster before dropping.
-		pgExec(t, base, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE $1`, c.app+"%")
-		pgExec(t, base, "DROP SCHEMA IF EXISTS "+c.schema+" CASCADE")
-	})
-	c.url = withURLParams(t, base, map[string]string{"search_path": c.schema, "application_name": c.app})
+	// A schema of its own; its cleanup runs after the processes are
+	// killed (registered first), ends the sessions still tagged with
+	// db.App (a backend stalled by a test trigger does not notice its
+	// client died) and drops it.
+	db := pgtest.New(t)
+	c := &cluster{t: t, url: db.URL, schema: db.Name, app: db.App, frozen: map[int]bool{}}
 
 	for i := range n {
 		a := []string{"--db", c.url, "--log-level", "warn"}

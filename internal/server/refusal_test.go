@@ -20,15 +20,16 @@ import (
 // never reach the call's error object.
 const secretValue = "4111-1111-secret"
 
-// pgLikeError is a database refusal as a PostgreSQL driver reports it: a
-// message quoting the refused value, and an SQLSTATE.
-type pgLikeError struct{ state string }
-
-func (e *pgLikeError) Error() string {
-	return fmt.Sprintf("ERROR: unsupported Unicode escape sequence near %q (SQLSTATE %s)", secretValue, e.state)
+// pgLikeError is a database refusal as the PostgreSQL backend reports it:
+// a store.RefusedError with the SQLSTATE, wrapping a driver message that
+// quotes the refused value.
+func pgLikeError(state string) error {
+	return &store.RefusedError{Code: "SQLSTATE " + state,
+		Err: fmt.Errorf("ERROR: unsupported Unicode escape sequence near %q (SQLSTATE %s)", secretValue, state)}
 }
 
-func (e *pgLikeError) SQLState() string { return e.state }
+// refusedWithoutCode is a refusal whose backend gave no code.
+func refusedWithoutCode(msg string) error { return &store.RefusedError{Err: errors.New(msg)} }
 
 // refusingStore is a real SQLite store whose completions can be refused:
 // refuseSucceed / refuseFail decide per completion; each returns the error
@@ -118,7 +119,7 @@ func countEvents(events []string) map[string]int {
 // one completion recorded and no effect — instead of being re-run once per
 // lease for ever.
 func TestRefusedSucceedEndsFailed(t *testing.T) {
-	rs := &refusingStore{refuseSucceed: func(store.Completion) error { return &pgLikeError{state: "22P05"} }}
+	rs := &refusingStore{refuseSucceed: func(store.Completion) error { return pgLikeError("22P05") }}
 	b := setupRefusing(t, 30*time.Second, rs)
 
 	r := doURL(t, b.base, "POST", "/v1/tool-calls", []byte(`{"tool":"charge","args":{"amount":7}}`),
@@ -171,7 +172,7 @@ func TestRefusedSucceedEndsFailed(t *testing.T) {
 func TestRefusedToolFailureEndsFailed(t *testing.T) {
 	rs := &refusingStore{refuseFail: func(c store.Completion) error {
 		if strings.Contains(string(c.Error), "tool_failed") {
-			return errors.New("sqlite fail: value " + secretValue + " too big")
+			return refusedWithoutCode("sqlite fail: value " + secretValue + " too big")
 		}
 		return nil
 	}}
@@ -232,7 +233,7 @@ func TestTransientCommitErrorKeepsTheLease(t *testing.T) {
 // record is refused too, it is tried once, and the call goes back to the
 // lease path as before (recovered and run again).
 func TestRefusalFallbackRefusedLeavesItToTheLease(t *testing.T) {
-	refusal := func(store.Completion) error { return errors.New("sqlite: constraint failed") }
+	refusal := func(store.Completion) error { return refusedWithoutCode("sqlite: constraint failed") }
 	rs := &refusingStore{refuseSucceed: refusal, refuseFail: refusal}
 	b := setupRefusing(t, 300*time.Millisecond, rs)
 	r := doURL(t, b.base, "POST", "/v1/tool-calls", []byte(`{"tool":"charge","args":{"amount":3}}`),
@@ -264,10 +265,9 @@ func TestRefusalReason(t *testing.T) {
 		err  error
 		want string
 	}{
-		{&pgLikeError{state: "22021"}, "the database refused it (SQLSTATE 22021)"},
-		{fmt.Errorf("postgres succeed: %w", &pgLikeError{state: "23505"}), "the database refused it (SQLSTATE 23505)"},
-		{&pgLikeError{state: secretValue}, "the database refused it"},
-		{&pgLikeError{state: "ab<>1"}, "the database refused it"},
+		{pgLikeError("22021"), "the database refused it (SQLSTATE 22021)"},
+		{fmt.Errorf("postgres succeed: %w", pgLikeError("23505")), "the database refused it (SQLSTATE 23505)"},
+		{refusedWithoutCode(secretValue), "the database refused it"},
 		{errors.New(secretValue), "the database refused it"},
 	} {
 		if got := refusalReason(tt.err); got != tt.want {
@@ -278,7 +278,9 @@ func TestRefusalReason(t *testing.T) {
 		err  error
 		want bool
 	}{
-		{errors.New("constraint failed"), true},
+		{pgLikeError("23505"), true},
+		{fmt.Errorf("sqlite succeed: %w", refusedWithoutCode("constraint failed")), true},
+		{errors.New("constraint failed"), false}, // unclassified: the lease retries it
 		{store.ErrFenced, false},
 		{fmt.Errorf("x: %w", store.ErrUnavailable), false},
 		{context.DeadlineExceeded, false},

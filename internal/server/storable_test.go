@@ -13,13 +13,13 @@ import (
 	"encoding/hex"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/postgres"
+	"github.com/idemctl/idemctl/internal/store/postgres/pgtest"
 	"github.com/idemctl/idemctl/internal/store/sqlite"
 )
 
@@ -40,15 +40,7 @@ func forEachBackend(t *testing.T, fn func(t *testing.T, b backendServer)) {
 		fn(t, startOn(t, st))
 	})
 	t.Run("postgres", func(t *testing.T) {
-		base := os.Getenv(pgURLEnv)
-		if base == "" {
-			t.Skip(pgURLEnv + " not set: skipping the PostgreSQL variant")
-		}
-		schema := "idemctl_storable_" + randomHex(t, 6)
-		pgExec(t, base, "CREATE SCHEMA "+schema)
-		t.Cleanup(func() { pgExec(t, base, "DROP SCHEMA IF EXISTS "+schema+" CASCADE") })
-		st, err := postgres.Open(context.Background(),
-			withURLParams(t, base, map[string]string{"search_path": schema}), store.Options{})
+		st, err := postgres.Open(context.Background(), pgtest.Schema(t), store.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

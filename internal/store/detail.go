@@ -1,11 +1,72 @@
 package store
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// The rules both backends apply alike live here, decided once above the
+// drivers: the audit detail of every event, whether a failure is
+// retryable, what an effect must look like, what an empty error is
+// stored as. A backend calls these and stores what they return; storetest
+// checks the stored result on every backend.
+//
+// The audit detail of each event (docs/lifecycle.md, "Audit events"):
+//
+//	created      the tool                               DetailCreated
+//	claimed      the owner                              DetailClaimed
+//	succeeded    the effect id, or "no effect"          DetailSucceeded
+//	failed       "code: message" of the error           DetailFailed
+//	retry_reset  "after " + the failure it resets       DetailRetryReset
+//	recover      "lease expired (owner O, attempt N)"   DetailLeaseExpired
+//	             or Release's reason, as given
+//	fenced       "owner O attempt N refused: call is    DetailFenced
+//	             <status> under owner P attempt M" (or "at attempt M")
+
+// DetailCreated is the created event's detail: the tool.
+func DetailCreated(tool string) string { return tool }
+
+// DetailClaimed is the claimed event's detail: the new owner.
+func DetailClaimed(owner string) string { return owner }
+
+// DetailSucceeded is the succeeded event's detail: the effect id the call
+// points at, or "no effect".
+func DetailSucceeded(effectID *string) string {
+	if effectID == nil {
+		return "no effect"
+	}
+	return *effectID
+}
+
+// DetailFailed is the failed event's detail: the error's summary.
+func DetailFailed(errJSON json.RawMessage) string { return ErrorSummary(errJSON) }
+
+// DetailRetryReset is the retry_reset event's detail: the failure reset.
+func DetailRetryReset(prevErr json.RawMessage) string { return "after " + ErrorSummary(prevErr) }
+
+// DetailLeaseExpired is the recover event's detail when RecoverExpired
+// returns a call: the owner and attempt whose lease lapsed (owner "" for a
+// call that had none).
+func DetailLeaseExpired(owner string, attempt int64) string {
+	return fmt.Sprintf("lease expired (owner %s, attempt %d)", owner, attempt)
+}
+
+// DetailFenced is the fenced event's detail: the refused token and where
+// the call stands now (cur, read after the refusal).
+func DetailFenced(refused Completion, cur Call) string {
+	now := string(cur.Status)
+	if cur.Owner != nil {
+		now += fmt.Sprintf(" under owner %s attempt %d", *cur.Owner, cur.Attempt)
+	} else {
+		now += fmt.Sprintf(" at attempt %d", cur.Attempt)
+	}
+	return fmt.Sprintf("owner %s attempt %d refused: call is %s", refused.Owner, refused.Attempt, now)
+}
 
 // ErrorSummary renders a call's error object {"code","message",...} as the
-// short text both backends write into audit details ("code: message"), so
-// the same story reads the same on SQLite and PostgreSQL. Anything that is
-// not such an object is shown raw, cut at 200 bytes.
+// short text of audit details ("code: message"). Anything that is not such
+// an object is shown raw, cut at 200 bytes.
 func ErrorSummary(errJSON json.RawMessage) string {
 	var e struct {
 		Code    string `json:"code"`
@@ -22,4 +83,45 @@ func ErrorSummary(errJSON json.RawMessage) string {
 		return e.Code
 	}
 	return e.Code + ": " + e.Message
+}
+
+// Retryable reports whether a stored error object says "retryable": true,
+// the only thing that makes a failed call resettable by a same-key request.
+// Anything else (false, missing, not a boolean, unparsable) is final.
+func Retryable(errJSON json.RawMessage) bool {
+	var e struct {
+		Retryable *bool `json:"retryable"`
+	}
+	return json.Unmarshal(errJSON, &e) == nil && e.Retryable != nil && *e.Retryable
+}
+
+// FailureJSON is the error object Fail stores for c: c.Error, or {} when
+// the worker gave none.
+func FailureJSON(c Completion) json.RawMessage {
+	if len(c.Error) == 0 {
+		return json.RawMessage(`{}`)
+	}
+	return c.Error
+}
+
+// Errors of CheckEffect.
+var (
+	errEffectNoID      = errors.New("effect without an effect id")
+	errEffectOtherCall = errors.New("effect belongs to another call")
+)
+
+// CheckEffect checks a success's effect before anything is written: it
+// must have an id, and if it names a call, the completion's own. No effect
+// is fine.
+func CheckEffect(c Completion) error {
+	e := c.Effect
+	switch {
+	case e == nil:
+		return nil
+	case e.EffectID == "":
+		return fmt.Errorf("succeed %s: %w", c.CallID, errEffectNoID)
+	case e.CallID != "" && e.CallID != c.CallID:
+		return fmt.Errorf("succeed %s: %w %s", c.CallID, errEffectOtherCall, e.CallID)
+	}
+	return nil
 }

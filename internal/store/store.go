@@ -1,26 +1,41 @@
 // Package store is the storage seam of idemctl: the interface the server,
-// inspect and bench need, the types that cross it, and the sentinel errors
-// every backend translates its own errors into.
+// inspect and bench need, the types that cross it, the sentinel errors every
+// backend translates its own errors into (errors.go), and the rules both
+// backends apply the same way — audit wording, the retryable flag, the
+// effect checks (detail.go). Backends decide nothing of these themselves:
+// they store what they are given (as river builds its params above
+// riverdriver).
 //
 // Backends live in subpackages (store/sqlite, store/postgres) and are chosen
 // from the DSN by store/backend. Every backend must pass the shared suite in
-// store/storetest, so each invariant of SPEC §2 is tested once and run on all.
+// store/storetest, so each invariant of the lifecycle (docs/lifecycle.md,
+// "Invariants") is tested once and run on all.
 //
 // Times are Unix seconds as float64 (REAL in SQLite, double precision in
-// PostgreSQL), the unit the design chapter's queries expect. Lease deadlines
-// are always computed from the database's own clock inside the backend; the
-// caller passes a duration, never a timestamp, so clock skew between several
-// server instances cannot make one of them take over a live lease.
+// PostgreSQL). Lease deadlines are always computed from the database's own
+// clock inside the backend; the caller passes a duration, never a
+// timestamp, so clock skew between several server instances cannot make
+// one of them take over a live lease.
+//
+// That clock is a wall clock (SQLite: the host's; PostgreSQL: the server's
+// clock_timestamp()), not a monotonic one: the deadline is stored in the
+// database and must mean the same to every process and after a restart, so
+// no process-local monotonic base can express it. A forward step of that
+// clock longer than the lease therefore makes live leases look expired: the
+// call is recovered or claimed again and runs a second time, and the first
+// worker's late completion is fenced (its effect never lands; the unique
+// effects.call_id stays the last gate). A backward step only makes leases
+// last longer. Run the database host with a slewing time daemon, not one
+// that steps the clock (docs/operations.md, "Reliability notes").
 package store
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"time"
 )
 
-// Status is the state of a call (§12.5.5): pending → running → succeeded | failed.
+// Status is the state of a call (docs/lifecycle.md, "States"): pending → running → succeeded | failed.
 type Status string
 
 // The four states of a call. succeeded and failed are final, except that a
@@ -49,7 +64,8 @@ func (s Status) Valid() bool {
 // Final reports whether s is a final state.
 func (s Status) Final() bool { return s == StatusSucceeded || s == StatusFailed }
 
-// Audit event names (SPEC §3).
+// Audit event names (docs/lifecycle.md, "Audit events"). The detail of
+// each is decided in detail.go.
 const (
 	EventCreated    = "created"
 	EventClaimed    = "claimed"
@@ -58,25 +74,6 @@ const (
 	EventRetryReset = "retry_reset"
 	EventRecover    = "recover"
 	EventFenced     = "fenced"
-)
-
-// Sentinel errors. Backends return these (possibly wrapped) and never their
-// driver's own error for these situations.
-var (
-	// ErrNotFound: no call with that id or key.
-	ErrNotFound = errors.New("store: not found")
-	// ErrConflict: the key exists with a different fingerprint (HTTP 409).
-	ErrConflict = errors.New("store: idempotency key reused with a different fingerprint")
-	// ErrNotClaimable: the call is final, or running under a live lease.
-	ErrNotClaimable = errors.New("store: call not claimable")
-	// ErrFenced: a completion was refused because the worker no longer holds
-	// the lease it claimed (owner or attempt changed). The refusal is audited.
-	ErrFenced = errors.New("store: stale lease, completion fenced")
-	// ErrUnavailable: the database cannot take the request now (busy past
-	// the busy timeout, disk full, connection lost). Maps to HTTP 503.
-	ErrUnavailable = errors.New("store: database unavailable")
-	// ErrReadOnly: a write was attempted on a store opened read-only.
-	ErrReadOnly = errors.New("store: opened read-only")
 )
 
 // Call is one logical call: one row of the calls table.
@@ -125,6 +122,7 @@ const (
 	RetryReset
 )
 
+// String names the outcome as the audit and logs do.
 func (o Outcome) String() string {
 	switch o {
 	case Created:
@@ -138,7 +136,7 @@ func (o Outcome) String() string {
 }
 
 // Effect is the simulated side effect a successful call leaves behind. At
-// most one per call: effects.call_id is UNIQUE, the last gate (§12.3.2).
+// most one per call: effects.call_id is UNIQUE, the last gate (docs/design.md, "Why effects are unique per call").
 type Effect struct {
 	EffectID  string
 	CallID    string
@@ -155,7 +153,7 @@ type Completion struct {
 	Owner   string
 	Attempt int64
 	// For Succeed: the result and, for tools with a side effect, the effect
-	// row written in the same transaction (§12.5.4).
+	// row written in the same transaction.
 	Result json.RawMessage
 	Effect *Effect
 	// For Fail: the error object {"code","message","retryable"}.
@@ -178,7 +176,7 @@ type Stats struct {
 	ByStatus map[Status]int64
 }
 
-// AttemptBucket is one row of the attempt distribution (§12.12.5).
+// AttemptBucket is one row of the attempt distribution.
 type AttemptBucket struct {
 	Attempt int64
 	Calls   int64
@@ -199,50 +197,82 @@ type ListFilter struct {
 
 // Store is everything idemctl needs from a database. All methods are safe for
 // concurrent use. Write methods run in one transaction each.
+//
+// Errors common to every method, besides those each method lists:
+//   - ErrUnavailable: the database cannot take the request now (busy past
+//     the busy timeout, connection lost, disk full, store closed).
+//   - ErrReadOnly: a write method on a store opened read-only; nothing is
+//     written.
+//   - the caller's ctx.Err() (context.Canceled, DeadlineExceeded) when ctx
+//     ended before the request was taken. A write the backend has started
+//     runs to its end and reports its own outcome instead.
+//   - any other error is a bug or an unexpected database failure; it wraps
+//     the driver's error for the log.
 type Store interface {
 	// CreateOrGet records a new call for n.IdemKey or returns the existing
-	// one (§12.5.2). Same key with a different fingerprint returns
-	// ErrConflict and changes nothing. A known call that failed with
-	// retryable=true is reset to pending (RetryReset).
+	// one (docs/lifecycle.md, "Create or get"). A known call that failed
+	// with retryable=true is reset to pending (RetryReset).
+	//
+	// Errors: ErrConflict if the key exists with another fingerprint
+	// (nothing changes); ErrRefused if the database refuses the new row for
+	// good (e.g. a call id already used by another key).
 	CreateOrGet(ctx context.Context, n NewCall) (Call, Outcome, error)
 
 	// ClaimNext claims up to limit runnable calls for owner: pending calls,
 	// and running calls whose lease has expired. Each claim is a conditional
 	// update (exactly one claimer wins), increments attempt, sets the lease
 	// to the database's now + lease, and audits claimed with the owner.
-	// Oldest first. Returns the claimed calls (possibly none).
+	// Oldest first. Returns the claimed calls (possibly none, never nil);
+	// limit <= 0 claims nothing.
+	//
+	// Errors: a plain error for a negative lease (nothing is claimed).
 	ClaimNext(ctx context.Context, owner string, lease time.Duration, limit int) ([]Call, error)
 
 	// Succeed marks the call succeeded, stores the result and inserts the
-	// effect (if any) in one transaction, fenced on (owner, attempt). A
-	// stale completion returns ErrFenced, writes nothing but an audit
-	// fenced row, and leaves the effect uninserted.
+	// effect (if any) in one transaction, fenced on (owner, attempt).
+	//
+	// Errors: ErrFenced if the call is not running under exactly that
+	// owner and attempt (a stale or repeated completion): nothing is
+	// written but one fenced audit row, and no effect. ErrNotFound if there
+	// is no such call. ErrRefused if the database refuses the completion
+	// for good (e.g. the effect id belongs to another call): nothing is
+	// written. A plain error, before any write, for an invalid effect
+	// (CheckEffect).
 	Succeed(ctx context.Context, c Completion) (Call, error)
 
-	// Fail marks the call failed with c.Error, fenced like Succeed.
+	// Fail marks the call failed with c.Error (an empty error is stored as
+	// {}), fenced like Succeed, with the same errors.
 	Fail(ctx context.Context, c Completion) (Call, error)
 
 	// RecoverExpired returns running calls whose lease has expired (by the
 	// database's clock) to pending, audits recover for each, and returns
-	// their ids. Live leases are never touched.
+	// their ids (never nil). Live leases are never touched. A running call
+	// without a lease deadline (lease_until NULL: no code path writes one,
+	// but a hand-edited or damaged row may) is recovered too: nothing would
+	// ever expire it, and a pending call is the safe state to leave it in.
 	RecoverExpired(ctx context.Context) ([]string, error)
 
 	// Release returns one running call to pending at once if it is still
 	// held by owner at attempt (audit recover, detail = reason). Used when
-	// the owner process is known to be dead (same host, pid gone). Returns
-	// ErrNotClaimable if the call moved on meanwhile.
+	// the owner process is known to be dead (same host, pid gone).
+	//
+	// Errors: ErrNotHeld if the call is not running under exactly that
+	// owner and attempt (it was completed, recovered or taken over
+	// meanwhile): nothing changes. ErrNotFound if there is no such call.
 	Release(ctx context.Context, callID, owner string, attempt int64, reason string) error
 
 	// Get returns the call with that id, or ErrNotFound.
 	Get(ctx context.Context, callID string) (Call, error)
-	// GetByKey returns the call for an idempotency key, or ErrNotFound.
+	// GetByKey returns the call for an idempotency key (compared exactly),
+	// or ErrNotFound.
 	GetByKey(ctx context.Context, key string) (Call, error)
-	// ListCalls returns calls newest first.
+	// ListCalls returns calls newest first (never nil).
 	ListCalls(ctx context.Context, f ListFilter) ([]Call, error)
 	// ListEffects returns effects newest first (limit 0 = all).
 	ListEffects(ctx context.Context, limit int) ([]Effect, error)
 	// Audit returns audit rows in order; callID "" means all calls
 	// (limit 0 = all; with a limit, the newest limit rows, still in order).
+	// An unknown call has no rows: an empty list, not ErrNotFound.
 	Audit(ctx context.Context, callID string, limit int) ([]AuditEvent, error)
 	// Dupes returns calls with more than one effect (must be empty).
 	Dupes(ctx context.Context) ([]Dupe, error)
@@ -251,9 +281,11 @@ type Store interface {
 	// Stats counts calls, effects and calls by status.
 	Stats(ctx context.Context) (Stats, error)
 
-	// Ping checks the database is reachable (/readyz).
+	// Ping checks the database is reachable (/readyz). Errors:
+	// ErrUnavailable (also once the store is closed), or ctx's error.
 	Ping(ctx context.Context) error
-	// Close releases the database.
+	// Close releases the database. It is safe to call more than once;
+	// every later call of another method fails with ErrUnavailable.
 	Close() error
 }
 

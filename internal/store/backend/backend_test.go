@@ -1,20 +1,15 @@
 package backend
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/postgres"
+	"github.com/idemctl/idemctl/internal/store/postgres/pgtest"
 	"github.com/idemctl/idemctl/internal/store/sqlite"
 )
 
@@ -157,33 +152,7 @@ func TestOpenPostgresRoutes(t *testing.T) {
 // TestOpenPostgres opens the real test database when CI provides one, in a
 // schema of its own so it leaves the database as it found it.
 func TestOpenPostgres(t *testing.T) {
-	base := os.Getenv("IDEMCTL_TEST_POSTGRES_URL")
-	if base == "" {
-		t.Skip("IDEMCTL_TEST_POSTGRES_URL not set: skipping the live PostgreSQL check")
-	}
-	admin, err := pgx.Connect(t.Context(), base)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	defer admin.Close(context.WithoutCancel(t.Context()))
-	var b [6]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		t.Fatal(err)
-	}
-	schema := "idemctl_backend_" + hex.EncodeToString(b[:])
-	if _, err := admin.Exec(t.Context(), "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Exec(context.WithoutCancel(t.Context()), "DROP SCHEMA "+schema+" CASCADE") //nolint:errcheck
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema) // pgx sends unknown parameters as settings
-	u.RawQuery = q.Encode()
-
-	s, err := Open(t.Context(), u.String(), store.Options{})
+	s, err := Open(t.Context(), pgtest.Schema(t), store.Options{})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}

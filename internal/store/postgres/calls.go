@@ -139,7 +139,7 @@ RETURNING `+callColumns,
 		if err == nil {
 			out = store.Created
 			// Same transaction as the insert: a call never exists unaudited.
-			return insertAudit(ctx, tx, call.CreatedAt, call.CallID, store.EventCreated, call.Tool)
+			return insertAudit(ctx, tx, call.CreatedAt, call.CallID, store.EventCreated, store.DetailCreated(call.Tool))
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return err
@@ -176,13 +176,13 @@ RETURNING `+callColumns,
 		if err != nil {
 			return err
 		}
-		if call.Status != store.StatusFailed || !retryable(call.ErrorJSON) {
+		if call.Status != store.StatusFailed || !store.Retryable(call.ErrorJSON) {
 			out = store.Existing
 			return nil
 		}
 
 		// A retryable failure asked for again with the same key: run it
-		// again (§12.5.5). Attempt is kept, so the attempt count goes on.
+		// again. Attempt is kept, so the attempt count goes on.
 		prevErr := call.ErrorJSON
 		call, err = scanCall(tx.QueryRow(ctx, `
 UPDATE calls
@@ -195,7 +195,7 @@ RETURNING `+callColumnsOf("calls"), call.CallID))
 			return err
 		}
 		out = store.RetryReset
-		return insertAudit(ctx, tx, call.UpdatedAt, call.CallID, store.EventRetryReset, "after "+store.ErrorSummary(prevErr))
+		return insertAudit(ctx, tx, call.UpdatedAt, call.CallID, store.EventRetryReset, store.DetailRetryReset(prevErr))
 	})
 	if err != nil {
 		return store.Call{}, 0, err
@@ -203,17 +203,8 @@ RETURNING `+callColumnsOf("calls"), call.CallID))
 	return call, out, nil
 }
 
-// retryable reports whether a stored error object says "retryable": true,
-// the only thing that makes a failed call resettable. Anything else (false,
-// missing, not a boolean, unparsable) is final.
-func retryable(errObj json.RawMessage) bool {
-	var e struct {
-		Retryable *bool `json:"retryable"`
-	}
-	return json.Unmarshal(errObj, &e) == nil && e.Retryable != nil && *e.Retryable
-}
-
-// claimSQL is ClaimNext's statement ($1 owner, $2 limit, $3 lease seconds).
+// claimSQL is ClaimNext's statement ($1 owner, $2 limit, $3 lease seconds,
+// $4 the claimed audit detail, store.DetailClaimed).
 //
 // The "pending" and "expired" steps select the oldest pending calls and the
 // oldest running calls whose lease has expired by the database's clock, at
@@ -227,9 +218,9 @@ func retryable(errObj json.RawMessage) bool {
 //
 // Two steps, not one WHERE status = 'pending' OR (running and expired)
 // ORDER BY created_at: PostgreSQL ran that as a walk of idx_calls_created
-// from the oldest call, filtering out every finished call on the way (with
-// 60 000 succeeded calls and 20 000 pending: 60 000 rows read, 8.4 ms per
-// claim, growing with the history). "pending" reads the partial index
+// from the oldest call, filtering out every finished call on the way, so
+// each claim cost grew with the history (BENCHMARKS.md, "Notes moved from
+// the code"). "pending" reads the partial index
 // idx_calls_pending (schema version 2) in order and stops after $2 rows;
 // "expired" searches idx_calls_status and sorts only the expired rows, which
 // RecoverExpired keeps few. TestClaimPendingPlan checks the plan.
@@ -274,7 +265,7 @@ WITH clock AS MATERIALIZED (
   RETURNING ` + callColumnsOf("c") + `
 ), audited AS (
   INSERT INTO audit (ts, call_id, event, detail)
-  SELECT updated_at, call_id, '` + store.EventClaimed + `', ` + detailClaimedSQL + `
+  SELECT updated_at, call_id, '` + store.EventClaimed + `', $4::text
   FROM claimed
 )
 SELECT ` + callColumns + ` FROM claimed`
@@ -291,7 +282,7 @@ func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration
 	if limit <= 0 {
 		return []store.Call{}, nil
 	}
-	rows, err := s.pool.Query(ctx, claimSQL, owner, limit, lease.Seconds())
+	rows, err := s.pool.Query(ctx, claimSQL, owner, limit, lease.Seconds(), store.DetailClaimed(owner))
 	if err != nil {
 		return nil, interpret(ctx, err)
 	}
@@ -332,30 +323,24 @@ func (s *Store) complete(ctx context.Context, c store.Completion, status store.S
 	}
 	var (
 		result, errObj, effectID *string
-		event, detail            string
+		event                    string
 	)
 	if status == store.StatusSucceeded {
+		if err := store.CheckEffect(c); err != nil {
+			return store.Call{}, fmt.Errorf("postgres %w", err)
+		}
 		if e := c.Effect; e != nil {
-			if e.EffectID == "" {
-				return store.Call{}, fmt.Errorf("postgres succeed %s: effect without an effect id", c.CallID)
-			}
-			if e.CallID != "" && e.CallID != c.CallID {
-				return store.Call{}, fmt.Errorf("postgres succeed %s: effect belongs to call %s", c.CallID, e.CallID)
-			}
 			effectID = &e.EffectID
 		}
 		if len(c.Result) > 0 {
 			r := string(c.Result)
 			result = &r
 		}
-		event, detail = store.EventSucceeded, detailNoEffect
+		event = store.EventSucceeded
 	} else {
-		e := string(c.Error)
-		if e == "" {
-			e = "{}"
-		}
+		e := string(store.FailureJSON(c))
 		errObj = &e
-		event, detail = store.EventFailed, store.ErrorSummary(json.RawMessage(e))
+		event = store.EventFailed
 	}
 
 	var call store.Call
@@ -379,7 +364,7 @@ RETURNING `+callColumnsOf("calls"),
 		}
 		if e := c.Effect; status == store.StatusSucceeded && e != nil {
 			// ON CONFLICT (call_id) DO NOTHING: effects.call_id UNIQUE is
-			// the last gate (§12.3.2). effect_id is derived from call_id,
+			// the last gate. effect_id is derived from call_id,
 			// so a second insert for one call is the same effect and is
 			// dropped; a clash on effect_id with another call is a unique
 			// violation and rolls the whole completion back.
@@ -402,7 +387,10 @@ RETURNING `+callColumns, c.CallID))
 			if err != nil {
 				return err
 			}
-			detail = *call.EffectID
+		}
+		detail := store.DetailSucceeded(call.EffectID)
+		if status == store.StatusFailed {
+			detail = store.DetailFailed(store.FailureJSON(c))
 		}
 		return insertAudit(ctx, tx, call.UpdatedAt, call.CallID, event, detail)
 	})
@@ -425,7 +413,7 @@ func (s *Store) auditFenced(ctx context.Context, c store.Completion) error {
 		if err != nil {
 			return err // ErrNoRows: no such call, nothing to fence
 		}
-		detail = detailFenced(c, cur)
+		detail = store.DetailFenced(c, cur)
 		_, err = tx.Exec(ctx, `INSERT INTO audit (ts, call_id, event, detail) SELECT `+dbNow+`, $1, $2, $3`,
 			c.CallID, store.EventFenced, detail)
 		return err
@@ -436,25 +424,24 @@ func (s *Store) auditFenced(ctx context.Context, c store.Completion) error {
 	return fmt.Errorf("postgres complete %s: %w: %s", c.CallID, store.ErrFenced, detail)
 }
 
-// RecoverExpired returns running calls whose lease has expired by the
-// database's clock to pending and audits recover for each.
+// recoverSQL returns to pending the running calls whose lease has expired
+// by the database's clock, or that have none
+// (lease_until NULL: no claim writes that, but a damaged or hand-edited row
+// would otherwise stay running for ever; the SQLite backend decides the
+// same, and storetest checks both). A live lease (lease_until > now) is
+// never touched.
 //
 // Rows locked by someone else are skipped (SKIP LOCKED): such a row is
 // being completed, claimed or recovered by another instance right now, and
 // waiting for it could deadlock two instances recovering overlapping sets
 // in different orders. The next pass (every 200 ms) sees it again if it
 // still needs recovery.
-func (s *Store) RecoverExpired(ctx context.Context) ([]string, error) {
-	if err := s.writable(); err != nil {
-		return nil, err
-	}
-	rows, err := s.pool.Query(ctx, `
+const recoverSQL = `
 WITH clock AS MATERIALIZED (
-  SELECT `+dbNow+` AS now
+  SELECT ` + dbNow + ` AS now
 ), expired AS MATERIALIZED (
   SELECT c.call_id, c.owner, c.attempt, c.lease_until
   FROM calls c, clock
-  -- A live lease (lease_until > now) is never touched.
   WHERE c.status = 'running' AND (c.lease_until IS NULL OR c.lease_until <= clock.now)
   FOR UPDATE OF c SKIP LOCKED
 ), recovered AS (
@@ -464,18 +451,54 @@ WITH clock AS MATERIALIZED (
   WHERE c.call_id = expired.call_id
     AND c.status = 'running' AND (c.lease_until IS NULL OR c.lease_until <= clock.now)
   RETURNING c.call_id, c.created_at, c.updated_at, expired.owner, expired.attempt, expired.lease_until
-), audited AS (
-  INSERT INTO audit (ts, call_id, event, detail)
-  SELECT updated_at, call_id, '`+store.EventRecover+`', `+detailRecoverSQL+`
-  FROM recovered
 )
-SELECT call_id FROM recovered ORDER BY lease_until, created_at, call_id`)
-	if err != nil {
-		return nil, interpret(ctx, err)
+SELECT call_id, coalesce(owner, ''), attempt, updated_at FROM recovered
+ORDER BY lease_until NULLS FIRST, created_at, call_id`
+
+// RecoverExpired returns running calls whose lease has expired by the
+// database's clock to pending (recoverSQL) and audits recover for each, in
+// one transaction.
+func (s *Store) RecoverExpired(ctx context.Context) ([]string, error) {
+	if err := s.writable(); err != nil {
+		return nil, err
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	ids := []string{}
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		ids = ids[:0]
+		rows, err := tx.Query(ctx, recoverSQL)
+		if err != nil {
+			return err
+		}
+		var (
+			ts              []float64
+			details, events []string
+		)
+		var (
+			id, owner string
+			attempt   int64
+			at        float64
+		)
+		if _, err := pgx.ForEachRow(rows, []any{&id, &owner, &attempt, &at}, func() error {
+			ids = append(ids, id)
+			ts = append(ts, at)
+			events = append(events, store.EventRecover)
+			details = append(details, store.DetailLeaseExpired(owner, attempt))
+			return nil
+		}); err != nil {
+			return err
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		// One statement for all the audit rows, in recovery order (the
+		// audit id follows the array order).
+		_, err = tx.Exec(ctx, `INSERT INTO audit (ts, call_id, event, detail)
+SELECT a.ts, a.call_id, a.event, a.detail FROM unnest($1::double precision[], $2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS a(ts, call_id, event, detail, n)
+ORDER BY n`, ts, ids, events, details)
+		return err
+	})
 	if err != nil {
-		return nil, interpret(ctx, err)
+		return nil, err
 	}
 	return ids, nil
 }
@@ -504,7 +527,7 @@ RETURNING updated_at`, callID, owner, attempt).Scan(&ts)
 			if !exists {
 				return fmt.Errorf("postgres release %s: %w", callID, store.ErrNotFound)
 			}
-			return fmt.Errorf("postgres release %s (owner %s, attempt %d): %w", callID, owner, attempt, store.ErrNotClaimable)
+			return fmt.Errorf("postgres release %s (owner %s, attempt %d): %w", callID, owner, attempt, store.ErrNotHeld)
 		}
 		if err != nil {
 			return err

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/store/postgres/pgtest"
 )
 
 // planNode is one node of EXPLAIN (FORMAT JSON).
@@ -61,11 +62,11 @@ func seedHistory(t *testing.T, s *Store, finished, pending int) {
 // nothing (the old single pick walked idx_calls_created past every finished
 // call), and the claim still takes the oldest pending calls.
 func TestClaimPendingPlan(t *testing.T) {
-	s := open(t, freshURL(t), store.Options{})
+	s := open(t, pgtest.Schema(t), store.Options{})
 	seedHistory(t, s, 5000, 500)
 
 	var raw string
-	if err := s.pool.QueryRow(t.Context(), `EXPLAIN (FORMAT JSON) `+claimSQL, "w", 8, 30.0).Scan(&raw); err != nil {
+	if err := s.pool.QueryRow(t.Context(), `EXPLAIN (FORMAT JSON) `+claimSQL, "w", 8, 30.0, "w").Scan(&raw); err != nil {
 		t.Fatal(err)
 	}
 	var plans []struct {
@@ -102,7 +103,7 @@ func TestClaimPendingPlan(t *testing.T) {
 // whose lease expired, interleaved by age, are claimed oldest first across
 // both kinds, as one ORDER BY over both would.
 func TestClaimOldestAcrossPendingAndExpired(t *testing.T) {
-	s := open(t, freshURL(t), store.Options{})
+	s := open(t, pgtest.Schema(t), store.Options{})
 	// c_0 .. c_5, one second apart; the odd ones running under a lease
 	// that expired an hour ago, the even ones pending.
 	for i := range 6 {
@@ -139,7 +140,7 @@ func TestClaimOldestAcrossPendingAndExpired(t *testing.T) {
 // idx_calls_pending) is read as it is by a read-only store and migrated,
 // calls kept, by a read-write one.
 func TestMigratesFromVersion1(t *testing.T) {
-	u := freshURL(t)
+	u := pgtest.Schema(t)
 	s := open(t, u, store.Options{})
 	c := create(t, s, "k1")
 	for _, q := range []string{`DROP INDEX idx_calls_pending`, `DELETE FROM schema_version WHERE version > 1`} {
@@ -168,7 +169,7 @@ func TestMigratesFromVersion1(t *testing.T) {
 // with a generic plan. That plan, forced here, must find the running calls
 // through idx_calls_status, not walk every call newest first.
 func TestListCallsGenericPlan(t *testing.T) {
-	s := open(t, freshURL(t), store.Options{})
+	s := open(t, pgtest.Schema(t), store.Options{})
 	seedHistory(t, s, 5000, 500)
 	conn, err := s.pool.Acquire(t.Context())
 	if err != nil {

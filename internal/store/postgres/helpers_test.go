@@ -1,86 +1,12 @@
 package postgres
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"net/url"
-	"os"
-	"strings"
 	"testing"
-	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/idemctl/idemctl/internal/store"
 )
-
-// urlEnv names the variable holding the test server's URL. CI sets it; a
-// machine without PostgreSQL leaves it unset and these tests skip.
-const urlEnv = "IDEMCTL_TEST_POSTGRES_URL"
-
-// baseURL returns the test server's URL or skips the test.
-func baseURL(t *testing.T) string {
-	t.Helper()
-	u := os.Getenv(urlEnv)
-	if u == "" {
-		t.Skip(urlEnv + " not set: skipping PostgreSQL tests")
-	}
-	return lowerScheme(u)
-}
-
-// freshURL creates a schema of its own for this test in the database of
-// the test URL and returns a URL whose search_path is that schema, so every
-// table the store creates lands there. A schema is much cheaper than a
-// database per test (no template copy) and needs no CREATEDB privilege; the
-// store's tables are unqualified, so it cannot tell the difference. The
-// schema is dropped when the test ends (after the test's stores closed:
-// cleanups run last-registered first).
-func freshURL(t *testing.T) string {
-	t.Helper()
-	base := baseURL(t)
-	var b [6]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		t.Fatal(err)
-	}
-	schema := "idemctl_test_" + hex.EncodeToString(b[:])
-	admin(t, base, "CREATE SCHEMA "+schema)
-	t.Cleanup(func() { admin(t, base, "DROP SCHEMA IF EXISTS "+schema+" CASCADE") })
-	return withParam(t, base, "search_path", schema)
-}
-
-// withParam sets a parameter of a URL or key=value DSN; pgx sends the ones
-// it does not know itself to the server as run-time settings.
-func withParam(t *testing.T, dsn, key, value string) string {
-	t.Helper()
-	if !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") {
-		return dsn + " " + key + "='" + value + "'"
-	}
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatalf("parse %s: %v", urlEnv, err)
-	}
-	q := u.Query()
-	q.Set(key, value)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
-// admin runs one statement on its own connection.
-func admin(t *testing.T, dsn, sql string, args ...any) {
-	t.Helper()
-	// Not t.Context(): this also runs in cleanups, after it is canceled.
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatalf("connect to %s: %v", urlEnv, err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, sql, args...); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-}
 
 // open opens a Store on dsn and closes it when the test ends.
 func open(t *testing.T, dsn string, opts store.Options) *Store {

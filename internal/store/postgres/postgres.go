@@ -1,6 +1,7 @@
 // Package postgres is the PostgreSQL backend of the store seam, for running
-// several idemctl instances against one shared database (§12.2.3: swap
-// calls/effects for a shared database and the unique constraints still hold).
+// several idemctl instances against one shared database: with calls and
+// effects in a shared database the unique constraints still hold across
+// instances (docs/operations.md, "Running several instances").
 //
 // It speaks to PostgreSQL through pgx/v5's pool. The design in one screen:
 //
@@ -27,18 +28,13 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"net"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/puddle/v2"
 
 	"github.com/idemctl/idemctl/internal/store"
 )
@@ -175,61 +171,4 @@ func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 		return interpret(ctx, err)
 	}
 	return interpret(ctx, tx.Commit(ctx))
-}
-
-// interpret translates pgx and PostgreSQL errors into the store's sentinels,
-// wrapping the original so its text is kept. Already-translated errors and
-// nil pass through. If ctx is done, the caller's context is the cause,
-// whatever the driver made of it (a connection cut mid-query looks like a
-// network error), so the context's error is reported.
-func interpret(ctx context.Context, err error) error {
-	if err == nil {
-		return nil
-	}
-	for _, sentinel := range []error{store.ErrNotFound, store.ErrConflict, store.ErrNotClaimable,
-		store.ErrFenced, store.ErrUnavailable, store.ErrReadOnly} {
-		if errors.Is(err, sentinel) {
-			return err
-		}
-	}
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		if errors.Is(err, ctxErr) {
-			return err
-		}
-		return fmt.Errorf("%w (%v)", ctxErr, err)
-	}
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("%w: %w", store.ErrNotFound, err)
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch {
-		case pgErr.Code == "25006": // read_only_sql_transaction
-			return fmt.Errorf("%w: %w", store.ErrReadOnly, err)
-		case strings.HasPrefix(pgErr.Code, "08"), // connection exception
-			strings.HasPrefix(pgErr.Code, "53"),  // insufficient resources: disk full, out of memory, too many connections
-			strings.HasPrefix(pgErr.Code, "57P"), // admin/crash shutdown, cannot connect now
-			pgErr.Code == "55P03",                // lock_not_available: waited past lock_timeout
-			// Cannot happen with the statements of this package (see the
-			// package comment), but if a server-side setting ever produces
-			// them they are transient: a same-key retry is safe.
-			pgErr.Code == "40001", pgErr.Code == "40P01":
-			return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
-		}
-		return err
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	// Failures below the SQL layer: could not connect, connection lost
-	// mid-statement, pool closed.
-	var connErr *pgconn.ConnectError
-	var netErr net.Error
-	if errors.As(err, &connErr) || errors.As(err, &netErr) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, net.ErrClosed) || errors.Is(err, puddle.ErrClosedPool) ||
-		pgconn.SafeToRetry(err) {
-		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
-	}
-	return err
 }

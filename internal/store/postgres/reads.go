@@ -46,10 +46,11 @@ func (s *Store) ListCalls(ctx context.Context, f store.ListFilter) ([]store.Call
 // prepares each statement once per connection, and PostgreSQL soon runs a
 // prepared statement with a generic plan, one made without the parameter's
 // value. For "status = $1" (or "$1 IS NULL OR status = $1") that plan walks
-// idx_calls_created backwards over every call, filtering on status: 13 ms
-// with 20 000 calls, growing with the history, and the scheduler lists the
-// running calls after every completion. With the literal, the plan knows it
-// is after the few running calls: idx_calls_status, 0.2 ms.
+// idx_calls_created backwards over every call, filtering on status: a cost
+// growing with the history, and the scheduler lists the running calls
+// after every completion. With the literal, the plan knows it is after the
+// few running calls: idx_calls_status (numbers in BENCHMARKS.md, "Notes
+// moved from the code").
 // TestListCallsGenericPlan checks it.
 func listCallsSQL(status store.Status) (string, bool) {
 	where := ""

@@ -17,7 +17,7 @@ const migrationLockKey int64 = 0x6964656d63746c01
 // migrations are applied in order; migrations[i] brings the schema from
 // version i to version i+1. Append only: never edit a released step.
 //
-// Version 1 is SQLite's schema (§12.3) in PostgreSQL types: times are
+// Version 1 is SQLite's schema in PostgreSQL types: times are
 // double precision Unix seconds, JSON is kept as text so the bytes the
 // caller stored are the bytes read back, and audit.id is a bigserial.
 var migrations = []string{
@@ -49,7 +49,7 @@ CREATE INDEX idx_calls_created ON calls (created_at);
 
 CREATE TABLE effects (
   effect_id   text PRIMARY KEY,
-  -- The last gate (§12.3.2): at most one effect per call, whatever any
+  -- The last gate: at most one effect per call, whatever any
   -- instance's worker does.
   call_id     text NOT NULL UNIQUE REFERENCES calls (call_id),
   tool        text NOT NULL,

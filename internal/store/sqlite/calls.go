@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -24,7 +23,7 @@ func queryCall(ctx context.Context, tx *sql.Tx, st *sql.Stmt, args ...any) (stor
 }
 
 // CreateOrGet records a new call for n.IdemKey or returns the existing one
-// (§12.5.2). See store.Store.
+// (docs/lifecycle.md, "Create or get"). See store.Store.
 func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, store.Outcome, error) {
 	if s.readOnly {
 		return store.Call{}, 0, fmt.Errorf("sqlite create: %w", store.ErrReadOnly)
@@ -34,11 +33,14 @@ func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, s
 	// never change once inserted, so answering Existing or ErrConflict
 	// from a read snapshot is exact; a retryable failure (which would need
 	// a reset) or an absent key falls through to the serialised path below.
+	if err := s.closedErr("create"); err != nil {
+		return store.Call{}, 0, err
+	}
 	if c, err := scanCall(s.rq.callByKey.QueryRowContext(ctx, n.IdemKey)); err == nil {
 		if c.Fingerprint != n.Fingerprint {
 			return store.Call{}, 0, conflict(n.IdemKey)
 		}
-		if !(c.Status == store.StatusFailed && retryable(c.ErrorJSON)) {
+		if !(c.Status == store.StatusFailed && store.Retryable(c.ErrorJSON)) {
 			return c, store.Existing, nil
 		}
 	} else if !errors.Is(err, sql.ErrNoRows) {
@@ -51,7 +53,7 @@ func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, s
 	)
 	// One IMMEDIATE transaction: select by key, then insert or reset. No
 	// other writer can slip in between the select and the insert, so two
-	// requests with one key cannot both see it absent (§12.6.1); the UNIQUE
+	// requests with one key cannot both see it absent; the UNIQUE
 	// idem_key is the backstop.
 	err := s.writeTx(ctx, "create", func(ctx context.Context, tx *sql.Tx) error {
 		now := s.now()
@@ -68,15 +70,15 @@ func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, s
 				return err
 			}
 			out = store.Created
-			return s.audit(ctx, tx, now, n.CallID, store.EventCreated, n.Tool)
+			return s.audit(ctx, tx, now, n.CallID, store.EventCreated, store.DetailCreated(n.Tool))
 		case err != nil:
 			return err
 		case c.Fingerprint != n.Fingerprint:
 			// Same key, different request: refuse, write nothing (409).
 			return conflict(n.IdemKey)
-		case c.Status == store.StatusFailed && retryable(c.ErrorJSON):
+		case c.Status == store.StatusFailed && store.Retryable(c.ErrorJSON):
 			// Only a same-key request resets a retryable failure; the
-			// server never retries on its own (§12.9.3). attempt is kept:
+			// server never retries on its own. attempt is kept:
 			// it counts physical tries.
 			call, err = queryCall(ctx, tx, s.wq.retryReset, now, c.CallID)
 			if errors.Is(err, sql.ErrNoRows) {
@@ -85,7 +87,7 @@ func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, s
 				return err
 			}
 			out = store.RetryReset
-			return s.audit(ctx, tx, now, c.CallID, store.EventRetryReset, "after "+store.ErrorSummary(c.ErrorJSON))
+			return s.audit(ctx, tx, now, c.CallID, store.EventRetryReset, store.DetailRetryReset(c.ErrorJSON))
 		default:
 			call, out = c, store.Existing
 			return nil
@@ -99,26 +101,6 @@ func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, s
 
 func conflict(key string) error {
 	return fmt.Errorf("sqlite create: key %q: %w", key, store.ErrConflict)
-}
-
-func ifEmpty(a, b string) string {
-	if a == "" {
-		return b
-	}
-	return a
-}
-
-// retryable reports whether an error object says "retryable": true, the
-// only thing that makes a failed call resettable. Anything else (false,
-// missing, not a boolean, unparsable) is final.
-func retryable(errJSON json.RawMessage) bool {
-	var e struct {
-		Retryable *bool `json:"retryable"`
-	}
-	if json.Unmarshal(errJSON, &e) != nil || e.Retryable == nil {
-		return false
-	}
-	return *e.Retryable
 }
 
 // claimable is the condition under which a call may be claimed: pending, or
@@ -154,6 +136,9 @@ func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration
 	}
 	if limit <= 0 {
 		return []store.Call{}, nil
+	}
+	if err := s.closedErr("claim"); err != nil {
+		return nil, err
 	}
 	// Workers poll often; checking on a read connection first keeps an
 	// idle poll from taking the write lock.
@@ -192,7 +177,7 @@ func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration
 			} else if err != nil {
 				return err
 			}
-			if err := s.audit(ctx, tx, now, c.CallID, store.EventClaimed, owner); err != nil {
+			if err := s.audit(ctx, tx, now, c.CallID, store.EventClaimed, store.DetailClaimed(owner)); err != nil {
 				return err
 			}
 			claimed = append(claimed, c)
@@ -241,7 +226,7 @@ func oldest(a, b []candidate, limit int) []candidate {
 // running under exactly the (owner, attempt) the worker claimed. A worker
 // whose lease expired and was taken over holds an old attempt number (or
 // another owner name) and matches nothing, so its commit, and its effect,
-// never land (SPEC §4.5).
+// never land (docs/lifecycle.md, "Completion and fencing").
 const fencing = `call_id = ? AND status = 'running' AND owner = ? AND attempt = ?`
 
 // Succeed marks the call succeeded and writes its effect in one
@@ -250,13 +235,8 @@ func (s *Store) Succeed(ctx context.Context, c store.Completion) (store.Call, er
 	if s.readOnly {
 		return store.Call{}, fmt.Errorf("sqlite succeed: %w", store.ErrReadOnly)
 	}
-	if e := c.Effect; e != nil {
-		if e.EffectID == "" {
-			return store.Call{}, fmt.Errorf("sqlite succeed %s: effect without an effect id", c.CallID)
-		}
-		if e.CallID != "" && e.CallID != c.CallID {
-			return store.Call{}, fmt.Errorf("sqlite succeed %s: effect belongs to call %s", c.CallID, e.CallID)
-		}
+	if err := store.CheckEffect(c); err != nil {
+		return store.Call{}, fmt.Errorf("sqlite %w", err)
 	}
 	var call store.Call
 	err := s.writeTx(ctx, "succeed", func(ctx context.Context, tx *sql.Tx) error {
@@ -268,19 +248,19 @@ func (s *Store) Succeed(ctx context.Context, c store.Completion) (store.Call, er
 		} else if err != nil {
 			return err
 		}
-		detail := "no effect"
 		if e := c.Effect; e != nil {
 			if _, err := tx.StmtContext(ctx, s.wq.insertEffect).ExecContext(ctx,
 				e.EffectID, e.Tool, e.Amount, now, c.CallID); err != nil {
 				return err
 			}
+			var linked string
 			if err := tx.StmtContext(ctx, s.wq.linkEffect).QueryRowContext(ctx, c.CallID, c.CallID).
-				Scan(&detail); err != nil {
+				Scan(&linked); err != nil {
 				return err
 			}
-			call.EffectID = &detail
+			call.EffectID = &linked
 		}
-		return s.audit(ctx, tx, now, c.CallID, store.EventSucceeded, detail)
+		return s.audit(ctx, tx, now, c.CallID, store.EventSucceeded, store.DetailSucceeded(call.EffectID))
 	})
 	if err != nil {
 		return store.Call{}, s.auditFenced(ctx, c, err)
@@ -293,10 +273,7 @@ func (s *Store) Fail(ctx context.Context, c store.Completion) (store.Call, error
 	if s.readOnly {
 		return store.Call{}, fmt.Errorf("sqlite fail: %w", store.ErrReadOnly)
 	}
-	errJSON := c.Error
-	if len(errJSON) == 0 {
-		errJSON = json.RawMessage(`{}`)
-	}
+	errJSON := store.FailureJSON(c)
 	var call store.Call
 	err := s.writeTx(ctx, "fail", func(ctx context.Context, tx *sql.Tx) error {
 		now := s.now()
@@ -307,7 +284,7 @@ func (s *Store) Fail(ctx context.Context, c store.Completion) (store.Call, error
 		} else if err != nil {
 			return err
 		}
-		return s.audit(ctx, tx, now, c.CallID, store.EventFailed, store.ErrorSummary(errJSON))
+		return s.audit(ctx, tx, now, c.CallID, store.EventFailed, store.DetailFailed(errJSON))
 	})
 	if err != nil {
 		return store.Call{}, s.auditFenced(ctx, c, err)
@@ -323,26 +300,24 @@ func whyFenced(ctx context.Context, tx *sql.Tx, callByID *sql.Stmt, c store.Comp
 	if err != nil {
 		return err // sql.ErrNoRows: no such call, nothing to fence
 	}
-	state := string(cur.Status)
-	if cur.Owner != nil {
-		state += fmt.Sprintf(" under owner %s attempt %d", *cur.Owner, cur.Attempt)
-	} else {
-		state += fmt.Sprintf(" at attempt %d", cur.Attempt)
-	}
-	return &fencedError{detail: fmt.Sprintf("owner %s attempt %d refused: call is %s", c.Owner, c.Attempt, state)}
+	return &fencedError{detail: store.DetailFenced(c, cur)}
 }
 
 // auditFenced turns a completion's failure into its result. A fenced
 // completion was rolled back whole; the refusal is then audited in a
 // transaction of its own (so nothing of the stale attempt can ride along)
 // and reported as store.ErrFenced. Other errors pass through.
+//
+// The audit runs under ctx without its cancellation: the refusal already
+// happened, and a caller that gave up meanwhile must not make it vanish
+// from the audit (the busy timeout still bounds the wait).
 func (s *Store) auditFenced(ctx context.Context, c store.Completion, err error) error {
 	var fe *fencedError
 	if !errors.As(err, &fe) {
 		return err
 	}
 	fencedErr := fmt.Errorf("sqlite complete %s: %w: %s", c.CallID, store.ErrFenced, fe.detail)
-	aerr := s.writeTx(ctx, "audit fenced", func(ctx context.Context, tx *sql.Tx) error {
+	aerr := s.writeTx(context.WithoutCancel(ctx), "audit fenced", func(ctx context.Context, tx *sql.Tx) error {
 		return s.audit(ctx, tx, s.now(), c.CallID, store.EventFenced, fe.detail)
 	})
 	if aerr != nil {
@@ -351,13 +326,24 @@ func (s *Store) auditFenced(ctx context.Context, c store.Completion, err error) 
 	return fencedErr
 }
 
+// leaseLapsed is RecoverExpired's condition on a running call's lease: it
+// has expired, or there is none. A running call always gets a deadline
+// from its claim, so lease_until IS NULL means a damaged or hand-edited
+// row; nothing would ever expire it, and pending is the safe state to
+// return it to (the PostgreSQL backend decides the same; storetest checks
+// both). ClaimNext does not take such a call directly: recovery first.
+const leaseLapsed = `(lease_until IS NULL OR lease_until <= ?)`
+
 // RecoverExpired returns running calls whose lease has expired to pending.
 // See store.Store.
 func (s *Store) RecoverExpired(ctx context.Context) ([]string, error) {
 	if s.readOnly {
 		return nil, fmt.Errorf("sqlite recover: %w", store.ErrReadOnly)
 	}
-	// Runs every 200 ms (§12.7.1): look on a read connection first, take
+	if err := s.closedErr("recover"); err != nil {
+		return nil, err
+	}
+	// Runs every 200 ms: look on a read connection first, take
 	// the write lock only when there is something to recover.
 	var any bool
 	if err := s.rq.hasExpired.QueryRowContext(ctx, s.now()).Scan(&any); err != nil {
@@ -372,7 +358,7 @@ func (s *Store) RecoverExpired(ctx context.Context) ([]string, error) {
 		recovered = recovered[:0]
 		now := s.now()
 		rows, err := tx.QueryContext(ctx, `SELECT call_id, owner, attempt FROM calls
-			WHERE status = 'running' AND lease_until <= ? ORDER BY lease_until, rowid`, now)
+			WHERE status = 'running' AND `+leaseLapsed+` ORDER BY lease_until, rowid`, now)
 		if err != nil {
 			return err
 		}
@@ -402,7 +388,7 @@ func (s *Store) RecoverExpired(ctx context.Context) ([]string, error) {
 			// is never touched.
 			res, err := tx.ExecContext(ctx, `UPDATE calls
 				SET status = 'pending', lease_until = NULL, owner = NULL, updated_at = ?
-				WHERE call_id = ? AND status = 'running' AND lease_until <= ?`, now, e.id, now)
+				WHERE call_id = ? AND status = 'running' AND `+leaseLapsed, now, e.id, now)
 			if err != nil {
 				return err
 			}
@@ -411,8 +397,7 @@ func (s *Store) RecoverExpired(ctx context.Context) ([]string, error) {
 			} else if n != 1 {
 				continue
 			}
-			detail := fmt.Sprintf("lease expired (owner %s, attempt %d)", e.owner, e.attempt)
-			if err := s.audit(ctx, tx, now, e.id, store.EventRecover, detail); err != nil {
+			if err := s.audit(ctx, tx, now, e.id, store.EventRecover, store.DetailLeaseExpired(e.owner, e.attempt)); err != nil {
 				return err
 			}
 			recovered = append(recovered, e.id)
@@ -450,7 +435,7 @@ func (s *Store) Release(ctx context.Context, callID, owner string, attempt int64
 			if err := tx.QueryRowContext(ctx, `SELECT 1 FROM calls WHERE call_id = ?`, callID).Scan(&one); err != nil {
 				return err // sql.ErrNoRows → store.ErrNotFound
 			}
-			return fmt.Errorf("sqlite release %s (owner %s, attempt %d): %w", callID, owner, attempt, store.ErrNotClaimable)
+			return fmt.Errorf("sqlite release %s (owner %s, attempt %d): %w", callID, owner, attempt, store.ErrNotHeld)
 		}
 		return s.audit(ctx, tx, now, callID, store.EventRecover, reason)
 	})

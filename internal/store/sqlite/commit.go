@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync/atomic"
 	"time"
 
@@ -136,7 +137,53 @@ func (s *Store) commitLoop() {
 	}
 }
 
-// commitBatch runs ops in one transaction and answers each of them.
+// panicError is a write whose function panicked: a bug, reported to the
+// writer (and from there to its log) as an error rather than wedging the
+// committer with the batch's transaction open.
+type panicError struct {
+	name  string
+	value any
+	stack []byte
+}
+
+func (e *panicError) Error() string {
+	return fmt.Sprintf("write %s panicked (a bug): %v\n%s", e.name, e.value, e.stack)
+}
+
+// run runs one write's function in tx, under its context without the
+// cancellation (a cancelled statement interrupts the connection, which
+// would roll back the other writes of the batch with it), and turns a
+// panic into a *panicError.
+func run(op *writeOp, tx *sql.Tx) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &panicError{name: op.name, value: v, stack: debug.Stack()}
+		}
+	}()
+	return op.fn(context.WithoutCancel(op.ctx), tx)
+}
+
+// runAlone runs one write in a transaction of its own on conn: the retry
+// of a write whose batch was lost through another write's fault.
+func runAlone(conn *sql.Conn, op *writeOp) error {
+	bg := context.Background()
+	tx, err := conn.BeginTx(bg, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	if err := run(op, tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// commitBatch runs ops in one transaction and answers each of them: every
+// write of a batch that was not committed gets an error, whatever happened
+// (a failed statement, a lost transaction, a panic).
 func (s *Store) commitBatch(ops []*writeOp) {
 	live := ops[:0:0]
 	for _, op := range ops {
@@ -150,7 +197,12 @@ func (s *Store) commitBatch(ops []*writeOp) {
 	errs := make([]error, len(live))
 	answer := func() {
 		for i, op := range live {
-			op.done <- mapErr(op.ctx, op.name, errs[i])
+			// The write ran to its end under its context without the
+			// cancellation, so its error is its own outcome: a caller
+			// that gave up meanwhile must still learn it (a fenced
+			// completion stays ErrFenced and gets its audit row), not
+			// read its own "context canceled" instead.
+			op.done <- mapErr(context.WithoutCancel(op.ctx), op.name, errs[i])
 		}
 	}
 	defer answer()
@@ -179,9 +231,20 @@ func (s *Store) commitBatch(ops []*writeOp) {
 		failAll(fmt.Errorf("begin: %w", err))
 		return
 	}
+	// A panic outside the writes' own functions (which run recovers) would
+	// otherwise leave tx open, and the deferred conn.Close would wait on it
+	// for ever: roll back and fail every write not already answered with
+	// its own error. Deferred after conn.Close, so it runs before it.
+	defer func() {
+		if v := recover(); v != nil {
+			_ = tx.Rollback()
+			failAll(fmt.Errorf("write batch rolled back: %w",
+				&panicError{name: "commit", value: v, stack: debug.Stack()}))
+		}
+	}()
 	if len(live) == 1 {
 		// Alone: the transaction is the write's own, no savepoint needed.
-		if errs[0] = live[0].fn(context.WithoutCancel(live[0].ctx), tx); errs[0] != nil {
+		if errs[0] = run(live[0], tx); errs[0] != nil {
 			_ = tx.Rollback() // the error that matters is fn's
 			return
 		}
@@ -192,8 +255,16 @@ func (s *Store) commitBatch(ops []*writeOp) {
 				failAll(fmt.Errorf("savepoint: %w", err))
 				return
 			}
-			errs[i] = op.fn(context.WithoutCancel(op.ctx), tx)
+			errs[i] = run(op, tx)
 			var err error
+			if p := (*panicError)(nil); errors.As(errs[i], &p) {
+				// A panicking write may have left the transaction
+				// anywhere: undo the whole batch, and tell every write
+				// so (none of them was committed).
+				_ = tx.Rollback()
+				failAll(fmt.Errorf("write batch rolled back: %w", errs[i]))
+				return
+			}
 			if errs[i] != nil {
 				// Undo this write only, then pop its savepoint.
 				_, err = tx.StmtContext(bg, s.wq.rollbackTo).ExecContext(bg)
@@ -204,9 +275,23 @@ func (s *Store) commitBatch(ops []*writeOp) {
 			if err != nil {
 				// Some errors (disk full, I/O) make SQLite roll back the
 				// whole transaction: the writes before this one are gone
-				// too, and each must be told so.
+				// too, and those after it never ran. This write's own
+				// error ends it; the others are innocent and are tried
+				// once more, each in a transaction of its own, in arrival
+				// order (a write's function starts from scratch when run
+				// again: each sets its results anew). Each is answered
+				// with the outcome of that try, so none is told
+				// "committed" unless its own transaction committed.
 				_ = tx.Rollback()
-				failAll(fmt.Errorf("write batch rolled back: %w", errors.Join(errs[i], err)))
+				errs[i] = fmt.Errorf("write batch rolled back: %w", errors.Join(errs[i], err))
+				for j, other := range live {
+					// A write before this one that failed on its own
+					// keeps its own answer: it was undone to its
+					// savepoint, and nothing of it was ever committed.
+					if j != i && (j > i || errs[j] == nil) {
+						errs[j] = runAlone(conn, other)
+					}
+				}
 				return
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -86,14 +87,19 @@ func TestBatchIsolatesFailedWrite(t *testing.T) {
 	}
 }
 
-// TestBatchLostTransactionFailsAll makes a write end the batch's whole
-// transaction, as SQLite does itself on some errors (disk full, I/O): every
-// write of the batch, the ones before it included, must be answered with an
-// error, and none of them may be in the database.
-func TestBatchLostTransactionFailsAll(t *testing.T) {
+// TestBatchLostTransactionRetriesTheOthers makes a write end the batch's
+// whole transaction, as SQLite does itself on some errors (disk full, I/O).
+// That write fails; the innocent writes of the batch, the one before it
+// (rolled back with the batch) and the one after it (never run), are tried
+// again each on its own and committed exactly once. Nobody is told
+// "committed" for a write that is not in the database.
+func TestBatchLostTransactionRetriesTheOthers(t *testing.T) {
 	s := openAt(t, tempPath(t), store.Options{})
 	killer := &writeOp{ctx: context.Background(), name: "killer", done: make(chan error, 1),
 		fn: func(ctx context.Context, tx *sql.Tx) error {
+			if err := s.audit(ctx, tx, 1, "c_batch", "killer", ""); err != nil {
+				return err
+			}
 			if _, err := tx.ExecContext(ctx, `ROLLBACK`); err != nil {
 				t.Errorf("ROLLBACK inside the batch: %v", err)
 			}
@@ -102,12 +108,16 @@ func TestBatchLostTransactionFailsAll(t *testing.T) {
 	ops := []*writeOp{auditOp(s, "before", nil), killer, auditOp(s, "after", nil)}
 	s.commitBatch(ops)
 	for _, op := range ops {
-		if err := <-op.done; err == nil {
-			t.Errorf("op %s answered success, but the transaction was rolled back", op.name)
+		err := <-op.done
+		if op == killer && err == nil {
+			t.Errorf("the write that lost the batch answered success")
+		}
+		if op != killer && err != nil {
+			t.Errorf("innocent op %s answered %v, want it committed on its own", op.name, err)
 		}
 	}
-	if got := batchEvents(t, s); len(got) != 0 {
-		t.Fatalf("audit after a lost batch = %v, want nothing", got)
+	if got := batchEvents(t, s); len(got) != 2 || got[0] != "before" || got[1] != "after" {
+		t.Fatalf("audit after a lost batch = %v, want [before after], each once", got)
 	}
 	// The committer goes on with a fresh transaction.
 	if _, _, err := s.CreateOrGet(t.Context(), store.NewCall{
@@ -189,5 +199,123 @@ func TestWriteTakenRunsToTheEnd(t *testing.T) {
 	}
 	if got := batchEvents(t, s); len(got) != 1 {
 		t.Fatalf("audit = %v, want the slow write committed", got)
+	}
+}
+
+// TestBatchPanicRollsBackAndAnswersAll injects a write that panics into a
+// batch of three. The committer must not wedge on the open transaction:
+// the batch is rolled back, every write is answered with an error (none is
+// told "committed"), the panicking one's error says it panicked, and the
+// store goes on: a later write commits and Close returns.
+func TestBatchPanicRollsBackAndAnswersAll(t *testing.T) {
+	s := openAt(t, tempPath(t), store.Options{})
+	bomb := &writeOp{ctx: context.Background(), name: "bomb", done: make(chan error, 1),
+		fn: func(ctx context.Context, tx *sql.Tx) error {
+			if err := s.audit(ctx, tx, 1, "c_batch", "bomb", ""); err != nil {
+				return err
+			}
+			panic("kaboom")
+		}}
+	ops := []*writeOp{auditOp(s, "before", nil), bomb, auditOp(s, "after", nil)}
+	returned := make(chan any, 1)
+	go func() {
+		defer func() { returned <- recover() }()
+		s.commitBatch(ops)
+	}()
+	select {
+	case p := <-returned:
+		if p != nil {
+			t.Fatalf("commitBatch let the panic through: %v", p)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("commitBatch never returned after a write panicked: the committer is wedged")
+	}
+	for _, op := range ops {
+		select {
+		case err := <-op.done:
+			if err == nil {
+				t.Errorf("op %s answered success, but its batch held a panicking write", op.name)
+			}
+			if op == bomb && (err == nil || !strings.Contains(err.Error(), "kaboom")) {
+				t.Errorf("the panicking write's error = %v, want it to carry the panic value", err)
+			}
+		default:
+			t.Errorf("op %s was never answered", op.name)
+		}
+	}
+	if got := batchEvents(t, s); len(got) != 0 {
+		t.Fatalf("audit after a panicked batch = %v, want nothing committed", got)
+	}
+	// The store is usable: a later write (through the real committer)
+	// commits, and Close returns.
+	if _, _, err := s.CreateOrGet(t.Context(), store.NewCall{
+		CallID: "c_0000000000000002", IdemKey: "k", Fingerprint: "f", Tool: "charge", ArgsJSON: []byte(`{}`),
+	}); err != nil {
+		t.Fatalf("write after a panicked batch: %v", err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close hangs after a panicked batch")
+	}
+}
+
+// TestCancelledWriterGetsItsOwnOutcome: a completion whose caller's
+// context is cancelled after the committer took it still reports what the
+// write itself did. A fenced completion is ErrFenced and leaves its fenced
+// audit row, not "context canceled" and no trace.
+func TestCancelledWriterGetsItsOwnOutcome(t *testing.T) {
+	s := openAt(t, tempPath(t), store.Options{})
+	ctx := t.Context()
+	if _, _, err := s.CreateOrGet(ctx, store.NewCall{
+		CallID: "c_0000000000000003", IdemKey: "k", Fingerprint: "f", Tool: "charge", ArgsJSON: []byte(`{}`),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// A lease of zero lapses at once, so "new" takes the call over.
+	stale, err := s.ClaimNext(ctx, "old", 0, 1)
+	if err != nil || len(stale) != 1 {
+		t.Fatalf("claim = %v, %v", stale, err)
+	}
+	if fresh, err := s.ClaimNext(ctx, "new", time.Minute, 1); err != nil || len(fresh) != 1 {
+		t.Fatalf("takeover = %v, %v", fresh, err)
+	}
+
+	stopCommitter(t, s)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	res := make(chan error, 1)
+	go func() {
+		_, err := s.Succeed(wctx, store.Completion{CallID: stale[0].CallID, Owner: "old", Attempt: stale[0].Attempt,
+			Result: []byte(`{}`)})
+		res <- err
+	}()
+	op := <-s.writes
+	// The caller gives up while its write runs: once taken, not before.
+	inner := op.fn
+	op.fn = func(ctx context.Context, tx *sql.Tx) error { cancel(); return inner(ctx, tx) }
+	s.commitBatch([]*writeOp{op})
+	select {
+	case audit := <-s.writes: // the fenced audit, in a write of its own
+		s.commitBatch([]*writeOp{audit})
+		err = <-res
+	case err = <-res:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Succeed never returned")
+	}
+	if !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("stale Succeed with a cancelled context = %v, want ErrFenced", err)
+	}
+	evs, aerr := s.Audit(ctx, stale[0].CallID, 0)
+	if aerr != nil {
+		t.Fatal(aerr)
+	}
+	if last := evs[len(evs)-1]; last.Event != store.EventFenced {
+		t.Fatalf("last audit = %+v, want the fenced row", last)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	sqlite "modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -18,7 +20,7 @@ import (
 // Errors that already are sentinels, and nil, pass through unchanged. The
 // driver error stays in the chain for the detail.
 func mapErr(ctx context.Context, op string, err error) error {
-	if err == nil || isSentinel(err) {
+	if err == nil || store.IsSentinel(err) {
 		return err
 	}
 	if ctx.Err() != nil {
@@ -45,21 +47,27 @@ func mapErr(ctx context.Context, op string, err error) error {
 			sqlite3.SQLITE_PROTOCOL,
 			sqlite3.SQLITE_READONLY: // the file cannot be written (permissions, ro mount)
 			return fmt.Errorf("sqlite %s: %w: %w", op, store.ErrUnavailable, err)
+		case sqlite3.SQLITE_CONSTRAINT, // UNIQUE, NOT NULL, CHECK, FOREIGN KEY
+			sqlite3.SQLITE_TOOBIG,   // a value or row past SQLite's limits
+			sqlite3.SQLITE_MISMATCH: // a value of the wrong type
+			// The same write is refused every time: a refusal for good,
+			// named by its code, never by the message (which may quote
+			// the value).
+			return fmt.Errorf("sqlite %s: %w", op, &store.RefusedError{Code: codeName(se.Code()), Err: err})
 		}
 	}
 	return fmt.Errorf("sqlite %s: %w", op, err)
 }
 
-func isSentinel(err error) bool {
-	for _, s := range []error{
-		store.ErrNotFound, store.ErrConflict, store.ErrNotClaimable,
-		store.ErrFenced, store.ErrUnavailable, store.ErrReadOnly,
-	} {
-		if errors.Is(err, s) {
-			return true
-		}
+// codeName names an SQLite result code for a RefusedError, e.g.
+// "SQLITE_CONSTRAINT 2067" (the primary code's name from the driver's
+// table, which describes each as "text (NAME)", and the extended code).
+func codeName(code int) string {
+	desc := sqlite.ErrorCodeString[code&0xff]
+	if i, j := strings.LastIndexByte(desc, '('), strings.LastIndexByte(desc, ')'); i >= 0 && j > i {
+		return desc[i+1:j] + " " + strconv.Itoa(code)
 	}
-	return false
+	return "SQLITE " + strconv.Itoa(code)
 }
 
 // fencedError is how a completion's transaction reports that its fencing

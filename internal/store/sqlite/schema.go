@@ -9,13 +9,13 @@ import (
 // migrations[i] brings the schema from user_version i to i+1. Append only;
 // never edit a migration that has shipped.
 var migrations = []string{
-	// 1: the tables of SPEC §3 / chapter §12.3. IF NOT EXISTS so a database
-	// created by the chapter's reference implementation (same tables,
+	// 1: the calls, effects and audit tables. IF NOT EXISTS so a database
+	// created by the reference implementation idemctl grew from (same tables,
 	// user_version 0) is adopted rather than refused.
 	`
 CREATE TABLE IF NOT EXISTS calls (
   call_id      TEXT PRIMARY KEY,
-  -- first gate (§12.3.1): one key, one logical call
+  -- first gate: one key, one logical call
   idem_key     TEXT NOT NULL UNIQUE,
   fingerprint  TEXT NOT NULL,
   client_id    TEXT,
@@ -39,7 +39,7 @@ CREATE INDEX IF NOT EXISTS idx_calls_created ON calls(created_at);
 
 CREATE TABLE IF NOT EXISTS effects (
   effect_id   TEXT PRIMARY KEY,
-  -- last gate (§12.3.2): at most one effect per call, whatever the leases did
+  -- last gate: at most one effect per call, whatever the leases did
   call_id     TEXT NOT NULL UNIQUE REFERENCES calls(call_id),
   tool        TEXT NOT NULL,
   amount      INTEGER,

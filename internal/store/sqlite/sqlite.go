@@ -1,7 +1,7 @@
 // Package sqlite is the embedded, default store.Store backend, on
 // modernc.org/sqlite (pure Go, driver name "sqlite").
 //
-// Layout of the design (SPEC §3, chapter §12.3 and §12.6):
+// Layout of the design (docs/design.md, "Group commit"):
 //   - one file, WAL journal, synchronous=FULL: every commit is fsynced, so a
 //     2xx the server sent survives kill -9;
 //   - two pools on that file: a write pool of exactly one connection, whose
@@ -25,6 +25,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	// Registers the pure-Go driver under the name "sqlite".
@@ -34,7 +35,8 @@ import (
 )
 
 // DefaultBusyTimeout is how long a write waits for the write lock when
-// store.Options.BusyTimeout is zero (§12.6.2: "wait 5 seconds, then fail").
+// store.Options.BusyTimeout is zero: wait 5 seconds, then fail with
+// store.ErrUnavailable.
 const DefaultBusyTimeout = 5 * time.Second
 
 // readConns is the size of the read pool. Reads in WAL mode do not block
@@ -51,12 +53,11 @@ type Store struct {
 	// admits one writer at a time anyway, and queueing writers in Go
 	// instead of letting several connections spin on SQLITE_BUSY avoids
 	// busy-retry storms and their latency tail (SQLite's busy handler
-	// sleeps in growing steps). Measured on 2 cores with 20 goroutines
-	// creating calls (BenchmarkCreateOrGetParallel): one writer ≈ 0.43–0.53
-	// ms/op, four writers ≈ 0.54 ms/op — commits are fsync-bound either way.
-	// That is what the group commit addresses (commit.go; same benchmark,
-	// same machine: 0.38–0.49 → 0.10–0.11 ms/op). Only the committer uses
-	// w, after Open has migrated and prepared on it.
+	// sleeps in growing steps); more writer connections would not help,
+	// since commits are fsync-bound either way. That is what the group
+	// commit addresses (commit.go; numbers in BENCHMARKS.md, "Notes moved
+	// from the code"). Only the committer uses w, after Open has migrated
+	// and prepared on it.
 	w *sql.DB
 	// r is the read pool; its connections are query_only.
 	r *sql.DB
@@ -73,6 +74,9 @@ type Store struct {
 	quit       chan struct{}
 	commitDone chan struct{}
 	closeOnce  sync.Once
+	// closed is set by Close; every method then fails with
+	// store.ErrUnavailable instead of database/sql's "closed" errors.
+	closed atomic.Bool
 }
 
 var _ store.Store = (*Store)(nil)
@@ -155,6 +159,9 @@ func (s *Store) Path() string { return s.path }
 
 // Ping checks that the database file can be read (/readyz).
 func (s *Store) Ping(ctx context.Context) error {
+	if err := s.closedErr("ping"); err != nil {
+		return err
+	}
 	var n int
 	// Touch the calls table, not just the connection: a deleted or
 	// unreadable file must make /readyz fail.
@@ -166,6 +173,9 @@ func (s *Store) Ping(ctx context.Context) error {
 // writes still waiting fail with store.ErrUnavailable), then closes the
 // prepared statements and both pools.
 func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil // closed already
+	}
 	if s.quit != nil {
 		s.closeOnce.Do(func() { close(s.quit) })
 		<-s.commitDone
@@ -180,8 +190,16 @@ func (s *Store) Close() error {
 	return errors.Join(errs...)
 }
 
+// closedErr is store.ErrUnavailable once the store is closed, else nil.
+func (s *Store) closedErr(op string) error {
+	if s.closed.Load() {
+		return closedErr(op)
+	}
+	return nil
+}
+
 // unixNow is the wall clock as Unix seconds, the unit of every time column
-// (REAL, as the chapter's queries expect).
+// (REAL).
 func unixNow() float64 {
 	return float64(time.Now().UnixNano()) / 1e9
 }
@@ -197,9 +215,9 @@ func rwParams(busy time.Duration) url.Values {
 	// readers; crash recovery replays the WAL.
 	q.Add("_pragma", "journal_mode(WAL)")
 	// FULL: fsync the WAL on every commit. NORMAL would be faster but may
-	// lose the last commits on power loss; a 2xx must be durable (SPEC §2.5).
+	// lose the last commits on power loss; a 2xx must be durable.
 	q.Add("_pragma", "synchronous(FULL)")
-	// BEGIN IMMEDIATE for every transaction (§12.6.1): the write lock is
+	// BEGIN IMMEDIATE for every transaction: the write lock is
 	// taken when the transaction starts, not at its first write. With
 	// DEFERRED, two transactions could both read "key absent" and then
 	// race to upgrade to the write lock; one would fail with SQLITE_BUSY

@@ -36,15 +36,26 @@ func tempPath(t *testing.T) string {
 	return filepath.Join(t.TempDir(), "idem.db")
 }
 
+// TestStore runs the shared behaviour suite on SQLite: each database is a
+// file of its own.
 func TestStore(t *testing.T) {
-	storetest.Exercise(t,
-		func(t *testing.T) store.Store { return openAt(t, tempPath(t), store.Options{}) },
-		storetest.Options{OpenReadOnly: func(t *testing.T) (store.Store, store.Store) {
-			path := tempPath(t)
-			rw := openAt(t, path, store.Options{})
-			return rw, openAt(t, path, store.Options{ReadOnly: true})
-		}},
-	)
+	storetest.Run(t, storetest.Factory{
+		NewDB: tempPath,
+		Open: func(ctx context.Context, db string, opts store.Options) (store.Store, error) {
+			return Open(ctx, db, opts)
+		},
+		Exec: func(t *testing.T, db, sql string) {
+			t.Helper()
+			conn, err := openPool(db, rwParams(DefaultBusyTimeout), 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if _, err := conn.ExecContext(t.Context(), sql); err != nil {
+				t.Fatalf("%s: %v", sql, err)
+			}
+		},
+	})
 }
 
 // TestPragmasOnEveryConnection checks the durability and concurrency
@@ -286,8 +297,8 @@ func TestRefusesNewerSchema(t *testing.T) {
 	}
 }
 
-// TestAdoptsReferenceSchema opens a database made by the chapter's
-// reference implementation (its tables, user_version 0).
+// TestAdoptsReferenceSchema opens a database made by the reference
+// implementation idemctl grew from (its tables, user_version 0).
 func TestAdoptsReferenceSchema(t *testing.T) {
 	path := tempPath(t)
 	ref, err := openPool(path, url.Values{}, 1)
@@ -350,102 +361,6 @@ func TestErrorsMapToSentinels(t *testing.T) {
 		t.Fatalf("Get with canceled ctx: %v, want context.Canceled", err)
 	}
 	// The busy case is covered by TestBeginImmediate.
-}
-
-// TestTwoStoresOneFile runs two Stores on one file, as two server processes
-// would: each has its own write connection, so only SQLite's lock (BEGIN
-// IMMEDIATE plus busy_timeout) keeps them apart. Same key from both: one
-// call, one Created, no errors. Claims from both: each call once.
-func TestTwoStoresOneFile(t *testing.T) {
-	path := tempPath(t)
-	stores := []*Store{openAt(t, path, store.Options{}), openAt(t, path, store.Options{})}
-
-	const perStore = 8
-	var (
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		ids     = map[string]bool{}
-		created int
-		errs    []error
-	)
-	start := make(chan struct{})
-	for si, s := range stores {
-		for g := range perStore {
-			wg.Go(func() {
-				<-start
-				c, out, err := s.CreateOrGet(t.Context(), store.NewCall{
-					CallID:  "c_00000000000000" + string(rune('a'+si)) + string(rune('a'+g)),
-					IdemKey: "shared", Fingerprint: "f", Tool: "charge", ArgsJSON: []byte(`{}`),
-				})
-				mu.Lock()
-				defer mu.Unlock()
-				if err != nil {
-					errs = append(errs, err)
-					return
-				}
-				ids[c.CallID] = true
-				if out == store.Created {
-					created++
-				}
-			})
-		}
-	}
-	close(start)
-	wg.Wait()
-	if len(errs) > 0 {
-		t.Fatalf("CreateOrGet errors: %v", errs)
-	}
-	if len(ids) != 1 || created != 1 {
-		t.Fatalf("%d call ids, %d created; want 1 and 1", len(ids), created)
-	}
-
-	const calls = 20
-	for i := range calls {
-		if _, _, err := stores[i%2].CreateOrGet(t.Context(), store.NewCall{
-			CallID:  "c_000000000000c0" + string(rune('a'+i)),
-			IdemKey: "k" + string(rune('a'+i)), Fingerprint: "f", Tool: "charge", ArgsJSON: []byte(`{}`),
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	claimed := map[string]int{}
-	start = make(chan struct{})
-	for si, s := range stores {
-		for g := range 2 {
-			owner := "s" + string(rune('0'+si)) + "g" + string(rune('0'+g))
-			wg.Go(func() {
-				<-start
-				for {
-					got, err := s.ClaimNext(t.Context(), owner, time.Minute, 2)
-					mu.Lock()
-					if err != nil {
-						errs = append(errs, err)
-					}
-					for _, c := range got {
-						claimed[c.CallID]++
-					}
-					mu.Unlock()
-					if err != nil || len(got) == 0 {
-						return
-					}
-				}
-			})
-		}
-	}
-	close(start)
-	wg.Wait()
-	if len(errs) > 0 {
-		t.Fatalf("ClaimNext errors: %v", errs)
-	}
-	// 20 new calls plus the shared one.
-	if len(claimed) != calls+1 {
-		t.Fatalf("claimed %d calls, want %d", len(claimed), calls+1)
-	}
-	for id, n := range claimed {
-		if n != 1 {
-			t.Errorf("%s claimed %d times", id, n)
-		}
-	}
 }
 
 // BenchmarkCreateOrGetParallel measures new-key creation from many

@@ -11,13 +11,13 @@ import (
 
 // Hot statements. Each is prepared once per Store (database/sql then keeps
 // one SQLite statement per pooled connection and reuses it), instead of being
-// parsed and planned again on every execution: a CPU profile of
-// `idemctl bench` showed about 15 % of the service's time in SQLite's parser
-// before. modernc.org/sqlite has no statement cache of its own; a one-shot
+// parsed and planned again on every execution, where a CPU profile of
+// `idemctl bench` found a large share of the service's time (BENCHMARKS.md,
+// "Notes moved from the code"). modernc.org/sqlite has no statement cache of its own; a one-shot
 // Exec or Query prepares and finalizes every time.
 //
 // The SQL is written out here, next to the comment that says why it is
-// shaped as it is; the Go code that runs it is in calls.go and read.go.
+// shaped as it is; the Go code that runs it is in calls.go and reads.go.
 const (
 	// sqlCallByID and sqlCallByKey read one call (scanCall's columns).
 	sqlCallByID  = `SELECT ` + callCols + ` FROM calls WHERE call_id = ?`
@@ -96,7 +96,7 @@ const (
 		RETURNING ` + callCols
 
 	// sqlInsertEffect: ON CONFLICT(call_id) DO NOTHING, because
-	// effects.call_id UNIQUE is the last gate (§12.3.2). effect_id is
+	// effects.call_id UNIQUE is the last gate (docs/design.md, "Why effects are unique per call"). effect_id is
 	// derived from call_id, so a second insert for one call is the same
 	// effect and is dropped; a clash on effect_id with another call is an
 	// error and rolls the whole completion back.
@@ -110,8 +110,11 @@ const (
 		SET effect_id = (SELECT effect_id FROM effects WHERE call_id = ?)
 		WHERE call_id = ? RETURNING effect_id`
 
-	// sqlHasExpired is RecoverExpired's pre-check on a read connection.
-	sqlHasExpired = `SELECT EXISTS (SELECT 1 FROM calls WHERE status = 'running' AND lease_until <= ?)`
+	// sqlHasExpired is RecoverExpired's pre-check on a read connection:
+	// an expired lease, or a running call without one (see leaseLapsed).
+	// Two EXISTS, each a single probe of idx_calls_status.
+	sqlHasExpired = `SELECT EXISTS (SELECT 1 FROM calls WHERE status = 'running' AND lease_until <= ?)
+		OR EXISTS (SELECT 1 FROM calls WHERE status = 'running' AND lease_until IS NULL)`
 )
 
 // sqlListByStatus serves ListCalls with a status filter (the scheduler

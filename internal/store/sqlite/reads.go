@@ -86,12 +86,18 @@ func jsonArg(m json.RawMessage) any {
 
 // Get returns the call with that id, or store.ErrNotFound.
 func (s *Store) Get(ctx context.Context, callID string) (store.Call, error) {
+	if err := s.closedErr("get"); err != nil {
+		return store.Call{}, err
+	}
 	c, err := scanCall(s.rq.callByID.QueryRowContext(ctx, callID))
 	return c, mapErr(ctx, "get "+callID, err)
 }
 
 // GetByKey returns the call for an idempotency key, or store.ErrNotFound.
 func (s *Store) GetByKey(ctx context.Context, key string) (store.Call, error) {
+	if err := s.closedErr("get by key"); err != nil {
+		return store.Call{}, err
+	}
 	c, err := scanCall(s.rq.callByKey.QueryRowContext(ctx, key))
 	return c, mapErr(ctx, "get by key", err)
 }
@@ -106,6 +112,9 @@ func limitArg(n int) int {
 
 // ListCalls returns calls newest first, optionally of one status.
 func (s *Store) ListCalls(ctx context.Context, f store.ListFilter) ([]store.Call, error) {
+	if err := s.closedErr("list calls"); err != nil {
+		return nil, err
+	}
 	// rowid breaks ties between calls created in the same microsecond.
 	var (
 		rows *sql.Rows
@@ -138,6 +147,9 @@ func (s *Store) ListCalls(ctx context.Context, f store.ListFilter) ([]store.Call
 
 // ListEffects returns effects newest first (limit 0 = all).
 func (s *Store) ListEffects(ctx context.Context, limit int) ([]store.Effect, error) {
+	if err := s.closedErr("list effects"); err != nil {
+		return nil, err
+	}
 	rows, err := s.r.QueryContext(ctx,
 		`SELECT effect_id, call_id, tool, amount, created_at FROM effects
 		 ORDER BY created_at DESC, rowid DESC LIMIT ?`, limitArg(limit))
@@ -163,6 +175,9 @@ func (s *Store) ListEffects(ctx context.Context, limit int) ([]store.Effect, err
 // Audit returns audit rows oldest first; callID "" means every call. With a
 // limit, the newest limit rows, still oldest first.
 func (s *Store) Audit(ctx context.Context, callID string, limit int) ([]store.AuditEvent, error) {
+	if err := s.closedErr("audit"); err != nil {
+		return nil, err
+	}
 	// The inner query picks the newest rows, the outer one restores order.
 	query := `SELECT id, ts, call_id, event, detail FROM
 		(SELECT id, ts, call_id, event, detail FROM audit ORDER BY id DESC LIMIT ?) ORDER BY id`
@@ -195,6 +210,9 @@ func (s *Store) Audit(ctx context.Context, callID string, limit int) ([]store.Au
 // Dupes returns calls with more than one effect. effects.call_id is UNIQUE,
 // so this is always empty; inspect runs it so an operator can see that.
 func (s *Store) Dupes(ctx context.Context) ([]store.Dupe, error) {
+	if err := s.closedErr("dupes"); err != nil {
+		return nil, err
+	}
 	rows, err := s.r.QueryContext(ctx,
 		`SELECT call_id, count(*) FROM effects GROUP BY call_id HAVING count(*) > 1 ORDER BY call_id`)
 	if err != nil {
@@ -214,6 +232,9 @@ func (s *Store) Dupes(ctx context.Context) ([]store.Dupe, error) {
 
 // Attempts returns how many calls took how many attempts, by attempt.
 func (s *Store) Attempts(ctx context.Context) ([]store.AttemptBucket, error) {
+	if err := s.closedErr("attempts"); err != nil {
+		return nil, err
+	}
 	rows, err := s.r.QueryContext(ctx,
 		`SELECT attempt, count(*) FROM calls GROUP BY attempt ORDER BY attempt`)
 	if err != nil {
@@ -234,6 +255,9 @@ func (s *Store) Attempts(ctx context.Context) ([]store.AttemptBucket, error) {
 // Stats counts calls, effects and calls by status, from one snapshot so
 // the numbers add up.
 func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
+	if err := s.closedErr("stats"); err != nil {
+		return store.Stats{}, err
+	}
 	st := store.Stats{ByStatus: map[store.Status]int64{
 		// Every status is present, zero or not, so /stats has a fixed shape.
 		store.StatusPending: 0, store.StatusRunning: 0, store.StatusSucceeded: 0, store.StatusFailed: 0,

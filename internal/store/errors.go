@@ -1,0 +1,72 @@
+package store
+
+import "errors"
+
+// Sentinel errors. Backends return these (possibly wrapped) and never their
+// driver's own error for these situations; which method returns which is
+// documented on Store.
+var (
+	// ErrNotFound: no call with that id or key.
+	ErrNotFound = errors.New("store: not found")
+	// ErrConflict: the key exists with a different fingerprint (HTTP 409).
+	ErrConflict = errors.New("store: idempotency key reused with a different fingerprint")
+	// ErrNotHeld: Release found the call not running under the owner and
+	// attempt it was given (completed, recovered or taken over meanwhile),
+	// so there was nothing of that lease to release.
+	ErrNotHeld = errors.New("store: call not held by that owner and attempt")
+	// ErrNotClaimable is the former name of ErrNotHeld, kept for callers
+	// not yet renamed; it is the same error value.
+	//
+	// Deprecated: use ErrNotHeld.
+	ErrNotClaimable = ErrNotHeld
+	// ErrFenced: a completion was refused because the worker no longer holds
+	// the lease it claimed (owner or attempt changed). The refusal is audited.
+	ErrFenced = errors.New("store: stale lease, completion fenced")
+	// ErrUnavailable: the database cannot take the request now (busy past
+	// the busy timeout, disk full, connection lost, store closed). Maps to
+	// HTTP 503; the same request may succeed later.
+	ErrUnavailable = errors.New("store: database unavailable")
+	// ErrReadOnly: a write was attempted on a store opened read-only.
+	ErrReadOnly = errors.New("store: opened read-only")
+	// ErrRefused: the database refused this write for good (a constraint,
+	// a value it cannot store, a row too big). The same write would be
+	// refused every time, so retrying it is pointless. Backends return it
+	// as a *RefusedError, which errors.Is matches against ErrRefused.
+	ErrRefused = errors.New("store: write refused by the database")
+)
+
+// sentinels lists every sentinel, for IsSentinel.
+var sentinels = []error{ErrNotFound, ErrConflict, ErrNotHeld, ErrFenced, ErrUnavailable, ErrReadOnly, ErrRefused}
+
+// IsSentinel reports whether err already is (wraps) one of the store's
+// sentinel errors, so a backend's error translation leaves it alone.
+func IsSentinel(err error) bool {
+	for _, s := range sentinels {
+		if errors.Is(err, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// RefusedError is a permanent refusal of a write by the database: the
+// backend's way of saying ErrRefused while keeping its own error for the
+// log. Code names the class of the refusal without any data (a PostgreSQL
+// SQLSTATE such as "SQLSTATE 23505", or an SQLite result code name such as
+// "SQLITE_CONSTRAINT_UNIQUE"); it is safe to show to a client, where the
+// wrapped error's text may quote the refused value and is not.
+type RefusedError struct {
+	Code string
+	Err  error
+}
+
+// Error returns the refusal with the driver's message.
+func (e *RefusedError) Error() string {
+	return "store: write refused by the database (" + e.Code + "): " + e.Err.Error()
+}
+
+// Unwrap returns the driver's error.
+func (e *RefusedError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrRefused) true for a *RefusedError.
+func (e *RefusedError) Is(target error) bool { return target == ErrRefused }

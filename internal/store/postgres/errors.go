@@ -1,0 +1,76 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/puddle/v2"
+
+	"github.com/idemctl/idemctl/internal/store"
+)
+
+// interpret translates pgx and PostgreSQL errors into the store's sentinels,
+// wrapping the original so its text is kept. Already-translated errors and
+// nil pass through. If ctx is done, the caller's context is the cause,
+// whatever the driver made of it (a connection cut mid-query looks like a
+// network error), so the context's error is reported.
+func interpret(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	if store.IsSentinel(err) {
+		return err
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		if errors.Is(err, ctxErr) {
+			return err
+		}
+		return fmt.Errorf("%w (%v)", ctxErr, err)
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: %w", store.ErrNotFound, err)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case pgErr.Code == "25006": // read_only_sql_transaction
+			return fmt.Errorf("%w: %w", store.ErrReadOnly, err)
+		case strings.HasPrefix(pgErr.Code, "08"), // connection exception
+			strings.HasPrefix(pgErr.Code, "53"),  // insufficient resources: disk full, out of memory, too many connections
+			strings.HasPrefix(pgErr.Code, "57P"), // admin/crash shutdown, cannot connect now
+			pgErr.Code == "55P03",                // lock_not_available: waited past lock_timeout
+			// Cannot happen with the statements of this package (see the
+			// package comment), but if a server-side setting ever produces
+			// them they are transient: a same-key retry is safe.
+			pgErr.Code == "40001", pgErr.Code == "40P01":
+			return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+		case strings.HasPrefix(pgErr.Code, "22"), // data exception: a value it cannot store
+			strings.HasPrefix(pgErr.Code, "23"), // integrity constraint violation
+			strings.HasPrefix(pgErr.Code, "54"): // program limit exceeded: a value or row too big
+			// The same write is refused every time: a refusal for good,
+			// named by its SQLSTATE (a class code, never the value).
+			return &store.RefusedError{Code: "SQLSTATE " + pgErr.Code, Err: err}
+		}
+		return err
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	// Failures below the SQL layer: could not connect, connection lost
+	// mid-statement, pool closed.
+	var connErr *pgconn.ConnectError
+	var netErr net.Error
+	if errors.As(err, &connErr) || errors.As(err, &netErr) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, net.ErrClosed) || errors.Is(err, puddle.ErrClosedPool) ||
+		pgconn.SafeToRetry(err) {
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+	}
+	return err
+}

@@ -1,0 +1,193 @@
+package storetest
+
+import (
+	"fmt"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemctl/idemctl/internal/store"
+)
+
+func testClaimNext(t *testing.T, open func(t *testing.T) store.Store) {
+	t.Run("OldestFirstAndFields", func(t *testing.T) {
+		s := open(t)
+		a := create(t, s, "a")
+		tick()
+		b := create(t, s, "b")
+		tick()
+		c := create(t, s, "c")
+
+		got, err := s.ClaimNext(t.Context(), "w1", longLease, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []string{a.CallID, b.CallID}; !reflect.DeepEqual(ids(got), want) {
+			t.Fatalf("claimed %v, want oldest two %v", ids(got), want)
+		}
+		for _, g := range got {
+			if g.Status != store.StatusRunning || g.Attempt != 1 || g.Owner == nil || *g.Owner != "w1" || g.LeaseUntil == nil {
+				t.Fatalf("claimed call = %+v, want running attempt 1 owner w1 with a lease", g)
+			}
+			// The lease is now + lease by the database's clock; the
+			// claim's updated_at is that same now.
+			if d := *g.LeaseUntil - g.UpdatedAt; d < longLease.Seconds()-1 || d > longLease.Seconds()+1 {
+				t.Fatalf("lease_until - updated_at = %.3fs, want about %v", d, longLease)
+			}
+			if stored := get(t, s, g.CallID); !reflect.DeepEqual(normalize(t, stored), normalize(t, g)) {
+				t.Fatalf("stored %+v, ClaimNext returned %+v", stored, g)
+			}
+			evs := audit(t, s, g.CallID)
+			if last := evs[len(evs)-1]; last.Event != store.EventClaimed || last.Detail != "w1" {
+				t.Fatalf("last audit = %+v, want claimed by w1", last)
+			}
+		}
+
+		// Live leases are not claimable; only c is left.
+		claimOnly(t, s, "w2", longLease, c.CallID)
+		if got, err := s.ClaimNext(t.Context(), "w3", longLease, 10); err != nil || len(got) != 0 {
+			t.Fatalf("ClaimNext with everything leased = %v, %v; want nothing", ids(got), err)
+		}
+	})
+
+	t.Run("FinalCallsNotClaimable", func(t *testing.T) {
+		s := open(t)
+		ok := createAndClaim(t, s, "ok", "w1", shortLease)
+		if _, err := s.Succeed(t.Context(), completion(ok)); err != nil {
+			t.Fatal(err)
+		}
+		bad := createAndClaim(t, s, "bad", "w1", shortLease)
+		if _, err := s.Fail(t.Context(), failure(bad, true)); err != nil {
+			t.Fatal(err)
+		}
+		// Even once the (cleared) leases would have expired.
+		time.Sleep(2 * shortLease)
+		if got, err := s.ClaimNext(t.Context(), "w2", longLease, 10); err != nil || len(got) != 0 {
+			t.Fatalf("ClaimNext over final calls = %v, %v; want nothing", ids(got), err)
+		}
+	})
+
+	t.Run("LimitAndLease", func(t *testing.T) {
+		s := open(t)
+		c := create(t, s, "k1")
+		for _, limit := range []int{0, -1} {
+			got, err := s.ClaimNext(t.Context(), "w1", longLease, limit)
+			if err != nil || got == nil || len(got) != 0 {
+				t.Fatalf("ClaimNext(limit %d) = %#v, %v; want an empty, non-nil list", limit, got, err)
+			}
+		}
+		if got, err := s.ClaimNext(t.Context(), "w1", -time.Second, 1); err == nil || len(got) != 0 {
+			t.Fatalf("ClaimNext with a negative lease = %v, %v; want an error and nothing claimed", ids(got), err)
+		}
+		if g := get(t, s, c.CallID); g.Status != store.StatusPending || g.Attempt != 0 {
+			t.Fatalf("call after refused claims = %+v, want pending at attempt 0", g)
+		}
+		if n := countEvent(audit(t, s, c.CallID), store.EventClaimed); n != 0 {
+			t.Fatalf("claimed events = %d, want 0", n)
+		}
+	})
+
+	t.Run("EmptyStore", func(t *testing.T) {
+		s := open(t)
+		got, err := s.ClaimNext(t.Context(), "w1", longLease, 5)
+		if err != nil || len(got) != 0 {
+			t.Fatalf("ClaimNext on empty store = %v, %v", ids(got), err)
+		}
+	})
+}
+
+func testConcurrentClaimNext(t *testing.T, open func(t *testing.T) store.Store) {
+	s := open(t)
+	const calls, workers = 24, 4
+	want := map[string]bool{}
+	for i := range calls {
+		want[create(t, s, fmt.Sprintf("k%d", i)).CallID] = true
+	}
+	var (
+		mu      sync.Mutex
+		claimed = map[string]int{}
+		wg      sync.WaitGroup
+		start   = make(chan struct{})
+		errs    = make([]error, workers)
+	)
+	for w := range workers {
+		owner := fmt.Sprintf("w%d", w)
+		wg.Go(func() {
+			<-start
+			for {
+				got, err := s.ClaimNext(t.Context(), owner, longLease, 3)
+				if err != nil {
+					errs[w] = err
+					return
+				}
+				if len(got) == 0 {
+					return // long leases: nothing comes back once drained
+				}
+				mu.Lock()
+				for _, c := range got {
+					if c.Owner == nil || *c.Owner != owner || c.Attempt != 1 {
+						errs[w] = fmt.Errorf("claimed %+v as %s", c, owner)
+					}
+					claimed[c.CallID]++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	for w, err := range errs {
+		if err != nil {
+			t.Fatalf("worker %d: %v", w, err)
+		}
+	}
+	for id, n := range claimed {
+		if n != 1 {
+			t.Errorf("call %s claimed %d times", id, n)
+		}
+		if !want[id] {
+			t.Errorf("claimed unknown call %s", id)
+		}
+	}
+	if len(claimed) != calls {
+		t.Fatalf("claimed %d distinct calls, want %d", len(claimed), calls)
+	}
+	if n := countEvent(audit(t, s, ""), store.EventClaimed); n != calls {
+		t.Fatalf("claimed events = %d, want %d", n, calls)
+	}
+}
+
+// takeover claims a call as "old" with a short lease, waits for the lease to
+// lapse and has "new" take it over. It returns both claims.
+func takeover(t *testing.T, s store.Store) (stale, fresh store.Call) {
+	t.Helper()
+	stale = createAndClaim(t, s, "k1", "old", shortLease)
+	eventually(t, "another owner to take over the expired lease", func() bool {
+		got, err := s.ClaimNext(t.Context(), "new", longLease, 1)
+		if err != nil {
+			t.Fatalf("ClaimNext: %v", err)
+		}
+		if len(got) == 0 {
+			return false
+		}
+		fresh = got[0]
+		return true
+	})
+	return stale, fresh
+}
+
+func testLeaseExpiryTakeover(t *testing.T, open func(t *testing.T) store.Store) {
+	s := open(t)
+	stale, fresh := takeover(t, s)
+	if fresh.CallID != stale.CallID || fresh.Attempt != 2 || *fresh.Owner != "new" || fresh.Status != store.StatusRunning {
+		t.Fatalf("takeover = %+v, want %s running attempt 2 owner new", fresh, stale.CallID)
+	}
+	if *fresh.LeaseUntil <= *stale.LeaseUntil {
+		t.Fatalf("new lease %v not after old lease %v", *fresh.LeaseUntil, *stale.LeaseUntil)
+	}
+	want := []string{store.EventCreated, store.EventClaimed, store.EventClaimed}
+	if got := events(audit(t, s, stale.CallID)); !reflect.DeepEqual(got, want) {
+		t.Fatalf("audit = %v, want %v", got, want)
+	}
+}
