@@ -223,7 +223,7 @@ func (e *executor) releaseDeadOwners(ctx context.Context) {
 		// Fenced on the owner and attempt we saw: if the call moved on
 		// meanwhile, Release refuses and nothing happens.
 		err := e.st.Release(ctx, c.CallID, *c.Owner, c.Attempt, reason)
-		if errors.Is(err, store.ErrNotClaimable) {
+		if errors.Is(err, store.ErrNotHeld) {
 			continue
 		}
 		if err != nil {
@@ -410,7 +410,7 @@ func (e *executor) abandon(c store.Call, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
 	defer cancel()
 	err := e.st.Release(ctx, c.CallID, e.owner, c.Attempt, "abandoned at shutdown")
-	if err != nil && !errors.Is(err, store.ErrNotClaimable) {
+	if err != nil && !errors.Is(err, store.ErrNotHeld) {
 		log.Warn("releasing abandoned call failed; its lease will expire", attrErr, err)
 		return
 	}

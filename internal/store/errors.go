@@ -14,11 +14,6 @@ var (
 	// attempt it was given (completed, recovered or taken over meanwhile),
 	// so there was nothing of that lease to release.
 	ErrNotHeld = errors.New("store: call not held by that owner and attempt")
-	// ErrNotClaimable is the former name of ErrNotHeld, kept for callers
-	// not yet renamed; it is the same error value.
-	//
-	// Deprecated: use ErrNotHeld.
-	ErrNotClaimable = ErrNotHeld
 	// ErrFenced: a completion was refused because the worker no longer holds
 	// the lease it claimed (owner or attempt changed). The refusal is audited.
 	ErrFenced = errors.New("store: stale lease, completion fenced")

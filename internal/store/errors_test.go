@@ -22,9 +22,6 @@ func TestRefusedError(t *testing.T) {
 	if IsSentinel(driver) || IsSentinel(nil) {
 		t.Fatal("IsSentinel is true for a plain error or nil")
 	}
-	if !errors.Is(ErrNotClaimable, ErrNotHeld) {
-		t.Fatal("ErrNotClaimable must stay the same error as ErrNotHeld")
-	}
 }
 
 // TestCheckEffect: an effect needs an id and may only name its own call.
