@@ -56,9 +56,10 @@ type Client struct {
 	// Retries is how many times a retryable attempt is repeated after the
 	// first: zero means DefaultRetries, negative means no retry at all.
 	Retries int
-	// NewKeyOnRetry sends attempt i with key K-i instead of K. It exists
-	// only to demonstrate the bug of §12.8.2: every retry becomes a new
-	// logical call and may charge again.
+	// NewKeyOnRetry sends each attempt under a key of its own, K-0, K-1,
+	// ... (attempt n gets K-(n-1)) instead of K. It exists only to
+	// demonstrate the bug (docs/design.md, "What a retry with a new key
+	// does"): every retry becomes a new logical call and may charge again.
 	NewKeyOnRetry bool
 	// Sleep waits d or until ctx is done; nil means a timer. Tests inject
 	// one that records the requested durations.
@@ -126,9 +127,13 @@ const (
 )
 
 // AttemptRecord is what one POST attempt saw, printed by idemctl call as one
-// JSON line (§12.11.3): {"attempt":0,"error":"timed out","key":"..."} or
-// {"attempt":1,"http":202,"key":"...","call_id":"...","status":"pending"}.
+// JSON line: {"attempt":1,"error":"timed out","key":"..."} or
+// {"attempt":2,"http":202,"key":"...","call_id":"...","status":"pending"}.
 type AttemptRecord struct {
+	// Attempt numbers the client's POSTs from 1, as the server numbers a
+	// call's executions (the call's "attempt"): one numbering for readers
+	// of both. The two counts are different things; only the origin is
+	// shared.
 	Attempt  int    `json:"attempt"`
 	HTTP     int    `json:"http,omitempty"`
 	Error    string `json:"error,omitempty"`
@@ -293,7 +298,7 @@ func (c *Client) Call(ctx context.Context, key string, req Request) (Result, err
 			// The caller gave up: not a retryable timeout of this attempt.
 			return res, ctx.Err()
 		}
-		rec.Attempt = attempt
+		rec.Attempt = attempt + 1
 		res.Key = attemptKey
 		res.HTTP = rec.HTTP
 		retryable := (err == nil && rep.retryable()) || (err != nil && isTransport(err))
@@ -517,10 +522,19 @@ func (c *Client) getCall(ctx context.Context, path string) (Call, error) {
 	return rep.call, nil
 }
 
-func callPath(callID string) string { return "/v1/tool-calls/" + url.PathEscape(callID) }
+func callPath(callID string) string { return "/v1/tool-calls/" + escapeSegment(callID) }
 
 // keyPath escapes the key as one path segment: keys may contain '/'.
-func keyPath(key string) string { return "/v1/tool-calls/by-key/" + url.PathEscape(key) }
+func keyPath(key string) string { return "/v1/tool-calls/by-key/" + escapeSegment(key) }
+
+// escapeSegment escapes s as one path segment. url.PathEscape leaves '.'
+// alone, so the keys "." and ".." would become dot segments, which the
+// server's router cleans away (a redirect to another route, then 405); as
+// %2E they stay a segment like any other. Every dot is escaped, not only
+// whole "." and ".." segments: one rule, and the server decodes it either way.
+func escapeSegment(s string) string {
+	return strings.ReplaceAll(url.PathEscape(s), ".", "%2E")
+}
 
 // Stats is GET /stats: logical calls against side effects (§12.11.1).
 type Stats struct {

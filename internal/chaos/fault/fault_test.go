@@ -128,7 +128,7 @@ func TestDropResponseOneCallOneEffectAndNewKeyContrast(t *testing.T) {
 	assertPass(t, rep, 1, 1, 1)
 	// The evidence chain of §12.11.3: the first attempt timed out, the
 	// same-key retry was answered with the original call.
-	if !strings.Contains(out.String(), `{"attempt":0,"error":"timed out","key":"drop-`) ||
+	if !strings.Contains(out.String(), `{"attempt":1,"error":"timed out","key":"drop-`) ||
 		!strings.Contains(out.String(), `"replayed":true`) {
 		t.Fatalf("attempt lines missing from the evidence:\n%s", out)
 	}
