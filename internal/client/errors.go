@@ -20,6 +20,9 @@ const (
 	CodeUnknown = "unknown"
 	// CodeDeadline: polling ended before the call reached a final state.
 	CodeDeadline = "deadline_exceeded"
+	// CodeInvalidKey: the client refused an idempotency key the server
+	// could never accept (see CheckKey); nothing was sent.
+	CodeInvalidKey = "invalid_key"
 	// CodeNotFound and CodeConflict are the server's codes for 404 and 409.
 	CodeNotFound = "not_found"
 	CodeConflict = "idempotency_conflict"
@@ -31,6 +34,7 @@ var (
 	ErrRetryExhausted = errors.New(CodeRetryExhausted)
 	ErrUnknown        = errors.New(CodeUnknown)
 	ErrDeadline       = errors.New(CodeDeadline)
+	ErrInvalidKey     = errors.New(CodeInvalidKey)
 	ErrNotFound       = errors.New(CodeNotFound)
 	ErrConflict       = errors.New(CodeConflict)
 )
@@ -69,6 +73,8 @@ func (e *APIError) Is(target error) bool {
 		return e.Code == CodeUnknown
 	case ErrDeadline:
 		return e.Code == CodeDeadline
+	case ErrInvalidKey:
+		return e.Code == CodeInvalidKey
 	case ErrNotFound:
 		return e.Code == CodeNotFound
 	case ErrConflict:

@@ -38,7 +38,13 @@ func (c *Client) Poll(ctx context.Context, callID string, timeout time.Duration)
 // recorded yet, or never": it keeps asking until the deadline and then
 // ends with code unknown (errors.Is(err, ErrUnknown)). The safe next step
 // after unknown is to POST again with the same key, never a new one.
+//
+// A key that CheckKey refuses ends at once with code invalid_key: the
+// server can never have recorded it.
 func (c *Client) PollByKey(ctx context.Context, key string, timeout time.Duration) (Call, error) {
+	if err := CheckKey(key); err != nil {
+		return Call{}, err
+	}
 	return c.poll(ctx, keyPath(key), true, timeout)
 }
 
