@@ -21,6 +21,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/idemctl/idemctl/internal/server/servertest"
 )
 
 // Verdict is how a scenario ended.
@@ -75,8 +77,8 @@ func (r Report) Failed() bool { return r.Verdict == Fail }
 // Options configure a Runner.
 type Options struct {
 	// Binary is the idemctl executable started as the server; "" means
-	// this process's own executable (os.Executable), which is right for
-	// the idemctl command and wrong for a test binary.
+	// this process's own executable (servertest.Self), which is right for
+	// the idemctl command; tests pass servertest.Binary.
 	Binary string
 	// Out receives the narration and evidence; nil discards it.
 	Out io.Writer
@@ -115,9 +117,9 @@ func New(opts Options) (*Runner, error) {
 	}
 	bin := opts.Binary
 	if bin == "" {
-		exe, err := os.Executable()
+		exe, err := servertest.Self()
 		if err != nil {
-			return nil, fmt.Errorf("fault: finding the idemctl binary: %w", err)
+			return nil, fmt.Errorf("fault: %w", err)
 		}
 		bin = exe
 	}
@@ -301,7 +303,7 @@ func (r *Runner) runOnce(ctx context.Context, name, title string, body func(cont
 	}
 	defer func() {
 		e.close()
-		rep.PIDs = e.pids
+		rep.PIDs = e.pids()
 	}()
 	e.logf("%s", title)
 	e.logf("workdir %s", e.dir)

@@ -6,48 +6,26 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/idemctl/idemctl/internal/server/servertest"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/backend"
-)
-
-// binary is the idemctl executable built once for all scenario tests.
-var (
-	binary   string
-	buildErr error
 )
 
 const skipShort = "fault scenarios start real `idemctl serve` subprocesses; skipped under -short"
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	code := func() int {
-		if !testing.Short() {
-			dir, err := os.MkdirTemp("", "idemctl-fault-bin-")
-			if err != nil {
-				fmt.Fprintln(os.Stderr, err)
-				return 1
-			}
-			defer os.RemoveAll(dir)
-			binary = filepath.Join(dir, "idemctl")
-			out, err := exec.Command("go", "build", "-o", binary, "github.com/idemctl/idemctl/cmd/idemctl").CombinedOutput()
-			if err != nil {
-				buildErr = fmt.Errorf("building idemctl: %v\n%s", err, out)
-			}
-		}
-		return m.Run()
-	}()
+	code := m.Run()
+	servertest.Cleanup() // the binary servertest.Binary built
 	os.Exit(code)
 }
 
@@ -58,12 +36,9 @@ func setup(t *testing.T, opts Options) (*Runner, *bytes.Buffer, string) {
 	if testing.Short() {
 		t.Skip(skipShort)
 	}
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
 	var out bytes.Buffer
 	tmp := t.TempDir()
-	opts.Binary, opts.Out, opts.TempDir = binary, &out, tmp
+	opts.Binary, opts.Out, opts.TempDir = servertest.Binary(t), &out, tmp
 	r, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
