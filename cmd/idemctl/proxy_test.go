@@ -52,8 +52,8 @@ func TestProxyOptionsValidate(t *testing.T) {
 			if (err == nil) != tc.ok {
 				t.Fatalf("Validate = %v", err)
 			}
-			if tc.ok && o.chaos.Select != tc.want {
-				t.Fatalf("selector = %v, want %v", o.chaos.Select, tc.want)
+			if tc.ok && (o.chaos.Select != tc.want || o.chaos.AllowRemote != o.AllowRemote) {
+				t.Fatalf("selector = %v, allow remote %v; want %v, %v", o.chaos.Select, o.chaos.AllowRemote, tc.want, o.AllowRemote)
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-// Package chaos injects the network faults of §12.11: an HTTP proxy that can
+// Package chaos injects network faults: an HTTP proxy that can
 // drop a reply after the server acted, delay it, or deliver a request twice.
 // The fault scenarios built on it (and on server crashes) live in
 // internal/chaos/fault.
@@ -34,7 +34,7 @@ import (
 // Mode is what the proxy does to a selected request.
 type Mode string
 
-// The four modes of §12.11.4.
+// The four modes.
 const (
 	// ModePass forwards the request and streams the reply back.
 	ModePass Mode = "pass"
@@ -74,7 +74,8 @@ const (
 	// before hanging up; clients normally time out well before.
 	DefaultDropHold = 30 * time.Second
 	// DefaultMaxBody bounds the request body duplicate-request buffers
-	// (the server's own limit, SPEC §4.1); anything larger gets 413.
+	// (the server's own limit, docs/api.md, "Limits"); anything larger
+	// gets 413.
 	DefaultMaxBody = 1 << 20
 )
 
@@ -335,7 +336,7 @@ func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) 
 
 // hangUp is the drop: the client gets no status line at all. It keeps the
 // connection open until the client gives up (its own timeout, so it reports
-// "timed out" as in §12.11.3) or DropHold passes, then closes the TCP
+// "timed out") or DropHold passes, then closes the TCP
 // connection without a byte.
 func (p *Proxy) hangUp(w http.ResponseWriter, r *http.Request) {
 	t := time.NewTimer(p.opts.DropHold)

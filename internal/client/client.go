@@ -1,12 +1,13 @@
 // Package client is the Go client of the idemctl HTTP API: the same-key
-// retry loop of §12.8.1, bounded polling (§12.8.3) and lookup by key when no
-// call_id was ever received (§12.8.4).
+// retry loop, bounded polling and lookup by key when no call_id was ever
+// received (docs/api.md, "Submitting a call" and "Waiting for the result").
 //
 // The one rule the package exists to enforce: the idempotency key is chosen
 // once, outside the retry loop, and every attempt presents it unchanged. A
 // timeout is not a failure; it is "don't know", and the only safe way to find
 // out is to ask again with the same key. NewKeyOnRetry breaks that rule on
-// purpose, to reproduce the duplicate side effect of §12.8.2.
+// purpose, to reproduce the duplicate side effect (docs/design.md, "What a
+// retry with a new key does").
 package client
 
 import (
@@ -30,7 +31,7 @@ const (
 	DefaultTimeout = time.Second
 	// DefaultRetries is how many times a retryable attempt is repeated.
 	DefaultRetries = 3
-	// MaxBackoff caps the exponential backoff between attempts (§12.8.1).
+	// MaxBackoff caps the exponential backoff between attempts.
 	MaxBackoff = time.Second
 	// BaseBackoff is the first backoff step: 2^attempt × BaseBackoff.
 	BaseBackoff = 100 * time.Millisecond
@@ -72,7 +73,8 @@ type Client struct {
 	OnAttempt func(AttemptRecord)
 	// PreferWait, if positive, asks the server to hold each POST's reply
 	// until the call is final or this long has passed (Prefer: wait=N,
-	// whole seconds rounded up, SPEC §4.1). Timeout must exceed it.
+	// whole seconds rounded up; docs/api.md, "Waiting for the result").
+	// Timeout must exceed it.
 	PreferWait time.Duration
 }
 
@@ -88,7 +90,8 @@ type Request struct {
 	Seq      *int64
 }
 
-// Call is the server's view of one logical call (SPEC §4.3).
+// Call is the server's view of one logical call (docs/api.md, "The call
+// object").
 type Call struct {
 	CallID    string          `json:"call_id"`
 	IdemKey   string          `json:"idem_key"`
@@ -118,7 +121,7 @@ func (c Call) MarshalJSON() ([]byte, error) {
 	return json.Marshal(plain(c))
 }
 
-// Call statuses (SPEC §4.3).
+// Call statuses (docs/lifecycle.md, "States").
 const (
 	StatusPending   = "pending"
 	StatusRunning   = "running"
@@ -219,7 +222,7 @@ func SleepContext(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// Backoff is the pause before retry number attempt+1 (§12.8.1):
+// Backoff is the pause before retry number attempt+1:
 // min(2^attempt × 100ms, 1s), without jitter.
 func Backoff(attempt int) time.Duration {
 	if attempt >= 4 { // 2^4 × 100ms already exceeds the cap; avoids overflow
@@ -256,7 +259,7 @@ type wireRequest struct {
 	Seq      *int64 `json:"seq,omitempty"`
 }
 
-// Call makes one logical call under key, retrying per §12.8.1:
+// Call makes one logical call under key, retrying:
 //   - the key is fixed here, outside the loop (unless NewKeyOnRetry);
 //   - only timeouts (the client's, or the server's 408), connection
 //     errors, 429 and 503 are retried, after
@@ -291,7 +294,7 @@ func (c *Client) Call(ctx context.Context, key string, req Request) (Result, err
 	for attempt := 0; attempt <= retries; attempt++ {
 		attemptKey := key
 		if c.NewKeyOnRetry {
-			attemptKey = fmt.Sprintf("%s-%d", key, attempt) // the §12.8.2 bug, on purpose
+			attemptKey = fmt.Sprintf("%s-%d", key, attempt) // the new-key bug, on purpose
 		}
 		rec, rep, err := c.post(ctx, attemptKey, body)
 		if err != nil && ctx.Err() != nil {
@@ -356,7 +359,7 @@ type reply struct {
 
 func (r reply) retryable() bool {
 	// Only "try later" answers are retried; 400/409 and the rest mean the
-	// same request will get the same answer (§12.8.1). 408 is the server's
+	// same request will get the same answer. 408 is the server's
 	// own timeout (the body did not arrive in time; nothing was stored), a
 	// timeout like the client's, so the same key may safely be sent again.
 	return r.status == http.StatusTooManyRequests || r.status == http.StatusServiceUnavailable ||
@@ -505,7 +508,7 @@ func (c *Client) Get(ctx context.Context, callID string) (Call, error) {
 	return c.getCall(ctx, callPath(callID))
 }
 
-// GetByKey returns the call recorded under an idempotency key (§12.8.4):
+// GetByKey returns the call recorded under an idempotency key:
 // one request, no retry; not_found when the server never recorded the key.
 func (c *Client) GetByKey(ctx context.Context, key string) (Call, error) {
 	return c.getCall(ctx, keyPath(key))
@@ -536,7 +539,8 @@ func escapeSegment(s string) string {
 	return strings.ReplaceAll(url.PathEscape(s), ".", "%2E")
 }
 
-// Stats is GET /stats: logical calls against side effects (§12.11.1).
+// Stats is GET /stats: logical calls against side effects (docs/api.md,
+// "Health, stats and metrics").
 type Stats struct {
 	Calls    int64            `json:"calls"`
 	Effects  int64            `json:"effects"`

@@ -13,10 +13,10 @@ import (
 // (bad_request, idempotency_conflict, not_found, ...) pass through as sent.
 const (
 	// CodeRetryExhausted: every attempt timed out, failed to connect or was
-	// told to come back later (§12.8.1).
+	// told to come back later.
 	CodeRetryExhausted = "retry_exhausted"
 	// CodeUnknown: a by-key lookup never found the key before the deadline;
-	// the server may never have received the request (§12.8.4).
+	// the server may never have received the request.
 	CodeUnknown = "unknown"
 	// CodeDeadline: polling ended before the call reached a final state.
 	CodeDeadline = "deadline_exceeded"
@@ -96,7 +96,7 @@ func isTransport(err error) bool {
 	return errors.As(err, &te)
 }
 
-// describe turns a transport error into the short words of §12.11.3
+// describe turns a transport error into the short words of the attempt lines
 // ("timed out", "connection refused", ...).
 func describe(err error) string {
 	var ne net.Error

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Polling parameters (§12.8.3: bounded, with backoff).
+// Polling parameters (bounded, with backoff).
 const (
 	// DefaultPollTimeout is the deadline of a Poll given no timeout.
 	DefaultPollTimeout = 5 * time.Second
@@ -33,7 +33,7 @@ func (c *Client) Poll(ctx context.Context, callID string, timeout time.Duration)
 	return c.poll(ctx, callPath(callID), false, timeout)
 }
 
-// PollByKey is Poll for a client that never received a call_id (§12.8.4):
+// PollByKey is Poll for a client that never received a call_id:
 // it asks GET /v1/tool-calls/by-key/{key}. A 404 here only means "not
 // recorded yet, or never": it keeps asking until the deadline and then
 // ends with code unknown (errors.Is(err, ErrUnknown)). The safe next step
@@ -128,7 +128,7 @@ func (c *Client) poll(ctx context.Context, path string, byKey bool, timeout time
 }
 
 // pollFailure names why a poll got no call: a transport failure in the
-// short words of §12.11.3, or the server's error code.
+// short words of the attempt lines, or the server's error code.
 func pollFailure(err error) string {
 	if isTransport(err) {
 		return describe(err)

@@ -18,7 +18,7 @@ var concurrent = scenario{
 	plan: []string{
 		"make a temp dir and database; start `idemctl serve` on a free loopback port",
 		"20 clients (--concurrency) wait at a barrier, then POST the same key conc-<unix time>, charge amount 100, with same-key retries",
-		"the key's UNIQUE constraint and the write lock let exactly one insert win; every other request gets that call (§12.6.3)",
+		"the key's UNIQUE constraint and the write lock let exactly one insert win; every other request gets that call",
 		"poll the call until final; print calls, effects, audit and dupes from the database, and /stats",
 		"PASS when every client was answered with the same call_id, calls=1, effects=1",
 	},

@@ -1,15 +1,17 @@
-// Package fault runs idemctl's self-contained fault scenarios (§12.11.2):
-// each builds its own temporary database, starts the server as a subprocess
-// of the idemctl binary (and the chaos proxy in-process where needed),
-// drives the client through the fault, and prints the evidence chain of
-// §12.11.3 — the client's attempt lines, the calls, effects and audit rows
-// read back from the database, /stats — and a verdict: PASS, or FAIL naming
-// the invariant of SPEC §2 that broke.
+// Package fault runs idemctl's self-contained fault scenarios: each builds
+// its own temporary database, starts the server as a real `idemctl serve`
+// process (through servertest; the chaos proxy runs in-process where
+// needed), drives the client through the fault, and prints the evidence
+// chain — the client's attempt lines, the calls, effects and audit rows read
+// back from the database, /stats — and a verdict: PASS, or FAIL naming the
+// invariant that broke (docs/lifecycle.md, "Invariants"). The command is
+// described in docs/cli.md, "fault".
 //
-// Where it applies, a scenario also runs its §12.15 contrast: the same fault
-// with a client that takes a new key per retry, which ends with two calls
-// and two effects. That is reported as the expected demonstration of the
-// bug, neither a pass nor a failure.
+// Where it applies, a scenario also runs its contrast: the same fault with a
+// client that takes a new key per retry, which ends with two calls and two
+// effects (docs/design.md, "What a retry with a new key does"). That is
+// reported as the expected demonstration of the bug, neither a pass nor a
+// failure.
 package fault
 
 import (
@@ -34,7 +36,7 @@ const (
 	Pass Verdict = "PASS"
 	// Fail: an invariant broke; Report.Failures says which.
 	Fail Verdict = "FAIL"
-	// Demo: a §12.15 contrast run that showed the bug it exists to show.
+	// Demo: a contrast run that showed the bug it exists to show.
 	Demo Verdict = "DEMO"
 	// NotReproduced: a contrast run that did not show the bug (a note,
 	// not a failure of the service).
@@ -62,7 +64,7 @@ type Report struct {
 	Fenced, Recovered int
 	// Attempts are the client's attempt lines (of all clients).
 	Attempts int
-	// Contrast is the §12.15 run with a new key per retry, if any.
+	// Contrast is the run with a new key per retry, if any.
 	Contrast *Report
 	// PIDs are the server processes the scenario started (restarts
 	// included); all are gone when the run returns.
@@ -88,7 +90,7 @@ type Options struct {
 	// Concurrency is the number of clients of the concurrent scenario;
 	// zero means 20.
 	Concurrency int
-	// NoContrast skips the §12.15 contrast runs.
+	// NoContrast skips the new-key-per-retry contrast runs.
 	NoContrast bool
 	// KeepDir keeps each scenario's temporary directory (database and
 	// server logs) instead of removing it.
@@ -243,7 +245,7 @@ func DryRun(w io.Writer, names ...string) error {
 			fmt.Fprintf(w, "  %d. %s\n", j+1, step)
 		}
 		if s.contrast != nil {
-			fmt.Fprintf(w, "  then, unless --no-contrast: the same fault with --new-key-on-retry on a fresh database (§12.15), expected calls=2 effects=2\n")
+			fmt.Fprintf(w, "  then, unless --no-contrast: the same fault with --new-key-on-retry on a fresh database, expected calls=2 effects=2\n")
 		}
 	}
 	fmt.Fprintln(w, "\n(dry run: nothing was started)")
@@ -283,7 +285,7 @@ func (r *Runner) RunScenario(ctx context.Context, name string) (Report, error) {
 	}
 	if s.contrast != nil && !r.opts.NoContrast {
 		c, err := r.runOnce(ctx, s.name+" (contrast)",
-			"§12.15 contrast: the same fault, but the client takes a new key per retry (--new-key-on-retry)", s.contrast)
+			"contrast: the same fault, but the client takes a new key per retry (--new-key-on-retry)", s.contrast)
 		rep.Contrast = &c
 		if err != nil {
 			return rep, err

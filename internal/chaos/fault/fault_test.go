@@ -101,7 +101,7 @@ func TestDropResponseOneCallOneEffectAndNewKeyContrast(t *testing.T) {
 	r, out, tmp := setup(t, Options{})
 	rep := run(t, r, "drop-response")
 	assertPass(t, rep, 1, 1, 1)
-	// The evidence chain of §12.11.3: the first attempt timed out, the
+	// The evidence chain: the first attempt timed out, the
 	// same-key retry was answered with the original call.
 	if !strings.Contains(out.String(), `{"attempt":1,"error":"timed out","key":"drop-`) ||
 		!strings.Contains(out.String(), `"replayed":true`) {
