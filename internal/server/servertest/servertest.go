@@ -246,7 +246,9 @@ func (p *Process) start(ctx context.Context, addr string) error {
 	p.mu.Unlock()
 
 	urls := make(chan string, 1)
+	scanned := make(chan struct{})
 	go func() {
+		defer close(scanned)
 		sc := bufio.NewScanner(pr)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		found := false
@@ -267,6 +269,9 @@ func (p *Process) start(ctx context.Context, addr string) error {
 	go func() {
 		_ = cmd.Wait()
 		_ = pw.Close()
+		// Every line is in the output (and Log) before Done: a caller may
+		// close Log once the process has exited.
+		<-scanned
 		p.mu.Lock()
 		p.state = cmd.ProcessState
 		p.mu.Unlock()
