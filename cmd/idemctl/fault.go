@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os/signal"
@@ -11,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/idemctl/idemctl/internal/chaos/fault"
+	"github.com/idemctl/idemctl/internal/exitcode"
 )
 
 // faultOptions are the flags of idemctl fault.
@@ -53,7 +55,7 @@ func newFaultCmd(streams *IOStreams) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "fault",
 		Short: "Run self-contained fault scenarios and print the evidence and a verdict",
-		Long: `Run fault scenarios (§12.11): each makes its own temporary database, starts
+		Long: `Run fault scenarios: each makes its own temporary database, starts
 the server (this same binary, "serve") on a free loopback port, the chaos proxy
 where needed, drives the client through the fault, and prints the evidence
 chain: the client's attempt lines, the calls, effects, audit and dupes read
@@ -67,20 +69,21 @@ invariant that broke. Everything is cleaned up afterwards, also on Ctrl-C.
   --lease-expiry         a worker paused past its lease; another server commits, the stale commit is fenced
   --duplicate-request    the proxy delivers the request twice
 
-Where it applies (drop-response), the §12.15 contrast follows: the same fault
+Where it applies (drop-response), a contrast follows: the same fault
 with --new-key-on-retry, which ends with two calls and two charges — the
 expected demonstration of the bug, neither a pass nor a failure.
 
-Exit status 1 when any scenario broke an invariant.`,
+Exit status 1 when any scenario broke an invariant, 2 for a usage error. See
+docs/cli.md, "fault".`,
 		Example: `  idemctl fault --dry-run
   idemctl fault --drop-response
   idemctl fault --all`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := opts.Validate(); err != nil {
-				return err
+				return &ExitError{Code: exitcode.Usage, Err: err}
 			}
-			return runFault(cmd, opts, streams)
+			return runFault(cmd.Context(), opts, streams)
 		},
 	}
 	f := cmd.Flags()
@@ -89,7 +92,7 @@ Exit status 1 when any scenario broke an invariant.`,
 		opts.Selected[name] = f.Bool(name, false, "run the "+name+" scenario")
 	}
 	f.BoolVar(&opts.All, "all", false, "run every scenario")
-	f.BoolVar(&opts.NoContrast, "no-contrast", false, "skip the §12.15 new-key-per-retry contrast runs")
+	f.BoolVar(&opts.NoContrast, "no-contrast", false, "skip the new-key-per-retry contrast runs")
 	f.BoolVar(&opts.Keep, "keep", false, "keep each scenario's temp directory (database, server logs) for idemctl inspect")
 	f.StringVar(&opts.Binary, "binary", "", "idemctl binary to start as the server (default: this executable)")
 	f.DurationVar(&opts.Timeout, "timeout", time.Second, "the client's per-attempt timeout")
@@ -97,7 +100,9 @@ Exit status 1 when any scenario broke an invariant.`,
 	return cmd
 }
 
-func runFault(cmd *cobra.Command, opts *faultOptions, streams *IOStreams) error {
+// runFault prints the plans (--dry-run) or runs the chosen scenarios; a
+// broken invariant is exit status exitcode.Failed.
+func runFault(ctx context.Context, opts *faultOptions, streams *IOStreams) error {
 	if opts.DryRun {
 		return fault.DryRun(streams.Out, opts.names...)
 	}
@@ -117,7 +122,7 @@ func runFault(cmd *cobra.Command, opts *faultOptions, streams *IOStreams) error 
 	// signal ignored the write fails, and the runner stops and cleans up.
 	signal.Ignore(syscall.SIGPIPE)
 	defer signal.Reset(syscall.SIGPIPE)
-	reports, err := r.Run(cmd.Context(), opts.names...)
+	reports, err := r.Run(ctx, opts.names...)
 	if err != nil {
 		return err
 	}
@@ -128,7 +133,7 @@ func runFault(cmd *cobra.Command, opts *faultOptions, streams *IOStreams) error 
 		}
 	}
 	if len(failed) > 0 {
-		return &ExitError{Code: 1, Err: errors.New("invariant broken in: " + strings.Join(failed, ", "))}
+		return &ExitError{Code: exitcode.Failed, Err: errors.New("invariant broken in: " + strings.Join(failed, ", "))}
 	}
 	return nil
 }

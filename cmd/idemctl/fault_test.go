@@ -1,11 +1,15 @@
 package main
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemctl/idemctl/internal/chaos/fault"
+	"github.com/idemctl/idemctl/internal/exitcode"
+	"github.com/idemctl/idemctl/internal/server/servertest"
 )
 
 func TestFaultDryRunPrintsPlansOnly(t *testing.T) {
@@ -25,7 +29,7 @@ func TestFaultDryRunPrintsPlansOnly(t *testing.T) {
 
 func TestFaultNeedsAScenario(t *testing.T) {
 	_, errOut, code := cliRun(t, "fault")
-	if code == 0 || !strings.Contains(errOut, "choose a scenario") {
+	if code != exitcode.Usage || !strings.Contains(errOut, "choose a scenario") {
 		t.Fatalf("exit %d, stderr %s", code, errOut)
 	}
 }
@@ -45,5 +49,28 @@ func TestFaultOptionsAllSelectsEveryScenario(t *testing.T) {
 	*opts.Selected["crash"] = true
 	if err := opts.Validate(); err != nil || !slices.Equal(opts.names, []string{"crash"}) {
 		t.Fatalf("names = %v, %v", opts.names, err)
+	}
+}
+
+// TestFaultCommandRunsAScenario runs a real scenario through the command,
+// with a freshly built idemctl as --binary (a test binary has no serve
+// command, so the default, the running executable, is refused here).
+func TestFaultCommandRunsAScenario(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real idemctl serve processes; skipped under -short")
+	}
+	_, errOut, code := cliRun(t, "fault", "--crash")
+	if code == exitcode.OK || !strings.Contains(errOut, "servertest.Binary") {
+		t.Fatalf("under go test without --binary: exit %d, stderr %s", code, errOut)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	bin, err := servertest.Build(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := cliRun(t, "fault", "--crash", "--binary", bin)
+	if code != exitcode.OK || !strings.Contains(out, "PASS crash: calls=1 effects=1") {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 }

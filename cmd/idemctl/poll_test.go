@@ -1,9 +1,19 @@
 package main
 
 import (
+	"context"
 	"net/http"
+	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/idemctl/idemctl/internal/client"
+	"github.com/idemctl/idemctl/internal/exitcode"
+	"github.com/idemctl/idemctl/internal/server"
+	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/store/sqlite"
+	"github.com/idemctl/idemctl/internal/tools"
 )
 
 func TestPollByIDPrintsFinalCall(t *testing.T) {
@@ -66,5 +76,73 @@ func TestPollOptionsValidate(t *testing.T) {
 		if err := tc.o.Validate(); (err == nil) != tc.ok {
 			t.Errorf("%+v: Validate = %v", tc.o, err)
 		}
+	}
+}
+
+// pollRealServer runs the real HTTP API in process on a temp SQLite
+// database: the by-key tests are about what the server's router makes of
+// the path the client builds, which a scripted fake cannot tell.
+func pollRealServer(t *testing.T) string {
+	t.Helper()
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "idem.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(server.Config{Addr: "127.0.0.1:0"}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := srv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() {
+		ts.Close()
+		cancel()
+		_ = srv.Shutdown(context.Background())
+		_ = st.Close()
+	})
+	return ts.URL
+}
+
+// TestPollByKeyDotKeys: "." and ".." are valid keys; poll --key must find
+// their calls rather than be redirected by the router's dot-segment
+// cleaning (which ended in 405).
+func TestPollByKeyDotKeys(t *testing.T) {
+	base := pollRealServer(t)
+	c := &client.Client{Base: base}
+	for _, key := range []string{"..", "."} {
+		res, err := c.Call(t.Context(), key, client.Request{Tool: tools.Charge, Args: map[string]any{"amount": 1}})
+		if err != nil {
+			t.Fatalf("POST key %q: %v", key, err)
+		}
+		out, errOut, code := cliRun(t, "poll", "--key", key, "--base", base, "--timeout", "10s")
+		if code != exitcode.OK {
+			t.Fatalf("poll --key %q: exit %d\n%s%s", key, code, out, errOut)
+		}
+		lines := cliLines(t, out)
+		if len(lines) != 1 || lines[0]["call_id"] != res.Call.CallID || lines[0]["idem_key"] != key ||
+			lines[0]["status"] != client.StatusSucceeded {
+			t.Fatalf("poll --key %q printed:\n%s", key, out)
+		}
+	}
+}
+
+// TestPollByKeyRefusesImpossibleKey: a key the server could never accept
+// (here: a space) was never recorded, so poll --key ends at once, without
+// a request, instead of polling until the deadline.
+func TestPollByKeyRefusesImpossibleKey(t *testing.T) {
+	fs := newCLIFakeServer(t, nil, []func(http.ResponseWriter){
+		cliAnswer(404, `{"error":{"code":"not_found","message":"no such key"}}`),
+	})
+	out, errOut, code := cliRun(t, "poll", "--key", "a b", "--timeout", "2s", "--base", fs.URL)
+	if code == exitcode.OK || !strings.Contains(out+errOut, "invalid_key") {
+		t.Fatalf("exit %d, output:\n%s%s", code, out, errOut)
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if len(fs.gets) != 0 {
+		t.Fatalf("gets = %v, want none", fs.gets)
 	}
 }

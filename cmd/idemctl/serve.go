@@ -57,12 +57,9 @@ func (o *serveOptions) Validate() error {
 	if o.ShutdownGrace < 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-grace must not be negative, got %s", o.ShutdownGrace))
 	}
-	if o.LogFormat != "text" && o.LogFormat != "json" {
-		errs = append(errs, fmt.Errorf("--log-format must be text or json, got %q", o.LogFormat))
-	}
-	if err := o.level.UnmarshalText([]byte(o.LogLevel)); err != nil {
-		errs = append(errs, fmt.Errorf("--log-level must be debug, info, warn or error, got %q", o.LogLevel))
-	}
+	level, logErrs := checkLogFlags(o.LogFormat, o.LogLevel)
+	o.level = level
+	errs = append(errs, logErrs...)
 	return errors.Join(errs...)
 }
 
@@ -95,8 +92,7 @@ servers may share one PostgreSQL database.`,
 	f.IntVar(&opts.Workers, "workers", server.DefaultWorkers, "tool executions run at once")
 	f.DurationVar(&opts.Lease, "lease", server.DefaultLease, "lease a worker holds on a call; must exceed the longest tool (sleep: 10s)")
 	f.BoolVar(&opts.Chaos, "chaos", false, "enable the test-only args _crash_after_commit, _crash_before_commit and _pause_before_commit (loopback addresses only)")
-	f.StringVar(&opts.LogFormat, "log-format", "text", "log format: text or json (logs go to stderr)")
-	f.StringVar(&opts.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	addLogFlags(f, &opts.LogFormat, &opts.LogLevel)
 	f.DurationVar(&opts.ShutdownGrace, "shutdown-grace", server.DefaultShutdownGrace, "on SIGINT/SIGTERM, how long running tools may take to finish")
 	f.StringVar(&opts.InstanceHost, "instance-host", "", "host identity in lease owners, for dead-owner recovery (default: hostname + hash of boot id and pid namespace); never give two machines or containers the same value")
 	return cmd
@@ -110,12 +106,7 @@ servers may share one PostgreSQL database.`,
 // leave a new, migrated database file behind, or migrate a shared one, for
 // a server that never ran. If opening the store fails, the port is freed.
 func serveRun(ctx context.Context, o *serveOptions, streams *IOStreams) error {
-	hopts := &slog.HandlerOptions{Level: o.level}
-	var h slog.Handler = slog.NewTextHandler(streams.ErrOut, hopts)
-	if o.LogFormat == "json" {
-		h = slog.NewJSONHandler(streams.ErrOut, hopts)
-	}
-	logger := slog.New(h)
+	logger := newLogger(streams.ErrOut, o.LogFormat, o.level)
 
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", o.Addr)

@@ -1,4 +1,4 @@
-// Package chaos injects the network faults of §12.11: an HTTP proxy that can
+// Package chaos injects network faults: an HTTP proxy that can
 // drop a reply after the server acted, delay it, or deliver a request twice.
 // The fault scenarios built on it (and on server crashes) live in
 // internal/chaos/fault.
@@ -26,12 +26,15 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/idemctl/idemctl/internal/client"
+	"github.com/idemctl/idemctl/internal/server"
 )
 
 // Mode is what the proxy does to a selected request.
 type Mode string
 
-// The four modes of §12.11.4.
+// The four modes.
 const (
 	// ModePass forwards the request and streams the reply back.
 	ModePass Mode = "pass"
@@ -71,7 +74,8 @@ const (
 	// before hanging up; clients normally time out well before.
 	DefaultDropHold = 30 * time.Second
 	// DefaultMaxBody bounds the request body duplicate-request buffers
-	// (the server's own limit, SPEC §4.1); anything larger gets 413.
+	// (the server's own limit, docs/api.md, "Limits"); anything larger
+	// gets 413.
 	DefaultMaxBody = 1 << 20
 )
 
@@ -100,6 +104,12 @@ type Options struct {
 	// Rand returns a number in [0, 1) for the probability selector; nil
 	// means math/rand/v2. Tests inject a fixed sequence.
 	Rand func() float64
+	// AllowRemote lets Serve listen on an address that is not loopback.
+	// Off by default: the proxy is a test tool, and in front of a --chaos
+	// server it would let anyone who can reach it send the chaos hooks
+	// (_crash_after_commit, ...) that the server itself only accepts on
+	// loopback.
+	AllowRemote bool
 }
 
 // Validate checks the options.
@@ -246,7 +256,7 @@ func (p *Proxy) roundTrip(req *http.Request) (*http.Response, error) {
 		// request was applied — and only then lose it.
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		p.log.Debug("proxy dropped reply", logKeyN, d.n, logKeyStatus, resp.StatusCode)
+		p.log.Info("proxy dropped reply", logKeyN, d.n, logKeyStatus, resp.StatusCode)
 		return nil, errDropped
 
 	case ModeDelayResponse:
@@ -254,7 +264,7 @@ func (p *Proxy) roundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := sleepCtx(req.Context(), p.opts.Delay); err != nil {
+		if err := client.SleepContext(req.Context(), p.opts.Delay); err != nil {
 			resp.Body.Close()
 			return nil, err
 		}
@@ -296,7 +306,7 @@ func (p *Proxy) duplicate(req *http.Request, d *decision) (*http.Response, error
 		first, second = second, first
 	}
 	if second.resp != nil {
-		p.log.Debug("proxy duplicate delivered", logKeyN, d.n, logKeyStatus, second.resp.StatusCode)
+		p.log.Info("proxy duplicate delivered", logKeyN, d.n, logKeyStatus, second.resp.StatusCode)
 		_, _ = io.Copy(io.Discard, second.resp.Body)
 		second.resp.Body.Close()
 	}
@@ -326,7 +336,7 @@ func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) 
 
 // hangUp is the drop: the client gets no status line at all. It keeps the
 // connection open until the client gives up (its own timeout, so it reports
-// "timed out" as in §12.11.3) or DropHold passes, then closes the TCP
+// "timed out") or DropHold passes, then closes the TCP
 // connection without a byte.
 func (p *Proxy) hangUp(w http.ResponseWriter, r *http.Request) {
 	t := time.NewTimer(p.opts.DropHold)
@@ -350,20 +360,16 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 	fmt.Fprintf(w, `{"error":{"code":%s,"message":%s}}`+"\n", strconv.Quote(code), strconv.Quote(msg))
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // Serve runs the proxy on ln until ctx ends, then shuts down, giving
 // in-flight requests a moment to finish. It returns nil after a clean stop.
+// Unless Options.AllowRemote, ln must be a loopback address
+// (server.CheckLoopback); otherwise Serve returns an error at once.
 func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
+	if !p.opts.AllowRemote {
+		if err := server.CheckLoopback(ln.Addr().String()); err != nil {
+			return fmt.Errorf("proxy: refusing to listen beyond loopback without AllowRemote: %w", err)
+		}
+	}
 	srv := &http.Server{
 		Handler:           p,
 		ReadHeaderTimeout: 10 * time.Second,

@@ -155,6 +155,10 @@ func TestDropResponseClientTimesOutServerActed(t *testing.T) {
 	if req, hits := b.proxy.Counts(); req != 2 || hits != 1 {
 		t.Fatalf("counts = %d, %d", req, hits)
 	}
+	// A user of idemctl proxy sees the drop at the default (info) level.
+	if !strings.Contains(b.log.String(), "level=INFO msg=\"proxy dropped reply\" n=1 upstream=202") {
+		t.Fatalf("no info line for the dropped reply:\n%s", b.log)
+	}
 }
 
 func TestDropResponseHangsUpAfterHold(t *testing.T) {
@@ -339,5 +343,50 @@ func TestServeStopsOnCancel(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Serve = %v, want nil after cancel", err)
+	}
+}
+
+// TestServeRefusesRemoteListenerUnlessAllowed: in front of a --chaos server
+// the proxy forwards the chaos hooks, so it serves beyond loopback only
+// when told to (AllowRemote).
+func TestServeRefusesRemoteListenerUnlessAllowed(t *testing.T) {
+	target, _ := url.Parse("http://127.0.0.1:8081")
+	for _, allow := range []bool{false, true} {
+		p, err := New(Options{Target: target, Mode: ModePass, AllowRemote: allow})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", "0.0.0.0:0")
+		if err != nil {
+			t.Skipf("cannot listen on every interface here: %v", err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		errc := make(chan error, 1)
+		go func() { errc <- p.Serve(ctx, ln) }()
+		if !allow {
+			var err error
+			select {
+			case err = <-errc:
+			case <-time.After(5 * time.Second): // only so a regression fails instead of hanging
+				err = errors.New("still serving")
+			}
+			cancel()
+			ln.Close()
+			if err == nil || !strings.Contains(err.Error(), "loopback") {
+				t.Fatalf("Serve on %s without AllowRemote = %v, want a refusal", ln.Addr(), err)
+			}
+			continue
+		}
+		// Allowed: it serves (a request gets an answer) until cancelled.
+		_, port, _ := net.SplitHostPort(ln.Addr().String())
+		resp, err := http.Get("http://127.0.0.1:" + port + "/healthz")
+		if err != nil {
+			t.Fatalf("AllowRemote proxy did not serve: %v", err)
+		}
+		resp.Body.Close()
+		cancel()
+		if err := <-errc; err != nil {
+			t.Fatalf("Serve = %v", err)
+		}
 	}
 }

@@ -1,12 +1,13 @@
 // Package client is the Go client of the idemctl HTTP API: the same-key
-// retry loop of §12.8.1, bounded polling (§12.8.3) and lookup by key when no
-// call_id was ever received (§12.8.4).
+// retry loop, bounded polling and lookup by key when no call_id was ever
+// received (docs/api.md, "Submitting a call" and "Waiting for the result").
 //
 // The one rule the package exists to enforce: the idempotency key is chosen
 // once, outside the retry loop, and every attempt presents it unchanged. A
 // timeout is not a failure; it is "don't know", and the only safe way to find
 // out is to ask again with the same key. NewKeyOnRetry breaks that rule on
-// purpose, to reproduce the duplicate side effect of §12.8.2.
+// purpose, to reproduce the duplicate side effect (docs/design.md, "What a
+// retry with a new key does").
 package client
 
 import (
@@ -30,7 +31,7 @@ const (
 	DefaultTimeout = time.Second
 	// DefaultRetries is how many times a retryable attempt is repeated.
 	DefaultRetries = 3
-	// MaxBackoff caps the exponential backoff between attempts (§12.8.1).
+	// MaxBackoff caps the exponential backoff between attempts.
 	MaxBackoff = time.Second
 	// BaseBackoff is the first backoff step: 2^attempt × BaseBackoff.
 	BaseBackoff = 100 * time.Millisecond
@@ -56,9 +57,10 @@ type Client struct {
 	// Retries is how many times a retryable attempt is repeated after the
 	// first: zero means DefaultRetries, negative means no retry at all.
 	Retries int
-	// NewKeyOnRetry sends attempt i with key K-i instead of K. It exists
-	// only to demonstrate the bug of §12.8.2: every retry becomes a new
-	// logical call and may charge again.
+	// NewKeyOnRetry sends each attempt under a key of its own, K-0, K-1,
+	// ... (attempt n gets K-(n-1)) instead of K. It exists only to
+	// demonstrate the bug (docs/design.md, "What a retry with a new key
+	// does"): every retry becomes a new logical call and may charge again.
 	NewKeyOnRetry bool
 	// Sleep waits d or until ctx is done; nil means a timer. Tests inject
 	// one that records the requested durations.
@@ -71,7 +73,8 @@ type Client struct {
 	OnAttempt func(AttemptRecord)
 	// PreferWait, if positive, asks the server to hold each POST's reply
 	// until the call is final or this long has passed (Prefer: wait=N,
-	// whole seconds rounded up, SPEC §4.1). Timeout must exceed it.
+	// whole seconds rounded up; docs/api.md, "Waiting for the result").
+	// Timeout must exceed it.
 	PreferWait time.Duration
 }
 
@@ -87,7 +90,8 @@ type Request struct {
 	Seq      *int64
 }
 
-// Call is the server's view of one logical call (SPEC §4.3).
+// Call is the server's view of one logical call (docs/api.md, "The call
+// object").
 type Call struct {
 	CallID    string          `json:"call_id"`
 	IdemKey   string          `json:"idem_key"`
@@ -117,7 +121,7 @@ func (c Call) MarshalJSON() ([]byte, error) {
 	return json.Marshal(plain(c))
 }
 
-// Call statuses (SPEC §4.3).
+// Call statuses (docs/lifecycle.md, "States").
 const (
 	StatusPending   = "pending"
 	StatusRunning   = "running"
@@ -126,9 +130,13 @@ const (
 )
 
 // AttemptRecord is what one POST attempt saw, printed by idemctl call as one
-// JSON line (§12.11.3): {"attempt":0,"error":"timed out","key":"..."} or
-// {"attempt":1,"http":202,"key":"...","call_id":"...","status":"pending"}.
+// JSON line: {"attempt":1,"error":"timed out","key":"..."} or
+// {"attempt":2,"http":202,"key":"...","call_id":"...","status":"pending"}.
 type AttemptRecord struct {
+	// Attempt numbers the client's POSTs from 1, as the server numbers a
+	// call's executions (the call's "attempt"): one numbering for readers
+	// of both. The two counts are different things; only the origin is
+	// shared.
 	Attempt  int    `json:"attempt"`
 	HTTP     int    `json:"http,omitempty"`
 	Error    string `json:"error,omitempty"`
@@ -214,7 +222,7 @@ func SleepContext(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// Backoff is the pause before retry number attempt+1 (§12.8.1):
+// Backoff is the pause before retry number attempt+1:
 // min(2^attempt × 100ms, 1s), without jitter.
 func Backoff(attempt int) time.Duration {
 	if attempt >= 4 { // 2^4 × 100ms already exceeds the cap; avoids overflow
@@ -251,7 +259,7 @@ type wireRequest struct {
 	Seq      *int64 `json:"seq,omitempty"`
 }
 
-// Call makes one logical call under key, retrying per §12.8.1:
+// Call makes one logical call under key, retrying:
 //   - the key is fixed here, outside the loop (unless NewKeyOnRetry);
 //   - only timeouts (the client's, or the server's 408), connection
 //     errors, 429 and 503 are retried, after
@@ -286,14 +294,14 @@ func (c *Client) Call(ctx context.Context, key string, req Request) (Result, err
 	for attempt := 0; attempt <= retries; attempt++ {
 		attemptKey := key
 		if c.NewKeyOnRetry {
-			attemptKey = fmt.Sprintf("%s-%d", key, attempt) // the §12.8.2 bug, on purpose
+			attemptKey = fmt.Sprintf("%s-%d", key, attempt) // the new-key bug, on purpose
 		}
 		rec, rep, err := c.post(ctx, attemptKey, body)
 		if err != nil && ctx.Err() != nil {
 			// The caller gave up: not a retryable timeout of this attempt.
 			return res, ctx.Err()
 		}
-		rec.Attempt = attempt
+		rec.Attempt = attempt + 1
 		res.Key = attemptKey
 		res.HTTP = rec.HTTP
 		retryable := (err == nil && rep.retryable()) || (err != nil && isTransport(err))
@@ -351,7 +359,7 @@ type reply struct {
 
 func (r reply) retryable() bool {
 	// Only "try later" answers are retried; 400/409 and the rest mean the
-	// same request will get the same answer (§12.8.1). 408 is the server's
+	// same request will get the same answer. 408 is the server's
 	// own timeout (the body did not arrive in time; nothing was stored), a
 	// timeout like the client's, so the same key may safely be sent again.
 	return r.status == http.StatusTooManyRequests || r.status == http.StatusServiceUnavailable ||
@@ -500,7 +508,7 @@ func (c *Client) Get(ctx context.Context, callID string) (Call, error) {
 	return c.getCall(ctx, callPath(callID))
 }
 
-// GetByKey returns the call recorded under an idempotency key (§12.8.4):
+// GetByKey returns the call recorded under an idempotency key:
 // one request, no retry; not_found when the server never recorded the key.
 func (c *Client) GetByKey(ctx context.Context, key string) (Call, error) {
 	return c.getCall(ctx, keyPath(key))
@@ -517,12 +525,22 @@ func (c *Client) getCall(ctx context.Context, path string) (Call, error) {
 	return rep.call, nil
 }
 
-func callPath(callID string) string { return "/v1/tool-calls/" + url.PathEscape(callID) }
+func callPath(callID string) string { return "/v1/tool-calls/" + escapeSegment(callID) }
 
 // keyPath escapes the key as one path segment: keys may contain '/'.
-func keyPath(key string) string { return "/v1/tool-calls/by-key/" + url.PathEscape(key) }
+func keyPath(key string) string { return "/v1/tool-calls/by-key/" + escapeSegment(key) }
 
-// Stats is GET /stats: logical calls against side effects (§12.11.1).
+// escapeSegment escapes s as one path segment. url.PathEscape leaves '.'
+// alone, so the keys "." and ".." would become dot segments, which the
+// server's router cleans away (a redirect to another route, then 405); as
+// %2E they stay a segment like any other. Every dot is escaped, not only
+// whole "." and ".." segments: one rule, and the server decodes it either way.
+func escapeSegment(s string) string {
+	return strings.ReplaceAll(url.PathEscape(s), ".", "%2E")
+}
+
+// Stats is GET /stats: logical calls against side effects (docs/api.md,
+// "Health, stats and metrics").
 type Stats struct {
 	Calls    int64            `json:"calls"`
 	Effects  int64            `json:"effects"`

@@ -144,9 +144,9 @@ func TestCallTimeoutsThenSuccessKeepSameKey(t *testing.T) {
 		t.Fatalf("result = %+v", res)
 	}
 	want := []AttemptRecord{
-		{Attempt: 0, Error: "timed out", Key: "K", Retry: true},
 		{Attempt: 1, Error: "timed out", Key: "K", Retry: true},
-		{Attempt: 2, HTTP: 202, Key: "K", CallID: "c_1", Status: "pending"},
+		{Attempt: 2, Error: "timed out", Key: "K", Retry: true},
+		{Attempt: 3, HTTP: 202, Key: "K", CallID: "c_1", Status: "pending"},
 	}
 	if !slices.Equal(records, want) || !slices.Equal(res.Attempts, want) {
 		t.Fatalf("records = %+v\nwant %+v", records, want)
@@ -291,7 +291,7 @@ func TestCallConnectionRefusedExhausts(t *testing.T) {
 		t.Fatalf("attempts = %+v, want 3", res.Attempts)
 	}
 	for i, a := range res.Attempts {
-		if a.Error != "connection refused" || a.Key != "K" || a.Attempt != i {
+		if a.Error != "connection refused" || a.Key != "K" || a.Attempt != i+1 {
 			t.Fatalf("attempt %d = %+v", i, a)
 		}
 	}
@@ -379,9 +379,9 @@ func TestAttemptRecordJSON(t *testing.T) {
 		rec  AttemptRecord
 		want string
 	}{
-		{AttemptRecord{Attempt: 0, Error: "timed out", Key: "drop-1"}, `{"attempt":0,"error":"timed out","key":"drop-1"}`},
-		{AttemptRecord{Attempt: 1, HTTP: 200, Key: "drop-1", CallID: "c_1", Status: "succeeded", Replayed: true},
-			`{"attempt":1,"http":200,"key":"drop-1","call_id":"c_1","status":"succeeded","replayed":true}`},
+		{AttemptRecord{Attempt: 1, Error: "timed out", Key: "drop-1"}, `{"attempt":1,"error":"timed out","key":"drop-1"}`},
+		{AttemptRecord{Attempt: 2, HTTP: 200, Key: "drop-1", CallID: "c_1", Status: "succeeded", Replayed: true},
+			`{"attempt":2,"http":200,"key":"drop-1","call_id":"c_1","status":"succeeded","replayed":true}`},
 	} {
 		b, err := json.Marshal(tc.rec)
 		if err != nil || string(b) != tc.want {

@@ -13,13 +13,16 @@ import (
 // (bad_request, idempotency_conflict, not_found, ...) pass through as sent.
 const (
 	// CodeRetryExhausted: every attempt timed out, failed to connect or was
-	// told to come back later (§12.8.1).
+	// told to come back later.
 	CodeRetryExhausted = "retry_exhausted"
 	// CodeUnknown: a by-key lookup never found the key before the deadline;
-	// the server may never have received the request (§12.8.4).
+	// the server may never have received the request.
 	CodeUnknown = "unknown"
 	// CodeDeadline: polling ended before the call reached a final state.
 	CodeDeadline = "deadline_exceeded"
+	// CodeInvalidKey: the client refused an idempotency key the server
+	// could never accept (see CheckKey); nothing was sent.
+	CodeInvalidKey = "invalid_key"
 	// CodeNotFound and CodeConflict are the server's codes for 404 and 409.
 	CodeNotFound = "not_found"
 	CodeConflict = "idempotency_conflict"
@@ -31,6 +34,7 @@ var (
 	ErrRetryExhausted = errors.New(CodeRetryExhausted)
 	ErrUnknown        = errors.New(CodeUnknown)
 	ErrDeadline       = errors.New(CodeDeadline)
+	ErrInvalidKey     = errors.New(CodeInvalidKey)
 	ErrNotFound       = errors.New(CodeNotFound)
 	ErrConflict       = errors.New(CodeConflict)
 )
@@ -69,6 +73,8 @@ func (e *APIError) Is(target error) bool {
 		return e.Code == CodeUnknown
 	case ErrDeadline:
 		return e.Code == CodeDeadline
+	case ErrInvalidKey:
+		return e.Code == CodeInvalidKey
 	case ErrNotFound:
 		return e.Code == CodeNotFound
 	case ErrConflict:
@@ -90,7 +96,7 @@ func isTransport(err error) bool {
 	return errors.As(err, &te)
 }
 
-// describe turns a transport error into the short words of §12.11.3
+// describe turns a transport error into the short words of the attempt lines
 // ("timed out", "connection refused", ...).
 func describe(err error) string {
 	var ne net.Error

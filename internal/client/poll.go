@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Polling parameters (§12.8.3: bounded, with backoff).
+// Polling parameters (bounded, with backoff).
 const (
 	// DefaultPollTimeout is the deadline of a Poll given no timeout.
 	DefaultPollTimeout = 5 * time.Second
@@ -33,12 +33,18 @@ func (c *Client) Poll(ctx context.Context, callID string, timeout time.Duration)
 	return c.poll(ctx, callPath(callID), false, timeout)
 }
 
-// PollByKey is Poll for a client that never received a call_id (§12.8.4):
+// PollByKey is Poll for a client that never received a call_id:
 // it asks GET /v1/tool-calls/by-key/{key}. A 404 here only means "not
 // recorded yet, or never": it keeps asking until the deadline and then
 // ends with code unknown (errors.Is(err, ErrUnknown)). The safe next step
 // after unknown is to POST again with the same key, never a new one.
+//
+// A key that CheckKey refuses ends at once with code invalid_key: the
+// server can never have recorded it.
 func (c *Client) PollByKey(ctx context.Context, key string, timeout time.Duration) (Call, error) {
+	if err := CheckKey(key); err != nil {
+		return Call{}, err
+	}
 	return c.poll(ctx, keyPath(key), true, timeout)
 }
 
@@ -122,7 +128,7 @@ func (c *Client) poll(ctx context.Context, path string, byKey bool, timeout time
 }
 
 // pollFailure names why a poll got no call: a transport failure in the
-// short words of §12.11.3, or the server's error code.
+// short words of the attempt lines, or the server's error code.
 func pollFailure(err error) string {
 	if isTransport(err) {
 		return describe(err)

@@ -60,14 +60,14 @@ func TestPollByKeyNotFoundThenFound(t *testing.T) {
 	fs := newFakeServer(t,
 		respond(404, errJSON("not_found")),
 		respond(404, errJSON("not_found")),
-		respond(200, callJSON("c_1", "a/b c", "succeeded")))
+		respond(200, callJSON("c_1", "a/b%c.d", "succeeded")))
 	c, _ := setup(t, fs.srv.URL)
-	call, err := c.PollByKey(t.Context(), "a/b c", 10*time.Second)
+	call, err := c.PollByKey(t.Context(), "a/b%c.d", 10*time.Second)
 	if err != nil || call.CallID != "c_1" {
 		t.Fatalf("PollByKey = %+v, %v", call, err)
 	}
 	// The key is one escaped path segment, '/' included.
-	if got := fs.seenPaths(); len(got) != 3 || got[0] != "/v1/tool-calls/by-key/a%2Fb%20c" {
+	if got := fs.seenPaths(); len(got) != 3 || got[0] != "/v1/tool-calls/by-key/a%2Fb%25c%2Ed" {
 		t.Fatalf("paths = %v", got)
 	}
 }

@@ -25,7 +25,7 @@ type expect struct {
 }
 
 // evidence prints what the database and the server say happened — the
-// calls, effects, audit and dupes of §12.11.1, then /stats — fills the
+// calls, effects, audit and dupes, then /stats — fills the
 // report's numbers, and checks the invariants every scenario shares against
 // exp. answers are the call ids the clients were given (in 2xx replies).
 // It returns the rows it read, and an error only when the evidence could not
@@ -90,7 +90,7 @@ func (e *env) evidence(ctx context.Context, base string, rep *Report, exp expect
 		rep.CallID, rep.Status, rep.Attempt = oldest.CallID, string(oldest.Status), oldest.Attempt
 	}
 
-	// SPEC §2, invariant by invariant.
+	// docs/lifecycle.md, "Invariants", invariant by invariant.
 	if stats.Calls != exp.calls {
 		rep.fail("invariant 1 (one idempotency key is one logical call): calls=%d, want %d", stats.Calls, exp.calls)
 	}

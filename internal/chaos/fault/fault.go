@@ -1,15 +1,17 @@
-// Package fault runs idemctl's self-contained fault scenarios (§12.11.2):
-// each builds its own temporary database, starts the server as a subprocess
-// of the idemctl binary (and the chaos proxy in-process where needed),
-// drives the client through the fault, and prints the evidence chain of
-// §12.11.3 — the client's attempt lines, the calls, effects and audit rows
-// read back from the database, /stats — and a verdict: PASS, or FAIL naming
-// the invariant of SPEC §2 that broke.
+// Package fault runs idemctl's self-contained fault scenarios: each builds
+// its own temporary database, starts the server as a real `idemctl serve`
+// process (through servertest; the chaos proxy runs in-process where
+// needed), drives the client through the fault, and prints the evidence
+// chain — the client's attempt lines, the calls, effects and audit rows read
+// back from the database, /stats — and a verdict: PASS, or FAIL naming the
+// invariant that broke (docs/lifecycle.md, "Invariants"). The command is
+// described in docs/cli.md, "fault".
 //
-// Where it applies, a scenario also runs its §12.15 contrast: the same fault
-// with a client that takes a new key per retry, which ends with two calls
-// and two effects. That is reported as the expected demonstration of the
-// bug, neither a pass nor a failure.
+// Where it applies, a scenario also runs its contrast: the same fault with a
+// client that takes a new key per retry, which ends with two calls and two
+// effects (docs/design.md, "What a retry with a new key does"). That is
+// reported as the expected demonstration of the bug, neither a pass nor a
+// failure.
 package fault
 
 import (
@@ -21,6 +23,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/idemctl/idemctl/internal/server/servertest"
 )
 
 // Verdict is how a scenario ended.
@@ -32,7 +36,7 @@ const (
 	Pass Verdict = "PASS"
 	// Fail: an invariant broke; Report.Failures says which.
 	Fail Verdict = "FAIL"
-	// Demo: a §12.15 contrast run that showed the bug it exists to show.
+	// Demo: a contrast run that showed the bug it exists to show.
 	Demo Verdict = "DEMO"
 	// NotReproduced: a contrast run that did not show the bug (a note,
 	// not a failure of the service).
@@ -60,7 +64,7 @@ type Report struct {
 	Fenced, Recovered int
 	// Attempts are the client's attempt lines (of all clients).
 	Attempts int
-	// Contrast is the §12.15 run with a new key per retry, if any.
+	// Contrast is the run with a new key per retry, if any.
 	Contrast *Report
 	// PIDs are the server processes the scenario started (restarts
 	// included); all are gone when the run returns.
@@ -75,8 +79,8 @@ func (r Report) Failed() bool { return r.Verdict == Fail }
 // Options configure a Runner.
 type Options struct {
 	// Binary is the idemctl executable started as the server; "" means
-	// this process's own executable (os.Executable), which is right for
-	// the idemctl command and wrong for a test binary.
+	// this process's own executable (servertest.Self), which is right for
+	// the idemctl command; tests pass servertest.Binary.
 	Binary string
 	// Out receives the narration and evidence; nil discards it.
 	Out io.Writer
@@ -86,7 +90,7 @@ type Options struct {
 	// Concurrency is the number of clients of the concurrent scenario;
 	// zero means 20.
 	Concurrency int
-	// NoContrast skips the §12.15 contrast runs.
+	// NoContrast skips the new-key-per-retry contrast runs.
 	NoContrast bool
 	// KeepDir keeps each scenario's temporary directory (database and
 	// server logs) instead of removing it.
@@ -115,9 +119,9 @@ func New(opts Options) (*Runner, error) {
 	}
 	bin := opts.Binary
 	if bin == "" {
-		exe, err := os.Executable()
+		exe, err := servertest.Self()
 		if err != nil {
-			return nil, fmt.Errorf("fault: finding the idemctl binary: %w", err)
+			return nil, fmt.Errorf("fault: %w", err)
 		}
 		bin = exe
 	}
@@ -241,7 +245,7 @@ func DryRun(w io.Writer, names ...string) error {
 			fmt.Fprintf(w, "  %d. %s\n", j+1, step)
 		}
 		if s.contrast != nil {
-			fmt.Fprintf(w, "  then, unless --no-contrast: the same fault with --new-key-on-retry on a fresh database (§12.15), expected calls=2 effects=2\n")
+			fmt.Fprintf(w, "  then, unless --no-contrast: the same fault with --new-key-on-retry on a fresh database, expected calls=2 effects=2\n")
 		}
 	}
 	fmt.Fprintln(w, "\n(dry run: nothing was started)")
@@ -281,7 +285,7 @@ func (r *Runner) RunScenario(ctx context.Context, name string) (Report, error) {
 	}
 	if s.contrast != nil && !r.opts.NoContrast {
 		c, err := r.runOnce(ctx, s.name+" (contrast)",
-			"§12.15 contrast: the same fault, but the client takes a new key per retry (--new-key-on-retry)", s.contrast)
+			"contrast: the same fault, but the client takes a new key per retry (--new-key-on-retry)", s.contrast)
 		rep.Contrast = &c
 		if err != nil {
 			return rep, err
@@ -301,7 +305,7 @@ func (r *Runner) runOnce(ctx context.Context, name, title string, body func(cont
 	}
 	defer func() {
 		e.close()
-		rep.PIDs = e.pids
+		rep.PIDs = e.pids()
 	}()
 	e.logf("%s", title)
 	e.logf("workdir %s", e.dir)

@@ -6,48 +6,26 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/idemctl/idemctl/internal/server/servertest"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/backend"
-)
-
-// binary is the idemctl executable built once for all scenario tests.
-var (
-	binary   string
-	buildErr error
 )
 
 const skipShort = "fault scenarios start real `idemctl serve` subprocesses; skipped under -short"
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	code := func() int {
-		if !testing.Short() {
-			dir, err := os.MkdirTemp("", "idemctl-fault-bin-")
-			if err != nil {
-				fmt.Fprintln(os.Stderr, err)
-				return 1
-			}
-			defer os.RemoveAll(dir)
-			binary = filepath.Join(dir, "idemctl")
-			out, err := exec.Command("go", "build", "-o", binary, "github.com/idemctl/idemctl/cmd/idemctl").CombinedOutput()
-			if err != nil {
-				buildErr = fmt.Errorf("building idemctl: %v\n%s", err, out)
-			}
-		}
-		return m.Run()
-	}()
+	code := m.Run()
+	servertest.Cleanup() // the binary servertest.Binary built
 	os.Exit(code)
 }
 
@@ -58,12 +36,9 @@ func setup(t *testing.T, opts Options) (*Runner, *bytes.Buffer, string) {
 	if testing.Short() {
 		t.Skip(skipShort)
 	}
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
 	var out bytes.Buffer
 	tmp := t.TempDir()
-	opts.Binary, opts.Out, opts.TempDir = binary, &out, tmp
+	opts.Binary, opts.Out, opts.TempDir = servertest.Binary(t), &out, tmp
 	r, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -126,9 +101,9 @@ func TestDropResponseOneCallOneEffectAndNewKeyContrast(t *testing.T) {
 	r, out, tmp := setup(t, Options{})
 	rep := run(t, r, "drop-response")
 	assertPass(t, rep, 1, 1, 1)
-	// The evidence chain of §12.11.3: the first attempt timed out, the
+	// The evidence chain: the first attempt timed out, the
 	// same-key retry was answered with the original call.
-	if !strings.Contains(out.String(), `{"attempt":0,"error":"timed out","key":"drop-`) ||
+	if !strings.Contains(out.String(), `{"attempt":1,"error":"timed out","key":"drop-`) ||
 		!strings.Contains(out.String(), `"replayed":true`) {
 		t.Fatalf("attempt lines missing from the evidence:\n%s", out)
 	}

@@ -1,6 +1,6 @@
 //go:build unix
 
-package fault
+package servertest
 
 import (
 	"os"

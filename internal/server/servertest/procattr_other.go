@@ -1,9 +1,9 @@
 //go:build !linux
 
-package fault
+package servertest
 
 import "os/exec"
 
-// startChild starts cmd; without Pdeathsig, a runner killed outright leaves
+// startChild starts cmd; without Pdeathsig, a starter killed outright leaves
 // its server running.
 func startChild(cmd *exec.Cmd) error { return cmd.Start() }

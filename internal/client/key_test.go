@@ -1,0 +1,50 @@
+package client
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestCheckKey(t *testing.T) {
+	for _, tc := range []struct {
+		key string
+		ok  bool
+	}{
+		{"k", true},
+		{"..", true},
+		{"a/b?c#d%2F", true},
+		{"!~", true}, // the ends of the visible range
+		{strings.Repeat("k", MaxKeyLength), true},
+		{"", false},
+		{strings.Repeat("k", MaxKeyLength+1), false},
+		{"a b", false},
+		{"tab\t", false},
+		{"\x7f", false},
+		{"é", false},
+	} {
+		err := CheckKey(tc.key)
+		if (err == nil) != tc.ok {
+			t.Errorf("CheckKey(%q) = %v, want ok=%v", tc.key, err, tc.ok)
+		}
+		if err != nil && !errors.Is(err, ErrInvalidKey) {
+			t.Errorf("CheckKey(%q) = %v, want code invalid_key", tc.key, err)
+		}
+	}
+}
+
+// TestPollByKeyRefusesAnImpossibleKey: a key the server can never accept
+// was never recorded; PollByKey says so at once instead of polling until
+// the deadline, and sends nothing.
+func TestPollByKeyRefusesAnImpossibleKey(t *testing.T) {
+	fs := newFakeServer(t, respond(404, errJSON("not_found")))
+	c, rec := setup(t, fs.srv.URL)
+	_, err := c.PollByKey(t.Context(), "has space", 200*time.Millisecond)
+	if !errors.Is(err, ErrInvalidKey) {
+		t.Fatalf("err = %v, want invalid_key", err)
+	}
+	if n := fs.requests(); n != 0 || len(rec.got()) != 0 {
+		t.Fatalf("requests = %d, sleeps = %v; want none", n, rec.got())
+	}
+}
