@@ -1,11 +1,9 @@
 package main
 
 import (
-	"context"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/idemctl/idemctl/internal/chaos/fault"
 	"github.com/idemctl/idemctl/internal/exitcode"
@@ -63,12 +61,7 @@ func TestFaultCommandRunsAScenario(t *testing.T) {
 	if code == exitcode.OK || !strings.Contains(errOut, "servertest.Binary") {
 		t.Fatalf("under go test without --binary: exit %d, stderr %s", code, errOut)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
-	bin, err := servertest.Build(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := servertest.Binary(t)
 	out, errOut, code := cliRun(t, "fault", "--crash", "--binary", bin)
 	if code != exitcode.OK || !strings.Contains(out, "PASS crash: calls=1 effects=1") {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)

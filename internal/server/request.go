@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/idemctl/idemctl/internal/idemkey"
 	"net/http"
 	"sort"
 	"strconv"
@@ -19,7 +20,7 @@ const (
 	// MaxBodyBytes caps a POST body; larger bodies get 413 payload_too_large.
 	MaxBodyBytes = 1 << 20
 	// MaxKeyLength caps the Idempotency-Key header.
-	MaxKeyLength = 255
+	MaxKeyLength = idemkey.MaxLength
 	// MaxClientIDLength caps client_id, a label: PostgreSQL indexes it
 	// (client_id, seq), and a btree entry cannot hold an arbitrary string.
 	MaxClientIDLength = 255
@@ -66,16 +67,8 @@ func idempotencyKey(h http.Header) (string, *apiError) {
 // characters). A string that fails them can never have been recorded, so
 // lookups by such a key are answered without asking the store.
 func checkKey(key string) *apiError {
-	if key == "" {
-		return badRequest("Idempotency-Key is empty; it must be 1 to %d visible ASCII characters", MaxKeyLength)
-	}
-	if len(key) > MaxKeyLength {
-		return badRequest("Idempotency-Key is %d bytes; at most %d are allowed", len(key), MaxKeyLength)
-	}
-	for i := 0; i < len(key); i++ {
-		if c := key[i]; c < 0x21 || c > 0x7E {
-			return badRequest("Idempotency-Key has byte 0x%02x at offset %d; only visible ASCII (0x21-0x7E) is allowed", c, i)
-		}
+	if err := idemkey.Check(key); err != nil {
+		return badRequest("Idempotency-Key %v", err)
 	}
 	return nil
 }

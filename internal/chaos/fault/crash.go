@@ -10,8 +10,8 @@ import (
 
 	"github.com/idemctl/idemctl/internal/client"
 	"github.com/idemctl/idemctl/internal/exitcode"
+	"github.com/idemctl/idemctl/internal/serveproc"
 	"github.com/idemctl/idemctl/internal/server"
-	"github.com/idemctl/idemctl/internal/server/servertest"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/tools"
 )
@@ -128,7 +128,7 @@ func runCrash(ctx context.Context, e *env, rep *Report, hook string) error {
 	select {
 	case rr = <-restarted:
 		crashed = true
-	case <-time.After(servertest.StartTimeout):
+	case <-time.After(serveproc.StartTimeout):
 	case <-ctx.Done():
 		return ctx.Err()
 	}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/idemctl/idemctl/internal/chaos"
 	"github.com/idemctl/idemctl/internal/client"
-	"github.com/idemctl/idemctl/internal/server/servertest"
+	"github.com/idemctl/idemctl/internal/serveproc"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/backend"
 )
@@ -93,7 +93,7 @@ type serverOpts struct {
 // serverProc is one `idemctl serve` subprocess on the scenario's database,
 // run by servertest (which also restarts it on the same address).
 type serverProc struct {
-	*servertest.Process
+	*serveproc.Process
 	label string
 }
 
@@ -116,7 +116,7 @@ func (e *env) startServer(ctx context.Context, o serverOpts) (*serverProc, error
 		return nil, err
 	}
 	e.logs = append(e.logs, logf)
-	p, err := servertest.Start(ctx, servertest.Config{
+	p, err := serveproc.Start(ctx, serveproc.Config{
 		Binary:    e.r.binary,
 		DB:        e.db,
 		Chaos:     o.chaos,

@@ -24,7 +24,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemctl/idemctl/internal/server/servertest"
+	"github.com/idemctl/idemctl/internal/serveproc"
 )
 
 // Verdict is how a scenario ended.
@@ -79,8 +79,8 @@ func (r Report) Failed() bool { return r.Verdict == Fail }
 // Options configure a Runner.
 type Options struct {
 	// Binary is the idemctl executable started as the server; "" means
-	// this process's own executable (servertest.Self), which is right for
-	// the idemctl command; tests pass servertest.Binary.
+	// this process's own executable (serveproc.Self), which is right for
+	// the idemctl command; tests pass serveproc.Binary.
 	Binary string
 	// Out receives the narration and evidence; nil discards it.
 	Out io.Writer
@@ -119,7 +119,7 @@ func New(opts Options) (*Runner, error) {
 	}
 	bin := opts.Binary
 	if bin == "" {
-		exe, err := servertest.Self()
+		exe, err := serveproc.Self()
 		if err != nil {
 			return nil, fmt.Errorf("fault: %w", err)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemctl/idemctl/internal/client"
 	"github.com/idemctl/idemctl/internal/exitcode"
+	"github.com/idemctl/idemctl/internal/serveproc"
 	"github.com/idemctl/idemctl/internal/tools"
 )
 
@@ -26,7 +27,7 @@ func TestMain(m *testing.M) {
 func TestCrashThenRestartSameAddressAndDatabase(t *testing.T) {
 	bin := Binary(t)
 	db := filepath.Join(t.TempDir(), "idem.db")
-	p, err := Start(t.Context(), Config{Binary: bin, DB: db, Chaos: true, WaitReady: true})
+	p, err := serveproc.Start(t.Context(), Config{Binary: bin, DB: db, Chaos: true, WaitReady: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +68,7 @@ func TestCrashThenRestartSameAddressAndDatabase(t *testing.T) {
 func TestCallerEnvironmentIgnored(t *testing.T) {
 	bin := Binary(t)
 	t.Setenv("IDEMCTL_WORKERS", "0") // serve would refuse it
-	p, err := Start(t.Context(), Config{Binary: bin, DB: filepath.Join(t.TempDir(), "idem.db")})
+	p, err := serveproc.Start(t.Context(), Config{Binary: bin, DB: filepath.Join(t.TempDir(), "idem.db")})
 	if err != nil {
 		t.Fatalf("the caller's IDEMCTL_WORKERS reached the server: %v", err)
 	}
@@ -80,7 +81,7 @@ func TestCallerEnvironmentIgnored(t *testing.T) {
 // error that shows why.
 func TestStartFailureCarriesOutput(t *testing.T) {
 	bin := Binary(t)
-	_, err := Start(t.Context(), Config{Binary: bin, DB: filepath.Join(t.TempDir(), "idem.db"), Args: []string{"--workers", "0"}})
+	_, err := serveproc.Start(t.Context(), Config{Binary: bin, DB: filepath.Join(t.TempDir(), "idem.db"), Args: []string{"--workers", "0"}})
 	if err == nil || !strings.Contains(err.Error(), "exited before serving") || !strings.Contains(err.Error(), "--workers") {
 		t.Fatalf("err = %v, want the exit and the server's own message", err)
 	}
@@ -91,14 +92,14 @@ func TestStartCancelled(t *testing.T) {
 	bin := Binary(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	_, err := Start(ctx, Config{Binary: bin, DB: filepath.Join(t.TempDir(), "idem.db")})
+	_, err := serveproc.Start(ctx, Config{Binary: bin, DB: filepath.Join(t.TempDir(), "idem.db")})
 	if !errors.Is(err, context.Canceled) && (err == nil || !strings.Contains(err.Error(), context.Canceled.Error())) {
 		t.Fatalf("err = %v, want the cancellation", err)
 	}
 }
 
 func TestSelfRefusesUnderGoTest(t *testing.T) {
-	if _, err := Self(); err == nil {
+	if _, err := serveproc.Self(); err == nil {
 		t.Fatal("Self returned the test binary as idemctl")
 	}
 }

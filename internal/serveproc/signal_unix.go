@@ -1,6 +1,6 @@
 //go:build unix
 
-package servertest
+package serveproc
 
 import (
 	"os"

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package servertest
+package serveproc
 
 import "os/exec"
 

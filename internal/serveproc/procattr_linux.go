@@ -1,4 +1,4 @@
-package servertest
+package serveproc
 
 import (
 	"os/exec"
