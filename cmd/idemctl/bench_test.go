@@ -36,7 +36,7 @@ func benchFake(t *testing.T, after string) string {
 
 func TestBenchSameKeyTwoEffectsExitsOne(t *testing.T) {
 	base := benchFake(t, `{"calls":1,"effects":2,"by_status":{"succeeded":1}}`)
-	out, errOut, code := inspectCLI(t, "bench", "--base", base, "-n", "20", "-c", "4", "--same-key", "--drain-timeout", "1s")
+	out, errOut, code := cliRun(t, "bench", "--base", base, "-n", "20", "-c", "4", "--same-key", "--drain-timeout", "1s")
 	if code != 1 {
 		t.Fatalf("exit %d, want 1\n%s\n%s", code, out, errOut)
 	}
@@ -47,7 +47,7 @@ func TestBenchSameKeyTwoEffectsExitsOne(t *testing.T) {
 
 func TestBenchHealthyFakeExitsZero(t *testing.T) {
 	base := benchFake(t, `{"calls":1,"effects":1,"by_status":{"succeeded":1}}`)
-	out, errOut, code := inspectCLI(t, "bench", "--base", base, "-n", "20", "-c", "4", "--same-key", "-o", "json")
+	out, errOut, code := cliRun(t, "bench", "--base", base, "-n", "20", "-c", "4", "--same-key", "-o", "json")
 	if code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
 	}
@@ -62,7 +62,7 @@ func TestBenchHealthyFakeExitsZero(t *testing.T) {
 }
 
 func TestBenchInProcess(t *testing.T) {
-	out, errOut, code := inspectCLI(t, "bench", "-n", "30", "-c", "5", "--workers", "2", "--ceiling", "-o", "json")
+	out, errOut, code := cliRun(t, "bench", "-n", "30", "-c", "5", "--workers", "2", "--ceiling", "-o", "json")
 	if code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
 	}
@@ -99,14 +99,14 @@ func TestBenchBadFlags(t *testing.T) {
 		{"bench", "--base", "127.0.0.1:8081"},
 		{"bench", "-o", "yaml"},
 	} {
-		if _, errOut, code := inspectCLI(t, args...); code != 2 || errOut == "" {
+		if _, errOut, code := cliRun(t, args...); code != 2 || errOut == "" {
 			t.Errorf("%q: exit %d, stderr %q; want 2 and a message", args, code, errOut)
 		}
 	}
 }
 
 func TestInspectUnknownSubcommand(t *testing.T) {
-	if _, errOut, code := inspectCLI(t, "inspect", "cals"); code == 0 || !strings.Contains(errOut, "unknown command") {
+	if _, errOut, code := cliRun(t, "inspect", "cals"); code == 0 || !strings.Contains(errOut, "unknown command") {
 		t.Errorf("exit %d, stderr %q", code, errOut)
 	}
 }

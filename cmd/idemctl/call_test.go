@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,15 +11,6 @@ import (
 	"sync"
 	"testing"
 )
-
-// cliRun runs idemctl with args and returns stdout, stderr and the exit
-// status, as a user would see them.
-func cliRun(t *testing.T, args ...string) (stdout, stderr string, code int) {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	code = Main(args, &IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
-	return out.String(), errOut.String(), code
-}
 
 // cliFakeServer is a scripted stand-in for idemctl serve: POST answers from
 // post (the last entry repeating), GET /v1/tool-calls/{id} answers from get.
@@ -190,15 +180,16 @@ func TestCallOptionsValidate(t *testing.T) {
 		args map[string]any
 		ok   bool
 	}{
-		{"no key", callOptions{Base: "http://127.0.0.1:8081", Tool: "charge", Timeout: 1}, nil, false},
-		{"default amount", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "charge", Timeout: 1}, map[string]any{"amount": 100}, true},
-		{"args object", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "send_email", Timeout: 1, Args: `{"to":"a"}`}, map[string]any{"to": "a"}, true},
-		{"amount merged", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "charge", Timeout: 1, Args: `{"_crash_after_commit":true}`, Amount: 7, amountSet: true},
+		{"no key", callOptions{Base: "http://127.0.0.1:8081", Tool: "charge", AttemptTimeout: 1}, nil, false},
+		{"default amount", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "charge", AttemptTimeout: 1}, map[string]any{"amount": 100}, true},
+		{"args object", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "send_email", AttemptTimeout: 1, Args: `{"to":"a"}`}, map[string]any{"to": "a"}, true},
+		{"amount merged", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "charge", AttemptTimeout: 1, Args: `{"_crash_after_commit":true}`, Amount: 7, amountSet: true},
 			map[string]any{"_crash_after_commit": true, "amount": int64(7)}, true},
-		{"args array", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "charge", Timeout: 1, Args: `[1]`}, nil, false},
-		{"args null", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "charge", Timeout: 1, Args: `null`}, nil, false},
-		{"args trailing", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "charge", Timeout: 1, Args: `{} {}`}, nil, false},
-		{"negative retries", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "charge", Timeout: 1, Retries: -1}, nil, false},
+		{"args array", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "charge", AttemptTimeout: 1, Args: `[1]`}, nil, false},
+		{"args null", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "charge", AttemptTimeout: 1, Args: `null`}, nil, false},
+		{"amount twice", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "charge", AttemptTimeout: 1, Args: `{"amount":7}`, Amount: 5, amountSet: true}, nil, false},
+		{"args trailing", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "charge", AttemptTimeout: 1, Args: `{} {}`}, nil, false},
+		{"negative retries", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "charge", AttemptTimeout: 1, Retries: -1}, nil, false},
 		{"zero timeout", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "charge"}, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -45,7 +45,7 @@ func (o *inspectOptions) Validate() error {
 func (o *inspectOptions) open(ctx context.Context) (store.Store, error) {
 	st, err := backend.Open(ctx, o.DB, store.Options{ReadOnly: true})
 	if err != nil {
-		return nil, fmt.Errorf("opening %s: %w", redactDSN(o.DB), err)
+		return nil, fmt.Errorf("--db %s: %w", backend.Redact(o.DB), err)
 	}
 	return st, nil
 }
@@ -69,7 +69,7 @@ Tables by default; --output json for scripts.`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error { return c.Help() },
 	}
-	cmd.PersistentFlags().StringVar(&opts.DB, "db", "idem.db", "database: SQLite path, sqlite://path or postgres:// URL")
+	cmd.PersistentFlags().StringVar(&opts.DB, "db", "idem.db", "database: SQLite path, sqlite://path, postgres:// URL or key=value DSN")
 	cmd.PersistentFlags().StringVarP(&opts.Output, "output", "o", string(inspect.FormatTable), "output format: table or json")
 
 	// run wraps a subcommand body with validation and opening/closing the store.

@@ -42,7 +42,7 @@ func TestPollByKeyUnknownExitsOne(t *testing.T) {
 
 func TestPollDeadlinePrintsLastState(t *testing.T) {
 	fs := newCLIFakeServer(t, nil, []func(http.ResponseWriter){cliAnswer(200, cliCall("running"))})
-	out, _, code := cliRun(t, "poll", "c_1", "--timeout", "200ms", "--base", fs.URL)
+	out, _, code := cliRun(t, "poll", "c_1", "--deadline", "200ms", "--base", fs.URL)
 	if code != 1 {
 		t.Fatalf("exit %d, want 1", code)
 	}
@@ -57,10 +57,10 @@ func TestPollOptionsValidate(t *testing.T) {
 		o  pollOptions
 		ok bool
 	}{
-		{pollOptions{Base: "http://127.0.0.1:8081", Timeout: 1}, false},
-		{pollOptions{Base: "http://127.0.0.1:8081", CallID: "c", Key: "k", Timeout: 1}, false},
-		{pollOptions{Base: "http://127.0.0.1:8081", CallID: "c", Timeout: 1}, true},
-		{pollOptions{Base: "http://127.0.0.1:8081", Key: "k", Timeout: 1}, true},
+		{pollOptions{Base: "http://127.0.0.1:8081", Deadline: 1}, false},
+		{pollOptions{Base: "http://127.0.0.1:8081", CallID: "c", Key: "k", Deadline: 1}, false},
+		{pollOptions{Base: "http://127.0.0.1:8081", CallID: "c", Deadline: 1}, true},
+		{pollOptions{Base: "http://127.0.0.1:8081", Key: "k", Deadline: 1}, true},
 		{pollOptions{Base: "http://127.0.0.1:8081", Key: "k"}, false},
 	} {
 		if err := tc.o.Validate(); (err == nil) != tc.ok {

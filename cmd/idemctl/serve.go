@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/url"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -79,19 +77,21 @@ worker crashed is recovered when its lease expires, or at once when its owner
 was a process on this host that no longer exists. SIGINT/SIGTERM stop
 accepting, let running tools finish within --shutdown-grace, and exit.
 
---db takes a SQLite path (or sqlite://path) or a postgres:// URL; several
-servers may share one PostgreSQL database.`,
+--db takes a SQLite path (or sqlite://path), a postgres:// URL or a libpq
+key=value DSN ("host=db dbname=idem user=idem"); several servers may share
+one PostgreSQL database (docs/operations.md, "Running several instances").
+Passwords in --db are never printed. See docs/cli.md, "serve".`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := opts.Validate(); err != nil {
 				return err
 			}
-			return serveRun(cmd.Context(), opts, streams)
+			return runtimeError(runServe(cmd.Context(), opts, streams))
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.Addr, "addr", server.DefaultAddr, "listen address (host:port; port 0 picks a free one)")
-	f.StringVar(&opts.DB, "db", "idem.db", "database: SQLite path, sqlite://path or postgres:// URL")
+	f.StringVar(&opts.DB, "db", "idem.db", "database: SQLite path, sqlite://path, postgres:// URL or key=value DSN")
 	f.IntVar(&opts.Workers, "workers", server.DefaultWorkers, "tool executions run at once")
 	f.DurationVar(&opts.Lease, "lease", server.DefaultLease, "lease a worker holds on a call; must exceed the longest tool (sleep: 10s)")
 	f.BoolVar(&opts.Chaos, "chaos", false, "enable the test-only args _crash_after_commit, _crash_before_commit and _pause_before_commit (loopback addresses only)")
@@ -102,14 +102,14 @@ servers may share one PostgreSQL database.`,
 	return cmd
 }
 
-// serveRun listens, opens the store, builds the server and serves until ctx
+// runServe listens, opens the store, builds the server and serves until ctx
 // is cancelled (SIGINT/SIGTERM, see root.go).
 //
 // The listener comes first: a port already in use (say, a second serve
 // started by mistake) must fail before the database is opened, or it would
 // leave a new, migrated database file behind, or migrate a shared one, for
 // a server that never ran. If opening the store fails, the port is freed.
-func serveRun(ctx context.Context, o *serveOptions, streams *IOStreams) error {
+func runServe(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 	hopts := &slog.HandlerOptions{Level: o.level}
 	var h slog.Handler = slog.NewTextHandler(streams.ErrOut, hopts)
 	if o.LogFormat == "json" {
@@ -128,7 +128,7 @@ func serveRun(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 
 	st, err := backend.Open(ctx, o.DB, store.Options{})
 	if err != nil {
-		return fmt.Errorf("opening database %s: %w", redactDSN(o.DB), err)
+		return fmt.Errorf("opening database %s: %w", backend.Redact(o.DB), err)
 	}
 	defer st.Close()
 
@@ -147,25 +147,6 @@ func serveRun(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 	// Scripts and tests read the real address (with --addr host:0) from
 	// this line.
 	fmt.Fprintf(streams.ErrOut, "idemctl serving on http://%s (db: %s, workers %d, lease %s)\n",
-		ln.Addr(), redactDSN(o.DB), o.Workers, o.Lease)
+		ln.Addr(), backend.Redact(o.DB), o.Workers, o.Lease)
 	return srv.Run(ctx, ln)
-}
-
-// redactDSN hides a password in a postgres:// URL before it is printed:
-// the one in the userinfo and a password= query parameter (libpq and pgx
-// take both).
-func redactDSN(dsn string) string {
-	if !strings.Contains(dsn, "://") {
-		return dsn
-	}
-	u, err := url.Parse(dsn)
-	if err != nil {
-		scheme, _, _ := strings.Cut(dsn, "://")
-		return scheme + "://(unparsable, not shown)"
-	}
-	if q := u.Query(); q.Has("password") {
-		q.Set("password", "xxxxx")
-		u.RawQuery = q.Encode()
-	}
-	return u.Redacted()
 }

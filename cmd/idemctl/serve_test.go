@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/idemctl/idemctl/internal/exitcode"
 )
 
 func TestServeOptionsValidate(t *testing.T) {
@@ -138,11 +140,9 @@ func TestServeRunsAndStopsOnCancel(t *testing.T) {
 }
 
 func TestServeRefusesChaosOffLoopback(t *testing.T) {
-	errOut := &serveBuffer{}
-	code := Main([]string{"serve", "--addr", "0.0.0.0:0", "--chaos", "--db", filepath.Join(t.TempDir(), "x.db")},
-		&IOStreams{In: strings.NewReader(""), Out: io.Discard, ErrOut: errOut})
-	if code == 0 || !strings.Contains(errOut.String(), "loopback") {
-		t.Fatalf("exit %d, stderr %q", code, errOut.String())
+	_, errOut, code := cliRun(t, "serve", "--addr", "0.0.0.0:0", "--chaos", "--db", filepath.Join(t.TempDir(), "x.db"))
+	if code != exitcode.Usage || !strings.Contains(errOut, "loopback") {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
 }
 
@@ -152,24 +152,9 @@ func TestServeRefusesBadFlags(t *testing.T) {
 		{"serve", "--lease", "0s"},
 		{"serve", "--log-format", "yaml"},
 	} {
-		errOut := &serveBuffer{}
-		code := Main(args, &IOStreams{In: strings.NewReader(""), Out: io.Discard, ErrOut: errOut})
-		if code == 0 || errOut.String() == "" {
-			t.Errorf("%v: exit %d, stderr %q", args, code, errOut.String())
-		}
-	}
-}
-
-func TestRedactDSN(t *testing.T) {
-	cases := map[string]string{
-		"idem.db":            "idem.db",
-		"sqlite:///tmp/x.db": "sqlite:///tmp/x.db",
-		"postgres://u:secret@127.0.0.1:5432/idem":   "postgres://u:xxxxx@127.0.0.1:5432/idem",
-		"postgres://127.0.0.1/idem?sslmode=disable": "postgres://127.0.0.1/idem?sslmode=disable",
-	}
-	for in, want := range cases {
-		if got := redactDSN(in); got != want {
-			t.Errorf("redactDSN(%q) = %q, want %q", in, got, want)
+		_, errOut, code := cliRun(t, args...)
+		if code != exitcode.Usage || errOut == "" {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d", args, code, errOut, exitcode.Usage)
 		}
 	}
 }

@@ -81,6 +81,11 @@ func Run(ctx context.Context, opts Options, out io.Writer) (rep Report, err erro
 		client: client, url: rep.Base + "/v1/tool-calls", body: body, key: key, sameKey: opts.SameKey,
 		n: opts.N, duration: opts.Duration, concurrency: opts.Concurrency,
 		progress: opts.Progress, label: "service",
+		lines: opts.ProgressLines, every: opts.ProgressEvery,
+		depth: func(ctx context.Context) (int64, error) {
+			s, err := fetchStats(ctx, statsClient, rep.Base)
+			return s.busy(), err
+		},
 	}
 	res, err := l.run(ctx)
 	if err != nil {
@@ -93,6 +98,9 @@ func Run(ctx context.Context, opts Options, out io.Writer) (rep Report, err erro
 	drainStart := time.Now()
 	if opts.DrainTimeout > 0 {
 		progress, done := drainProgress(opts.Progress)
+		if progress == nil {
+			progress = drainLines(opts.ProgressLines, opts.ProgressEvery)
+		}
 		rep.StatsAfter, rep.Drained, err = drain(ctx, statsClient, rep.Base, opts.DrainTimeout, progress)
 		done()
 		rep.DrainS = time.Since(drainStart).Seconds()
