@@ -39,6 +39,8 @@ func TestInspectErrorHidesPassword(t *testing.T) {
 	for _, dsn := range []string{
 		"postgres://u:hunter2@127.0.0.1:1/db?sslmode=disable&connect_timeout=2",
 		"postgres://u@127.0.0.1:1/db?sslmode=disable&connect_timeout=2&password=hunter2",
+		"host=127.0.0.1 port=1 user=u password=hunter2 dbname=db sslmode=disable connect_timeout=2",
+		"host=127.0.0.1 port=1 user=u password='hunter2 x' dbname=db sslmode=disable connect_timeout=2",
 	} {
 		_, errOut, code := cliRun(t, "inspect", "stats", "--db", dsn)
 		if code == 0 || errOut == "" || strings.Contains(errOut, "hunter2") {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -418,6 +419,27 @@ func TestProgressBar(t *testing.T) {
 	run(t, opts)
 	if bar.Len() == 0 {
 		t.Error("no progress drawn on the progress writer")
+	}
+}
+
+// TestProgressLines: off a terminal, a run that lasts longer than the
+// interval prints plain progress lines (sent, rate, queue depth) instead of
+// staying silent; no bar is drawn.
+func TestProgressLines(t *testing.T) {
+	opts := small()
+	opts.N = 0
+	opts.Duration = 300 * time.Millisecond
+	opts.Concurrency = 2
+	opts.ProgressEvery = 50 * time.Millisecond
+	var lines bytes.Buffer
+	opts.ProgressLines = &lines
+	run(t, opts)
+	got := lines.String()
+	if !regexp.MustCompile(`(?m)^bench: service: \d+ sent in \S+, \d+ req/s, queue depth \d+$`).MatchString(got) {
+		t.Errorf("no progress line with sent, rate and queue depth:\n%s", got)
+	}
+	if strings.Contains(got, "\r") {
+		t.Errorf("a bar was drawn on the lines writer:\n%q", got)
 	}
 }
 
