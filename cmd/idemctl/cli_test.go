@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"testing"
 )
@@ -11,7 +12,14 @@ import (
 // would see them. It is the one way the tests run a command.
 func cliRun(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return cliRunCtx(t.Context(), t, args...)
+}
+
+// cliRunCtx is cliRun under ctx, for a command that would otherwise run
+// until the test ends (serve): cancelling ctx is its SIGINT.
+func cliRunCtx(ctx context.Context, t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	var out, errOut bytes.Buffer
-	code = execute(t.Context(), args, &IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
+	code = execute(ctx, args, &IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
 	return out.String(), errOut.String(), code
 }

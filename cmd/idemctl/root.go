@@ -218,9 +218,11 @@ func applyConfig(cmd *cobra.Command, configFile string) error {
 	}
 	section := topLevelName(cmd)
 	// A flag counts as given when it or one of its deprecated aliases is on
-	// the command line; aliases are applied after the flags they stand for,
-	// and only if those are still unset, so --attempt-timeout beats
-	// IDEMCTL_TIMEOUT and IDEMCTL_ATTEMPT_TIMEOUT beats IDEMCTL_TIMEOUT.
+	// the command line. An alias is applied only while the flag it stands
+	// for is still unset; the flag itself is applied whatever the alias
+	// did. So in either visiting order --attempt-timeout and
+	// IDEMCTL_ATTEMPT_TIMEOUT beat IDEMCTL_TIMEOUT, and --timeout beats
+	// IDEMCTL_ATTEMPT_TIMEOUT.
 	given := map[string]bool{}
 	cmd.Flags().VisitAll(func(f *pflag.Flag) {
 		if f.Changed {
@@ -258,16 +260,7 @@ func applyConfig(cmd *cobra.Command, configFile string) error {
 			errs = append(errs, fmt.Errorf("%s (for --%s): %w", from, f.Name, err))
 		}
 	}
-	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		if aliasOf(f) == "" {
-			apply(f)
-		}
-	})
-	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		if aliasOf(f) != "" {
-			apply(f)
-		}
-	})
+	cmd.Flags().VisitAll(apply)
 	warnDeprecated(cmd.ErrOrStderr(), cmd.Flags())
 	return errors.Join(errs...)
 }

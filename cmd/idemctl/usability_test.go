@@ -1,17 +1,23 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/idemctl/idemctl/internal/exitcode"
+	"github.com/idemctl/idemctl/internal/store/backend"
 )
 
 // TestInspectMissingSQLiteFileSaysSo: a --db that does not exist is
@@ -223,11 +229,59 @@ func TestServeKeyValueDSNIsPostgres(t *testing.T) {
 	dir := t.TempDir()
 	t.Chdir(dir)
 	dsn := "host=127.0.0.1 port=1 user=u password='hun ter2' dbname=x connect_timeout=2 sslmode=disable"
-	out, errOut, code := cliRun(t, "serve", "--addr", "127.0.0.1:0", "--db", dsn)
+	// Were the DSN taken for a SQLite path, serve would run: the timeout
+	// stops it, and the exit status and the directory tell.
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	out, errOut, code := cliRunCtx(ctx, t, "serve", "--addr", "127.0.0.1:0", "--db", dsn)
 	if code != exitcode.Error || strings.Contains(out+errOut, "hun") || strings.Contains(out+errOut, "ter2") {
 		t.Errorf("exit %d, stdout %q, stderr %q; want exit %d without the password", code, out, errOut, exitcode.Error)
 	}
 	if names := dirEntries(t, dir); len(names) != 0 {
 		t.Errorf("serve with a key=value DSN created %q", names)
+	}
+}
+
+// TestServeBannerHidesPassword: the start-up banner names the database with
+// its password hidden, for a URL and for a key=value DSN. PostgreSQL's
+// trust authentication accepts any password, so the test can give one.
+func TestServeBannerHidesPassword(t *testing.T) {
+	raw := os.Getenv("IDEMCTL_TEST_POSTGRES_URL")
+	if raw == "" {
+		t.Skip("IDEMCTL_TEST_POSTGRES_URL not set")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(u.User.Username(), "hunter2")
+	kv := fmt.Sprintf("host=%s port=%s user=%s password='hunter2 x' dbname=%s sslmode=disable",
+		u.Hostname(), u.Port(), u.User.Username(), strings.TrimPrefix(u.Path, "/"))
+	for _, dsn := range []string{u.String(), kv} {
+		errOut := &serveBuffer{}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan int, 1)
+		go func() {
+			done <- execute(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--db", dsn}, &IOStreams{In: strings.NewReader(""), Out: io.Discard, ErrOut: errOut})
+		}()
+		var banner string
+		for banner == "" {
+			for _, line := range strings.Split(errOut.String(), "\n") {
+				if strings.HasPrefix(line, "idemctl serving on ") {
+					banner = line
+				}
+			}
+			select {
+			case code := <-done:
+				cancel()
+				t.Fatalf("serve --db %s exited %d before its banner:\n%s", backend.Redact(dsn), code, errOut.String())
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		cancel()
+		<-done
+		if strings.Contains(errOut.String(), "hunter2") || !strings.Contains(banner, "xxxxx") {
+			t.Errorf("banner %q (stderr %q): want the password replaced by xxxxx", banner, errOut.String())
+		}
 	}
 }
