@@ -3,6 +3,8 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/idemctl/idemctl/internal/exitcode"
 )
 
 // TestCallAndPollRefuseBadBase: a --base that is not an http(s) URL is a
@@ -16,7 +18,7 @@ func TestCallAndPollRefuseBadBase(t *testing.T) {
 		{"poll", "--key", "K", "--base", "127.0.0.1:8081", "--timeout", "1m"},
 	} {
 		out, errOut, code := cliRun(t, args...)
-		if code != 2 || out != "" || !strings.Contains(errOut, "--base") {
+		if code != exitcode.Usage || out != "" || !strings.Contains(errOut, "--base") {
 			t.Errorf("idemctl %s: exit %d, stdout %q, stderr %q; want exit 2, no output, an error naming --base",
 				strings.Join(args, " "), code, out, errOut)
 		}
@@ -43,7 +45,7 @@ func TestInspectErrorHidesPassword(t *testing.T) {
 		"host=127.0.0.1 port=1 user=u password='hunter2 x' dbname=db sslmode=disable connect_timeout=2",
 	} {
 		_, errOut, code := cliRun(t, "inspect", "stats", "--db", dsn)
-		if code == 0 || errOut == "" || strings.Contains(errOut, "hunter2") {
+		if code != exitcode.Error || errOut == "" || strings.Contains(errOut, "hunter2") {
 			t.Errorf("inspect --db %s: exit %d, stderr %q; want an error without the password", dsn, code, errOut)
 		}
 	}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/idemctl/idemctl/internal/exitcode"
 )
 
 // cliFakeServer is a scripted stand-in for idemctl serve: POST answers from
@@ -89,7 +91,7 @@ func TestCallPrintsAttemptsThenFinalCall(t *testing.T) {
 			cliAnswer(200, strings.Replace(cliCall("succeeded"), `"result":null`, `"result":{"charged":100}`, 1)),
 		})
 	out, errOut, code := cliRun(t, "call", "--base", fs.URL, "--key", "K", "--amount", "100")
-	if code != 0 {
+	if code != exitcode.OK {
 		t.Fatalf("exit %d, stderr %s", code, errOut)
 	}
 	lines := cliLines(t, out)
@@ -120,7 +122,7 @@ func TestCallFailedExitsOne(t *testing.T) {
 		[]func(http.ResponseWriter){cliAnswer(200, strings.Replace(cliCall("failed"), `"error":null`, `"error":{"code":"tool_failed","message":"boom","retryable":false}`, 1), "Idempotent-Replayed", "true")},
 		nil)
 	out, _, code := cliRun(t, "call", "--base", fs.URL, "--key", "K", "--tool", "fail", "--args", `{"retryable":false}`)
-	if code != 1 {
+	if code != exitcode.Failed {
 		t.Fatalf("exit %d, want 1 for a failed call", code)
 	}
 	lines := cliLines(t, out)
@@ -133,7 +135,7 @@ func TestCallConflictEndsAtOnce(t *testing.T) {
 	fs := newCLIFakeServer(t,
 		[]func(http.ResponseWriter){cliAnswer(409, `{"error":{"code":"idempotency_conflict","message":"different args"}}`)}, nil)
 	out, errOut, code := cliRun(t, "call", "--base", fs.URL, "--key", "K", "--amount", "5")
-	if code != 1 || len(fs.postKeys()) != 1 {
+	if code != exitcode.Failed || len(fs.postKeys()) != 1 {
 		t.Fatalf("exit %d after %d POSTs, want 1 after 1", code, len(fs.postKeys()))
 	}
 	lines := cliLines(t, out)
@@ -153,7 +155,7 @@ func TestCallRetryExhaustedAgainstClosedPort(t *testing.T) {
 	base := "http://" + ln.Addr().String()
 	ln.Close()
 	out, _, code := cliRun(t, "call", "--base", base, "--key", "K", "--retries", "1")
-	if code != 1 {
+	if code != exitcode.Failed {
 		t.Fatalf("exit %d, want 1", code)
 	}
 	lines := cliLines(t, out)
@@ -170,7 +172,7 @@ func TestCallNewKeyOnRetryFlag(t *testing.T) {
 			cliAnswer(200, cliCall("succeeded")),
 		}, nil)
 	_, errOut, code := cliRun(t, "call", "--base", fs.URL, "--key", "demo-bad", "--new-key-on-retry")
-	if code != 0 {
+	if code != exitcode.OK {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	if keys := fs.postKeys(); len(keys) != 2 || keys[0] != "demo-bad-0" || keys[1] != "demo-bad-1" {

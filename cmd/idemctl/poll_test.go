@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/idemctl/idemctl/internal/exitcode"
 )
 
 func TestPollByIDPrintsFinalCall(t *testing.T) {
@@ -12,7 +14,7 @@ func TestPollByIDPrintsFinalCall(t *testing.T) {
 		cliAnswer(200, cliCall("succeeded")),
 	})
 	out, errOut, code := cliRun(t, "poll", "c_1", "--base", fs.URL)
-	if code != 0 {
+	if code != exitcode.OK {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	lines := cliLines(t, out)
@@ -26,7 +28,7 @@ func TestPollByKeyUnknownExitsOne(t *testing.T) {
 		cliAnswer(404, `{"error":{"code":"not_found","message":"no such key"}}`),
 	})
 	out, _, code := cliRun(t, "poll", "--key", "never", "--timeout", "200ms", "--base", fs.URL)
-	if code != 1 {
+	if code != exitcode.Failed {
 		t.Fatalf("exit %d, want 1", code)
 	}
 	if !strings.Contains(out, `"code":"unknown"`) {
@@ -43,7 +45,7 @@ func TestPollByKeyUnknownExitsOne(t *testing.T) {
 func TestPollDeadlinePrintsLastState(t *testing.T) {
 	fs := newCLIFakeServer(t, nil, []func(http.ResponseWriter){cliAnswer(200, cliCall("running"))})
 	out, _, code := cliRun(t, "poll", "c_1", "--deadline", "200ms", "--base", fs.URL)
-	if code != 1 {
+	if code != exitcode.Failed {
 		t.Fatalf("exit %d, want 1", code)
 	}
 	lines := cliLines(t, out)

@@ -51,7 +51,7 @@ func TestInspectLimitNotice(t *testing.T) {
 	path, _ := inspectDB(t) // two calls, one effect, four audit rows
 	out, errOut, code := cliRun(t, "inspect", "calls", "--db", path, "--limit", "1", "-o", "json")
 	var rows []map[string]any
-	if code != 0 || json.Unmarshal([]byte(out), &rows) != nil || len(rows) != 1 {
+	if code != exitcode.OK || json.Unmarshal([]byte(out), &rows) != nil || len(rows) != 1 {
 		t.Fatalf("exit %d, stdout %q", code, out)
 	}
 	if !strings.Contains(errOut, "showing 1 of 2 calls") {
@@ -69,7 +69,7 @@ func TestInspectLimitNotice(t *testing.T) {
 		{"inspect", "effects", "--db", path, "--limit", "1"},
 		{"inspect", "audit", "--db", path},
 	} {
-		if _, errOut, code := cliRun(t, args...); code != 0 || errOut != "" {
+		if _, errOut, code := cliRun(t, args...); code != exitcode.OK || errOut != "" {
 			t.Errorf("%v: exit %d, stderr %q; want no notice for a complete listing", args, code, errOut)
 		}
 	}
@@ -97,7 +97,7 @@ func TestUnknownEnvVariableWarns(t *testing.T) {
 	t.Setenv("IDEMCTL_DB", "x.db")
 	t.Setenv("IDEMCTL_TEST_POSTGRES_URL", os.Getenv("IDEMCTL_TEST_POSTGRES_URL")+"x")
 	out, errOut, code := cliRun(t, "version")
-	if code != 0 || !strings.HasPrefix(out, "idemctl ") {
+	if code != exitcode.OK || !strings.HasPrefix(out, "idemctl ") {
 		t.Fatalf("version: exit %d, stdout %q", code, out)
 	}
 	if !strings.Contains(errOut, "warning: ignoring IDEMCTL_WORKER:") {
@@ -169,7 +169,7 @@ func TestCallTimeoutFlagNames(t *testing.T) {
 	}
 	fs := newCLIFakeServer(t, []func(http.ResponseWriter){cliAnswer(200, cliCall("succeeded"))}, nil)
 	out, errOut, code := cliRun(t, "call", "--base", fs.URL, "--key", "K", "--timeout", "2s")
-	if code != 0 || !strings.Contains(errOut, "deprecated") || strings.Contains(out, "deprecated") {
+	if code != exitcode.OK || !strings.Contains(errOut, "deprecated") || strings.Contains(out, "deprecated") {
 		t.Errorf("exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }

@@ -255,7 +255,7 @@ func (l *load) one(ctx context.Context, t *tally, i int) {
 		t.addErr(err.Error())
 		return
 	}
-	// The body is read to the end, as §12.12.1's resp.read() does, so the
+	// The body is read to the end, so the
 	// latency includes the whole reply and the connection can be reused.
 	// An unexpected answer's head is kept to say why it came (the 2xx hot
 	// path reads nothing into memory).
@@ -398,7 +398,7 @@ func percentiles(lat []time.Duration) Latency {
 // ms converts a duration to milliseconds.
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// String renders a latency line like §12.12.2's.
+// String renders the latency line of the text report.
 func (l Latency) String() string {
 	return fmt.Sprintf("p50=%.2fms  p95=%.2fms  p99=%.2fms  max=%.2fms", l.P50, l.P95, l.P99, l.Max)
 }
