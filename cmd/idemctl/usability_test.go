@@ -92,6 +92,7 @@ func TestBadEnvValueNamesTheVariable(t *testing.T) {
 func TestUnknownEnvVariableWarns(t *testing.T) {
 	clearEnv(t)
 	t.Setenv("IDEMCTL_WORKER", "3") // typo of IDEMCTL_WORKERS
+	t.Setenv("IDEMCTL_HELP", "1")   // a flag, but never read from the environment
 	t.Setenv("IDEMCTL_WORKERS", "3")
 	t.Setenv("IDEMCTL_BASE", "http://127.0.0.1:1")
 	t.Setenv("IDEMCTL_DB", "x.db")
@@ -100,8 +101,10 @@ func TestUnknownEnvVariableWarns(t *testing.T) {
 	if code != exitcode.OK || !strings.HasPrefix(out, "idemctl ") {
 		t.Fatalf("version: exit %d, stdout %q", code, out)
 	}
-	if !strings.Contains(errOut, "warning: ignoring IDEMCTL_WORKER:") {
-		t.Errorf("stderr %q, want a warning about IDEMCTL_WORKER", errOut)
+	for _, name := range []string{"IDEMCTL_WORKER", "IDEMCTL_HELP"} {
+		if !strings.Contains(errOut, "warning: ignoring "+name+":") {
+			t.Errorf("stderr %q, want a warning about %s", errOut, name)
+		}
 	}
 	for _, name := range []string{"IDEMCTL_WORKERS", "IDEMCTL_BASE", "IDEMCTL_DB", "IDEMCTL_TEST_POSTGRES_URL"} {
 		if strings.Contains(errOut, name+":") {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"runtime/debug"
 	"strings"
@@ -28,12 +29,13 @@ See docs/cli.md, "version".`,
 			if err := opts.Validate(); err != nil {
 				return err
 			}
-			return runtimeError(runVersion(opts, streams))
+			return runtimeError(runVersion(cmd.Context(), opts, streams))
 		},
 	}
 }
 
-func runVersion(_ *versionOptions, streams *IOStreams) error {
+// runVersion prints the version line.
+func runVersion(_ context.Context, _ *versionOptions, streams *IOStreams) error {
 	_, err := fmt.Fprintln(streams.Out, buildVersion())
 	return err
 }
