@@ -174,7 +174,10 @@ func warnUnknownEnv(w io.Writer, root *cobra.Command, environ []string) {
 		known[name] = true
 	}
 	for name := range allFlagNames(root) {
-		known[envName(name)] = true
+		// --help and --version are never read from the environment.
+		if name != "help" && name != "version" {
+			known[envName(name)] = true
+		}
 	}
 	var unknown []string
 	for _, kv := range environ {
