@@ -121,7 +121,7 @@ and inspect are the client, chaos, load and evidence tools around it.
 Every flag can also come from IDEMCTL_<FLAG> (upper case, '-' → '_') or a
 config file (--config); see docs/cli.md, "Configuration". Exit statuses:
 0 ok, 1 a negative outcome (failed call, broken check), 2 usage error,
-3 chaos crash (serve), 4 runtime error (database or server unreachable);
+3 chaos crash (serve), 4 runtime error (database unreadable, port taken);
 see docs/cli.md, "Exit codes".`,
 		Version:       buildVersion(),
 		SilenceErrors: true, // Main prints the error once

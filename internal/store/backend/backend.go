@@ -87,7 +87,7 @@ func Open(ctx context.Context, dsn string, opts store.Options) (store.Store, err
 	}
 	if kind == SQLite && opts.ReadOnly && !strings.HasPrefix(strings.ToLower(target), "file:") {
 		if _, err := os.Stat(target); errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("SQLite database file %s does not exist: %w", target, fs.ErrNotExist)
+			return nil, &notExistError{path: target}
 		}
 	}
 	switch kind {
@@ -102,3 +102,13 @@ func Open(ctx context.Context, dsn string, opts store.Options) (store.Store, err
 		return s, nil
 	}
 }
+
+// notExistError says a SQLite file that a read-only open needs is missing;
+// it matches fs.ErrNotExist for errors.Is.
+type notExistError struct{ path string }
+
+func (e *notExistError) Error() string {
+	return "SQLite database file " + e.path + " does not exist"
+}
+
+func (e *notExistError) Is(target error) bool { return target == fs.ErrNotExist }
