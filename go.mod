@@ -1,6 +1,6 @@
 module github.com/idemctl/idemctl
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/gowebpki/jcs v1.0.2

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/idemctl/idemctl/internal/exitcode"
 )
 
 // benchFake answers every POST with 202 and /stats with 0/0 first, then with
@@ -36,8 +38,8 @@ func benchFake(t *testing.T, after string) string {
 
 func TestBenchSameKeyTwoEffectsExitsOne(t *testing.T) {
 	base := benchFake(t, `{"calls":1,"effects":2,"by_status":{"succeeded":1}}`)
-	out, errOut, code := inspectCLI(t, "bench", "--base", base, "-n", "20", "-c", "4", "--same-key", "--drain-timeout", "1s")
-	if code != 1 {
+	out, errOut, code := cliRun(t, "bench", "--base", base, "-n", "20", "-c", "4", "--same-key", "--drain-timeout", "1s")
+	if code != exitcode.Failed {
 		t.Fatalf("exit %d, want 1\n%s\n%s", code, out, errOut)
 	}
 	if !strings.Contains(out, "FAIL same_key_at_most_one_effect") || !strings.Contains(errOut, "a check failed") {
@@ -47,8 +49,8 @@ func TestBenchSameKeyTwoEffectsExitsOne(t *testing.T) {
 
 func TestBenchHealthyFakeExitsZero(t *testing.T) {
 	base := benchFake(t, `{"calls":1,"effects":1,"by_status":{"succeeded":1}}`)
-	out, errOut, code := inspectCLI(t, "bench", "--base", base, "-n", "20", "-c", "4", "--same-key", "-o", "json")
-	if code != 0 {
+	out, errOut, code := cliRun(t, "bench", "--base", base, "-n", "20", "-c", "4", "--same-key", "-o", "json")
+	if code != exitcode.OK {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
 	}
 	var rep struct {
@@ -62,8 +64,8 @@ func TestBenchHealthyFakeExitsZero(t *testing.T) {
 }
 
 func TestBenchInProcess(t *testing.T) {
-	out, errOut, code := inspectCLI(t, "bench", "-n", "30", "-c", "5", "--workers", "2", "--ceiling", "-o", "json")
-	if code != 0 {
+	out, errOut, code := cliRun(t, "bench", "-n", "30", "-c", "5", "--workers", "2", "--ceiling", "-o", "json")
+	if code != exitcode.OK {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
 	}
 	var rep struct {
@@ -99,14 +101,14 @@ func TestBenchBadFlags(t *testing.T) {
 		{"bench", "--base", "127.0.0.1:8081"},
 		{"bench", "-o", "yaml"},
 	} {
-		if _, errOut, code := inspectCLI(t, args...); code != 2 || errOut == "" {
+		if _, errOut, code := cliRun(t, args...); code != exitcode.Usage || errOut == "" {
 			t.Errorf("%q: exit %d, stderr %q; want 2 and a message", args, code, errOut)
 		}
 	}
 }
 
 func TestInspectUnknownSubcommand(t *testing.T) {
-	if _, errOut, code := inspectCLI(t, "inspect", "cals"); code == 0 || !strings.Contains(errOut, "unknown command") {
+	if _, errOut, code := cliRun(t, "inspect", "cals"); code == exitcode.OK || !strings.Contains(errOut, "unknown command") {
 		t.Errorf("exit %d, stderr %q", code, errOut)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,21 +12,24 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/idemctl/idemctl/internal/client"
+	"github.com/idemctl/idemctl/internal/exitcode"
 )
 
 // callOptions are the flags of idemctl call.
 type callOptions struct {
-	Base          string
-	Key           string
-	Tool          string
-	Amount        int64
-	Args          string
-	Timeout       time.Duration
-	Retries       int
-	NewKeyOnRetry bool
-	ClientID      string
-	Seq           int64
-	PollTimeout   time.Duration
+	Base   string
+	Key    string
+	Tool   string
+	Amount int64
+	Args   string
+	// AttemptTimeout bounds one attempt (--attempt-timeout; --timeout is
+	// its deprecated alias).
+	AttemptTimeout time.Duration
+	Retries        int
+	NewKeyOnRetry  bool
+	ClientID       string
+	Seq            int64
+	PollTimeout    time.Duration
 
 	amountSet, seqSet bool
 	args              map[string]any // built by Validate
@@ -46,8 +50,8 @@ func (o *callOptions) Validate() error {
 	if o.Tool == "" {
 		return errors.New("--tool must not be empty")
 	}
-	if o.Timeout <= 0 {
-		return fmt.Errorf("--timeout must be positive, got %s", o.Timeout)
+	if o.AttemptTimeout <= 0 {
+		return fmt.Errorf("--attempt-timeout must be positive, got %s", o.AttemptTimeout)
 	}
 	if o.Retries < 0 {
 		return fmt.Errorf("--retries must be ≥ 0, got %d", o.Retries)
@@ -68,6 +72,10 @@ func (o *callOptions) Validate() error {
 		if _, err := dec.Token(); err != io.EOF {
 			return errors.New("--args must be a single JSON object")
 		}
+	}
+	if _, has := o.args["amount"]; has && o.amountSet {
+		// Which one would win is a guess the user should not have to make.
+		return errors.New("--amount and an \"amount\" in --args contradict each other: give one")
 	}
 	if o.amountSet {
 		o.args["amount"] = o.Amount
@@ -90,11 +98,17 @@ Prints one JSON line per attempt, then the final call as one JSON line.
 Exit status 1 when the call failed, the retries ran out, or polling hit
 --poll-timeout.
 
---new-key-on-retry sends attempt n with key K-n: the bug of §12.8.2, kept
-to show that a retry with a new key is a new call and a second charge.`,
+Attempts are numbered from 1 in the attempt lines, as in the call's own
+"attempt" field.
+
+--new-key-on-retry sends attempt n with key K-n: a bug kept on purpose to
+show that a retry with a new key is a new call and a second charge (see
+docs/design.md, "What a retry with a new key does").
+
+See docs/cli.md, "call".`,
 		Example: `  idemctl call --key demo-1 --tool charge --amount 100
   idemctl call --key mail-1 --tool send_email --args '{"to":"a@example.com"}'
-  idemctl call --key demo-bad --amount 100 --timeout 100ms --new-key-on-retry`,
+  idemctl call --key demo-bad --amount 100 --attempt-timeout 100ms --new-key-on-retry`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.amountSet = cmd.Flags().Changed("amount")
@@ -102,7 +116,7 @@ to show that a retry with a new key is a new call and a second charge.`,
 			if err := opts.Validate(); err != nil {
 				return err
 			}
-			return runCall(cmd, opts, streams)
+			return runtimeError(runCall(cmd.Context(), opts, streams))
 		},
 	}
 	f := cmd.Flags()
@@ -111,7 +125,8 @@ to show that a retry with a new key is a new call and a second charge.`,
 	f.StringVar(&opts.Tool, "tool", "charge", "tool: charge, send_email, sleep, fail")
 	f.Int64Var(&opts.Amount, "amount", 0, "sets args.amount (charge; 100 when --tool charge has neither --amount nor --args)")
 	f.StringVar(&opts.Args, "args", "", `the whole args object as JSON, e.g. '{"to":"a@example.com"}'`)
-	f.DurationVar(&opts.Timeout, "timeout", client.DefaultTimeout, "timeout of one attempt")
+	f.DurationVar(&opts.AttemptTimeout, "attempt-timeout", client.DefaultTimeout, "timeout of one attempt (each retry gets its own)")
+	addDeprecatedAlias(f, "attempt-timeout", "timeout")
 	f.IntVar(&opts.Retries, "retries", client.DefaultRetries, "retries after the first attempt (0 = none)")
 	f.BoolVar(&opts.NewKeyOnRetry, "new-key-on-retry", false, "use K-0, K-1, ... per attempt (demonstrates the duplicate-effect bug)")
 	f.StringVar(&opts.ClientID, "client-id", "", "optional client label (not part of the fingerprint)")
@@ -120,8 +135,9 @@ to show that a retry with a new key is a new call and a second charge.`,
 	return cmd
 }
 
-func runCall(cmd *cobra.Command, opts *callOptions, streams *IOStreams) error {
-	ctx := cmd.Context()
+// runCall makes the call, prints the attempt lines and the final call, and
+// maps the outcome to an exit status.
+func runCall(ctx context.Context, opts *callOptions, streams *IOStreams) error {
 	retries := opts.Retries
 	if retries == 0 {
 		retries = -1 // client.Client: zero means the default, negative means none
@@ -129,7 +145,7 @@ func runCall(cmd *cobra.Command, opts *callOptions, streams *IOStreams) error {
 	var printErr error
 	c := &client.Client{
 		Base:          opts.Base,
-		Timeout:       opts.Timeout,
+		Timeout:       opts.AttemptTimeout,
 		Retries:       retries,
 		NewKeyOnRetry: opts.NewKeyOnRetry,
 		OnAttempt: func(r client.AttemptRecord) {
@@ -148,7 +164,7 @@ func runCall(cmd *cobra.Command, opts *callOptions, streams *IOStreams) error {
 	}
 	if err != nil {
 		cliWriteErrorLine(streams.Out, err)
-		return &ExitError{Code: 1, Err: err}
+		return &ExitError{Code: exitcode.Failed, Err: err}
 	}
 	call := res.Call
 	if !call.Final() && opts.PollTimeout > 0 {
@@ -158,7 +174,7 @@ func runCall(cmd *cobra.Command, opts *callOptions, streams *IOStreams) error {
 				_ = cliWriteJSONLine(streams.Out, call) // the last state seen
 			}
 			cliWriteErrorLine(streams.Out, err)
-			return &ExitError{Code: 1, Err: err}
+			return &ExitError{Code: exitcode.Failed, Err: err}
 		}
 	}
 	if err := cliWriteJSONLine(streams.Out, call); err != nil {
@@ -167,12 +183,13 @@ func runCall(cmd *cobra.Command, opts *callOptions, streams *IOStreams) error {
 	return cliCallExit(call)
 }
 
-// cliCallExit maps a call's end state to the exit status: failed is 1. A
+// cliCallExit maps a call's end state to the exit status: failed is
+// exitcode.Failed. A
 // call left unfinished because polling was off (--poll-timeout 0) is 0: it
 // was accepted and will finish without the client.
 func cliCallExit(call client.Call) error {
 	if call.Status == client.StatusFailed {
-		return &ExitError{Code: 1, Err: fmt.Errorf("call %s failed: %s", call.CallID, bytes.TrimSpace(call.Error))}
+		return &ExitError{Code: exitcode.Failed, Err: fmt.Errorf("call %s failed: %s", call.CallID, bytes.TrimSpace(call.Error))}
 	}
 	return nil
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,16 +10,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
-)
 
-// cliRun runs idemctl with args and returns stdout, stderr and the exit
-// status, as a user would see them.
-func cliRun(t *testing.T, args ...string) (stdout, stderr string, code int) {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	code = Main(args, &IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
-	return out.String(), errOut.String(), code
-}
+	"github.com/idemctl/idemctl/internal/exitcode"
+)
 
 // cliFakeServer is a scripted stand-in for idemctl serve: POST answers from
 // post (the last entry repeating), GET /v1/tool-calls/{id} answers from get.
@@ -99,7 +91,7 @@ func TestCallPrintsAttemptsThenFinalCall(t *testing.T) {
 			cliAnswer(200, strings.Replace(cliCall("succeeded"), `"result":null`, `"result":{"charged":100}`, 1)),
 		})
 	out, errOut, code := cliRun(t, "call", "--base", fs.URL, "--key", "K", "--amount", "100")
-	if code != 0 {
+	if code != exitcode.OK {
 		t.Fatalf("exit %d, stderr %s", code, errOut)
 	}
 	lines := cliLines(t, out)
@@ -107,10 +99,10 @@ func TestCallPrintsAttemptsThenFinalCall(t *testing.T) {
 		t.Fatalf("want 2 attempt lines + final call, got:\n%s", out)
 	}
 	if lines[0]["attempt"] != 1.0 || lines[0]["http"] != 503.0 || lines[0]["key"] != "K" {
-		t.Fatalf("attempt 0 = %v", lines[0])
+		t.Fatalf("first attempt = %v", lines[0])
 	}
 	if lines[1]["attempt"] != 2.0 || lines[1]["http"] != 202.0 || lines[1]["call_id"] != "c_1" {
-		t.Fatalf("attempt 1 = %v", lines[1])
+		t.Fatalf("second attempt = %v", lines[1])
 	}
 	if lines[2]["status"] != "succeeded" || lines[2]["query_url"] != "/v1/tool-calls/c_1" {
 		t.Fatalf("final = %v", lines[2])
@@ -125,7 +117,7 @@ func TestCallFailedExitsOne(t *testing.T) {
 		[]func(http.ResponseWriter){cliAnswer(200, strings.Replace(cliCall("failed"), `"error":null`, `"error":{"code":"tool_failed","message":"boom","retryable":false}`, 1), "Idempotent-Replayed", "true")},
 		nil)
 	out, _, code := cliRun(t, "call", "--base", fs.URL, "--key", "K", "--tool", "fail", "--args", `{"retryable":false}`)
-	if code != 1 {
+	if code != exitcode.Failed {
 		t.Fatalf("exit %d, want 1 for a failed call", code)
 	}
 	lines := cliLines(t, out)
@@ -138,7 +130,7 @@ func TestCallConflictEndsAtOnce(t *testing.T) {
 	fs := newCLIFakeServer(t,
 		[]func(http.ResponseWriter){cliAnswer(409, `{"error":{"code":"idempotency_conflict","message":"different args"}}`)}, nil)
 	out, errOut, code := cliRun(t, "call", "--base", fs.URL, "--key", "K", "--amount", "5")
-	if code != 1 || len(fs.postKeys()) != 1 {
+	if code != exitcode.Failed || len(fs.postKeys()) != 1 {
 		t.Fatalf("exit %d after %d POSTs, want 1 after 1", code, len(fs.postKeys()))
 	}
 	lines := cliLines(t, out)
@@ -158,7 +150,7 @@ func TestCallRetryExhaustedAgainstClosedPort(t *testing.T) {
 	base := "http://" + ln.Addr().String()
 	ln.Close()
 	out, _, code := cliRun(t, "call", "--base", base, "--key", "K", "--retries", "1")
-	if code != 1 {
+	if code != exitcode.Failed {
 		t.Fatalf("exit %d, want 1", code)
 	}
 	lines := cliLines(t, out)
@@ -175,7 +167,7 @@ func TestCallNewKeyOnRetryFlag(t *testing.T) {
 			cliAnswer(200, cliCall("succeeded")),
 		}, nil)
 	_, errOut, code := cliRun(t, "call", "--base", fs.URL, "--key", "demo-bad", "--new-key-on-retry")
-	if code != 0 {
+	if code != exitcode.OK {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	if keys := fs.postKeys(); len(keys) != 2 || keys[0] != "demo-bad-0" || keys[1] != "demo-bad-1" {
@@ -190,15 +182,16 @@ func TestCallOptionsValidate(t *testing.T) {
 		args map[string]any
 		ok   bool
 	}{
-		{"no key", callOptions{Base: "http://127.0.0.1:8081", Tool: "charge", Timeout: 1}, nil, false},
-		{"default amount", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "charge", Timeout: 1}, map[string]any{"amount": 100}, true},
-		{"args object", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "send_email", Timeout: 1, Args: `{"to":"a"}`}, map[string]any{"to": "a"}, true},
-		{"amount merged", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "charge", Timeout: 1, Args: `{"_crash_after_commit":true}`, Amount: 7, amountSet: true},
+		{"no key", callOptions{Base: "http://127.0.0.1:8081", Tool: "charge", AttemptTimeout: 1}, nil, false},
+		{"default amount", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "charge", AttemptTimeout: 1}, map[string]any{"amount": 100}, true},
+		{"args object", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "send_email", AttemptTimeout: 1, Args: `{"to":"a"}`}, map[string]any{"to": "a"}, true},
+		{"amount merged", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "charge", AttemptTimeout: 1, Args: `{"_crash_after_commit":true}`, Amount: 7, amountSet: true},
 			map[string]any{"_crash_after_commit": true, "amount": int64(7)}, true},
-		{"args array", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "charge", Timeout: 1, Args: `[1]`}, nil, false},
-		{"args null", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "charge", Timeout: 1, Args: `null`}, nil, false},
-		{"args trailing", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "charge", Timeout: 1, Args: `{} {}`}, nil, false},
-		{"negative retries", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "charge", Timeout: 1, Retries: -1}, nil, false},
+		{"args array", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "charge", AttemptTimeout: 1, Args: `[1]`}, nil, false},
+		{"args null", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "charge", AttemptTimeout: 1, Args: `null`}, nil, false},
+		{"amount twice", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "charge", AttemptTimeout: 1, Args: `{"amount":7}`, Amount: 5, amountSet: true}, nil, false},
+		{"args trailing", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "charge", AttemptTimeout: 1, Args: `{} {}`}, nil, false},
+		{"negative retries", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "charge", AttemptTimeout: 1, Retries: -1}, nil, false},
 		{"zero timeout", callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "charge"}, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

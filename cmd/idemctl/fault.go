@@ -42,7 +42,7 @@ func (o *faultOptions) Validate() error {
 			strings.Join(fault.Names(), ", --"))
 	}
 	if o.Timeout <= 0 {
-		return fmt.Errorf("--timeout must be positive, got %s", o.Timeout)
+		return fmt.Errorf("--attempt-timeout must be positive, got %s", o.Timeout)
 	}
 	if o.Concurrency < 1 {
 		return fmt.Errorf("--concurrency must be at least 1, got %d", o.Concurrency)
@@ -83,7 +83,7 @@ docs/cli.md, "fault".`,
 			if err := opts.Validate(); err != nil {
 				return &ExitError{Code: exitcode.Usage, Err: err}
 			}
-			return runFault(cmd.Context(), opts, streams)
+			return runtimeError(runFault(cmd.Context(), opts, streams))
 		},
 	}
 	f := cmd.Flags()
@@ -95,7 +95,8 @@ docs/cli.md, "fault".`,
 	f.BoolVar(&opts.NoContrast, "no-contrast", false, "skip the new-key-per-retry contrast runs")
 	f.BoolVar(&opts.Keep, "keep", false, "keep each scenario's temp directory (database, server logs) for idemctl inspect")
 	f.StringVar(&opts.Binary, "binary", "", "idemctl binary to start as the server (default: this executable)")
-	f.DurationVar(&opts.Timeout, "timeout", time.Second, "the client's per-attempt timeout")
+	f.DurationVar(&opts.Timeout, "attempt-timeout", time.Second, "the client's timeout for one attempt")
+	addDeprecatedAlias(f, "attempt-timeout", "timeout")
 	f.IntVar(&opts.Concurrency, "concurrency", 20, "clients of the concurrent scenario")
 	return cmd
 }

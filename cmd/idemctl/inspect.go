@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
 
+	"github.com/idemctl/idemctl/internal/exitcode"
 	"github.com/idemctl/idemctl/internal/inspect"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/backend"
@@ -17,6 +19,8 @@ type inspectOptions struct {
 	Output string
 	Limit  int
 	Status string
+	// CallID is audit's optional argument.
+	CallID string
 
 	format inspect.Format
 }
@@ -41,13 +45,45 @@ func (o *inspectOptions) Validate() error {
 }
 
 // open opens the database read-only: inspect never writes, and a read-only
-// SQLite handle is safe next to a running server.
+// SQLite handle is safe next to a running server. The error names --db,
+// password hidden.
 func (o *inspectOptions) open(ctx context.Context) (store.Store, error) {
 	st, err := backend.Open(ctx, o.DB, store.Options{ReadOnly: true})
 	if err != nil {
-		return nil, fmt.Errorf("opening %s: %w", redactDSN(o.DB), err)
+		return nil, fmt.Errorf("--db %s: %w", backend.Redact(o.DB), err)
 	}
 	return st, nil
+}
+
+// inspectBody is what one inspect subcommand does with the open store.
+type inspectBody func(ctx context.Context, st store.Store, opts *inspectOptions, streams *IOStreams) error
+
+// runInspect opens the store, runs body and closes the store. An error is
+// prefixed with the subcommand ("inspect audit c_1: ..."), so the user sees
+// which call failed; a call id that is not in the database exits
+// exitcode.Failed, like poll's, other errors are runtime errors.
+func runInspect(ctx context.Context, name string, opts *inspectOptions, streams *IOStreams, body inspectBody) error {
+	st, err := opts.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if err := body(ctx, st, opts, streams); err != nil {
+		var exitErr *ExitError
+		if errors.As(err, &exitErr) {
+			return err
+		}
+		what := "inspect " + name
+		if opts.CallID != "" {
+			what += " " + opts.CallID
+		}
+		err = fmt.Errorf("%s (--db %s): %w", what, backend.Redact(opts.DB), err)
+		if errors.Is(err, store.ErrNotFound) {
+			return &ExitError{Code: exitcode.Failed, Err: err}
+		}
+		return err
+	}
+	return nil
 }
 
 func newInspectCmd(streams *IOStreams) *cobra.Command {
@@ -64,104 +100,80 @@ func newInspectCmd(streams *IOStreams) *cobra.Command {
   attempts           the attempt distribution, with a hint when it has a tail
   stats              calls, effects and calls by status
 
-Tables by default; --output json for scripts.`,
+Tables by default; --output json for scripts. When --limit cuts a listing,
+a line on stderr says so ("showing 50 of 66 calls"); stdout stays the rows
+only. A SQLite --db that does not exist is an error (exit 4), never created.
+See docs/cli.md, "inspect".`,
 		// NoArgs plus a RunE makes a mistyped subcommand an error, not help.
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error { return c.Help() },
 	}
-	cmd.PersistentFlags().StringVar(&opts.DB, "db", "idem.db", "database: SQLite path, sqlite://path or postgres:// URL")
+	cmd.PersistentFlags().StringVar(&opts.DB, "db", "idem.db", "database: SQLite path, sqlite://path, postgres:// URL or key=value DSN")
 	cmd.PersistentFlags().StringVarP(&opts.Output, "output", "o", string(inspect.FormatTable), "output format: table or json")
 
-	// run wraps a subcommand body with validation and opening/closing the store.
-	run := func(body func(ctx context.Context, st store.Store) error) func(*cobra.Command, []string) error {
-		return func(c *cobra.Command, _ []string) error {
-			if err := opts.Validate(); err != nil {
-				return err
-			}
-			st, err := opts.open(c.Context())
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			return body(c.Context(), st)
+	// sub builds a subcommand: validate, then run body on the open store.
+	sub := func(use, short string, args cobra.PositionalArgs, body inspectBody) *cobra.Command {
+		return &cobra.Command{
+			Use:   use,
+			Short: short,
+			Args:  args,
+			RunE: func(c *cobra.Command, args []string) error {
+				if len(args) == 1 {
+					opts.CallID = args[0]
+				}
+				if err := opts.Validate(); err != nil {
+					return err
+				}
+				return runtimeError(runInspect(c.Context(), c.Name(), opts, streams, body))
+			},
 		}
 	}
 
-	calls := &cobra.Command{
-		Use:   "calls",
-		Short: "List calls, newest first",
-		Args:  cobra.NoArgs,
-		RunE: run(func(ctx context.Context, st store.Store) error {
-			_, err := inspect.Calls(ctx, st, inspect.CallsOptions{Output: opts.format, Status: store.Status(opts.Status), Limit: opts.Limit}, streams.Out)
+	calls := sub("calls", "List calls, newest first", cobra.NoArgs,
+		func(ctx context.Context, st store.Store, o *inspectOptions, s *IOStreams) error {
+			_, err := inspect.Calls(ctx, st, inspect.CallsOptions{Output: o.format, Status: store.Status(o.Status), Limit: o.Limit, Notice: s.ErrOut}, s.Out)
 			return err
-		}),
-	}
+		})
 	calls.Flags().StringVar(&opts.Status, "status", "", "only calls in this state: pending, running, succeeded, failed")
 	calls.Flags().IntVar(&opts.Limit, "limit", inspect.DefaultLimit, "at most this many rows (0 = all)")
 
-	effects := &cobra.Command{
-		Use:   "effects",
-		Short: "List side effects, newest first",
-		Args:  cobra.NoArgs,
-		RunE: run(func(ctx context.Context, st store.Store) error {
-			_, err := inspect.Effects(ctx, st, inspect.EffectsOptions{Output: opts.format, Limit: opts.Limit}, streams.Out)
+	effects := sub("effects", "List side effects, newest first", cobra.NoArgs,
+		func(ctx context.Context, st store.Store, o *inspectOptions, s *IOStreams) error {
+			_, err := inspect.Effects(ctx, st, inspect.EffectsOptions{Output: o.format, Limit: o.Limit, Notice: s.ErrOut}, s.Out)
 			return err
-		}),
-	}
+		})
 	effects.Flags().IntVar(&opts.Limit, "limit", inspect.DefaultLimit, "at most this many rows (0 = all)")
 
-	dupes := &cobra.Command{
-		Use:   "dupes",
-		Short: "Print calls with more than one effect (must be none); exit 1 if any",
-		Args:  cobra.NoArgs,
-		RunE: run(func(ctx context.Context, st store.Store) error {
-			found, err := inspect.Dupes(ctx, st, inspect.DupesOptions{Output: opts.format}, streams.Out)
+	dupes := sub("dupes", "Print calls with more than one effect (must be none); exit 1 if any", cobra.NoArgs,
+		func(ctx context.Context, st store.Store, o *inspectOptions, s *IOStreams) error {
+			found, err := inspect.Dupes(ctx, st, inspect.DupesOptions{Output: o.format}, s.Out)
 			if err != nil {
 				return err
 			}
 			if len(found) > 0 {
-				return &ExitError{Code: 1, Err: fmt.Errorf("%d call(s) with more than one effect", len(found))}
+				return &ExitError{Code: exitcode.Failed, Err: fmt.Errorf("%d call(s) with more than one effect", len(found))}
 			}
 			return nil
-		}),
-	}
+		})
 
-	var callID string
-	audit := &cobra.Command{
-		Use:   "audit [CALL_ID]",
-		Short: "A call's timeline, or the newest audit rows of all calls",
-		Args:  cobra.MaximumNArgs(1),
-		RunE: func(c *cobra.Command, args []string) error {
-			if len(args) == 1 {
-				callID = args[0]
-			}
-			return run(func(ctx context.Context, st store.Store) error {
-				_, err := inspect.Audit(ctx, st, inspect.AuditOptions{Output: opts.format, CallID: callID, Limit: opts.Limit}, streams.Out)
-				return err
-			})(c, args)
-		},
-	}
+	audit := sub("audit [CALL_ID]", "A call's timeline, or the newest audit rows of all calls", cobra.MaximumNArgs(1),
+		func(ctx context.Context, st store.Store, o *inspectOptions, s *IOStreams) error {
+			_, err := inspect.Audit(ctx, st, inspect.AuditOptions{Output: o.format, CallID: o.CallID, Limit: o.Limit, Notice: s.ErrOut}, s.Out)
+			return err
+		})
 	audit.Flags().IntVar(&opts.Limit, "limit", inspect.DefaultLimit, "without CALL_ID: the newest this many rows (0 = all)")
 
-	attempts := &cobra.Command{
-		Use:   "attempts",
-		Short: "The attempt distribution (§12.12.5)",
-		Args:  cobra.NoArgs,
-		RunE: run(func(ctx context.Context, st store.Store) error {
-			_, err := inspect.Attempts(ctx, st, inspect.AttemptsOptions{Output: opts.format}, streams.Out)
+	attempts := sub("attempts", "The attempt distribution, with a hint when it has a tail", cobra.NoArgs,
+		func(ctx context.Context, st store.Store, o *inspectOptions, s *IOStreams) error {
+			_, err := inspect.Attempts(ctx, st, inspect.AttemptsOptions{Output: o.format}, s.Out)
 			return err
-		}),
-	}
+		})
 
-	stats := &cobra.Command{
-		Use:   "stats",
-		Short: "Calls, effects and calls by status",
-		Args:  cobra.NoArgs,
-		RunE: run(func(ctx context.Context, st store.Store) error {
-			_, err := inspect.Stats(ctx, st, inspect.StatsOptions{Output: opts.format}, streams.Out)
+	stats := sub("stats", "Calls, effects and calls by status", cobra.NoArgs,
+		func(ctx context.Context, st store.Store, o *inspectOptions, s *IOStreams) error {
+			_, err := inspect.Stats(ctx, st, inspect.StatsOptions{Output: o.format}, s.Out)
 			return err
-		}),
-	}
+		})
 
 	cmd.AddCommand(calls, effects, dupes, audit, attempts, stats)
 	return cmd

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -8,14 +9,17 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/idemctl/idemctl/internal/client"
+	"github.com/idemctl/idemctl/internal/exitcode"
 )
 
 // pollOptions are the flags and argument of idemctl poll.
 type pollOptions struct {
-	Base    string
-	CallID  string
-	Key     string
-	Timeout time.Duration
+	Base   string
+	CallID string
+	Key    string
+	// Deadline is how long to wait for a final state (--deadline;
+	// --timeout is its deprecated alias).
+	Deadline time.Duration
 }
 
 // Validate checks that exactly one of CALL_ID and --key is given.
@@ -26,8 +30,15 @@ func (o *pollOptions) Validate() error {
 	if (o.CallID == "") == (o.Key == "") {
 		return errors.New("give exactly one of CALL_ID or --key")
 	}
-	if o.Timeout <= 0 {
-		return fmt.Errorf("--timeout must be positive, got %s", o.Timeout)
+	if o.Deadline <= 0 {
+		return fmt.Errorf("--deadline must be positive, got %s", o.Deadline)
+	}
+	// A key the server could never accept was never recorded: polling for
+	// it could only run into the deadline.
+	if o.Key != "" {
+		if err := client.CheckKey(o.Key); err != nil {
+			return fmt.Errorf("--key: %w", err)
+		}
 	}
 	return nil
 }
@@ -38,17 +49,18 @@ func newPollCmd(streams *IOStreams) *cobra.Command {
 		Use:   "poll CALL_ID | --key K",
 		Short: "Wait for a call to reach a final state, by id or by idempotency key",
 		Long: `Poll a call until it is succeeded or failed, with backoff (50ms doubling to
-1s, Retry-After honoured), never past --timeout. Prints the final call as one
+1s, Retry-After honoured), never past --deadline. Prints the final call as one
 JSON line.
 
 --key looks the call up by its idempotency key: for a client whose first
-POST timed out before it ever saw a call_id (§12.8.4). If the key is still
+POST timed out before it ever saw a call_id. If the key is still
 unknown at the deadline the server may never have received the request:
 POST again with the same key, never a new one.
 
-Exit status 1 when the call failed, was not found, or the deadline passed.`,
+Exit status 1 when the call failed, was not found, or the deadline passed.
+See docs/cli.md, "poll", and docs/api.md, "Waiting for the result".`,
 		Example: `  idemctl poll c_0123456789abcdef
-  idemctl poll --key demo-1 --timeout 10s`,
+  idemctl poll --key demo-1 --deadline 10s`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
@@ -57,33 +69,35 @@ Exit status 1 when the call failed, was not found, or the deadline passed.`,
 			if err := opts.Validate(); err != nil {
 				return err
 			}
-			return runPoll(cmd, opts, streams)
+			return runtimeError(runPoll(cmd.Context(), opts, streams))
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.Base, "base", "http://127.0.0.1:8081", "server base URL")
 	f.StringVar(&opts.Key, "key", "", "look the call up by idempotency key instead of CALL_ID")
-	f.DurationVar(&opts.Timeout, "timeout", client.DefaultPollTimeout, "deadline for the call to become final")
+	f.DurationVar(&opts.Deadline, "deadline", client.DefaultPollTimeout, "how long to wait, in all, for the call to become final")
+	addDeprecatedAlias(f, "deadline", "timeout")
 	return cmd
 }
 
-func runPoll(cmd *cobra.Command, opts *pollOptions, streams *IOStreams) error {
+// runPoll waits for the call, prints it and maps its end to the exit status.
+func runPoll(ctx context.Context, opts *pollOptions, streams *IOStreams) error {
 	c := &client.Client{Base: opts.Base}
 	var (
 		call client.Call
 		err  error
 	)
 	if opts.Key != "" {
-		call, err = c.PollByKey(cmd.Context(), opts.Key, opts.Timeout)
+		call, err = c.PollByKey(ctx, opts.Key, opts.Deadline)
 	} else {
-		call, err = c.Poll(cmd.Context(), opts.CallID, opts.Timeout)
+		call, err = c.Poll(ctx, opts.CallID, opts.Deadline)
 	}
 	if err != nil {
 		if call.CallID != "" {
 			_ = cliWriteJSONLine(streams.Out, call) // the last state seen
 		}
 		cliWriteErrorLine(streams.Out, err)
-		return &ExitError{Code: 1, Err: err}
+		return &ExitError{Code: exitcode.Failed, Err: err}
 	}
 	if err := cliWriteJSONLine(streams.Out, call); err != nil {
 		return err

@@ -22,7 +22,7 @@ func TestPollByIDPrintsFinalCall(t *testing.T) {
 		cliAnswer(200, cliCall("succeeded")),
 	})
 	out, errOut, code := cliRun(t, "poll", "c_1", "--base", fs.URL)
-	if code != 0 {
+	if code != exitcode.OK {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	lines := cliLines(t, out)
@@ -36,7 +36,7 @@ func TestPollByKeyUnknownExitsOne(t *testing.T) {
 		cliAnswer(404, `{"error":{"code":"not_found","message":"no such key"}}`),
 	})
 	out, _, code := cliRun(t, "poll", "--key", "never", "--timeout", "200ms", "--base", fs.URL)
-	if code != 1 {
+	if code != exitcode.Failed {
 		t.Fatalf("exit %d, want 1", code)
 	}
 	if !strings.Contains(out, `"code":"unknown"`) {
@@ -52,8 +52,8 @@ func TestPollByKeyUnknownExitsOne(t *testing.T) {
 
 func TestPollDeadlinePrintsLastState(t *testing.T) {
 	fs := newCLIFakeServer(t, nil, []func(http.ResponseWriter){cliAnswer(200, cliCall("running"))})
-	out, _, code := cliRun(t, "poll", "c_1", "--timeout", "200ms", "--base", fs.URL)
-	if code != 1 {
+	out, _, code := cliRun(t, "poll", "c_1", "--deadline", "200ms", "--base", fs.URL)
+	if code != exitcode.Failed {
 		t.Fatalf("exit %d, want 1", code)
 	}
 	lines := cliLines(t, out)
@@ -67,10 +67,10 @@ func TestPollOptionsValidate(t *testing.T) {
 		o  pollOptions
 		ok bool
 	}{
-		{pollOptions{Base: "http://127.0.0.1:8081", Timeout: 1}, false},
-		{pollOptions{Base: "http://127.0.0.1:8081", CallID: "c", Key: "k", Timeout: 1}, false},
-		{pollOptions{Base: "http://127.0.0.1:8081", CallID: "c", Timeout: 1}, true},
-		{pollOptions{Base: "http://127.0.0.1:8081", Key: "k", Timeout: 1}, true},
+		{pollOptions{Base: "http://127.0.0.1:8081", Deadline: 1}, false},
+		{pollOptions{Base: "http://127.0.0.1:8081", CallID: "c", Key: "k", Deadline: 1}, false},
+		{pollOptions{Base: "http://127.0.0.1:8081", CallID: "c", Deadline: 1}, true},
+		{pollOptions{Base: "http://127.0.0.1:8081", Key: "k", Deadline: 1}, true},
 		{pollOptions{Base: "http://127.0.0.1:8081", Key: "k"}, false},
 	} {
 		if err := tc.o.Validate(); (err == nil) != tc.ok {
@@ -130,14 +130,14 @@ func TestPollByKeyDotKeys(t *testing.T) {
 }
 
 // TestPollByKeyRefusesImpossibleKey: a key the server could never accept
-// (here: a space) was never recorded, so poll --key ends at once, without
-// a request, instead of polling until the deadline.
+// (here: a space) was never recorded, so poll --key is a usage error,
+// without a request, instead of polling until the deadline.
 func TestPollByKeyRefusesImpossibleKey(t *testing.T) {
 	fs := newCLIFakeServer(t, nil, []func(http.ResponseWriter){
 		cliAnswer(404, `{"error":{"code":"not_found","message":"no such key"}}`),
 	})
-	out, errOut, code := cliRun(t, "poll", "--key", "a b", "--timeout", "2s", "--base", fs.URL)
-	if code == exitcode.OK || !strings.Contains(out+errOut, "invalid_key") {
+	out, errOut, code := cliRun(t, "poll", "--key", "a b", "--deadline", "2s", "--base", fs.URL)
+	if code != exitcode.Usage || !strings.Contains(out+errOut, "invalid_key") {
 		t.Fatalf("exit %d, output:\n%s%s", code, out, errOut)
 	}
 	fs.mu.Lock()

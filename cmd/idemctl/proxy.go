@@ -136,7 +136,7 @@ target answers 503 unavailable with Retry-After. See docs/cli.md, "proxy".`,
 			if err := opts.Validate(); err != nil {
 				return &ExitError{Code: exitcode.Usage, Err: err}
 			}
-			return runProxy(cmd.Context(), opts, streams)
+			return runtimeError(runProxy(cmd.Context(), opts, streams))
 		},
 	}
 	f := cmd.Flags()

@@ -7,28 +7,45 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
+	"golang.org/x/term"
+
+	"github.com/idemctl/idemctl/internal/exitcode"
 )
 
 // IOStreams are where commands write: data to Out, diagnostics and progress
-// to ErrOut. Tests pass buffers.
+// to ErrOut. Each stream knows whether it is a terminal, so a command can
+// draw a progress bar for a person and print plain lines for a log file.
+// Tests pass buffers (and set the TTY fields to test either branch).
 type IOStreams struct {
 	In     io.Reader
 	Out    io.Writer
 	ErrOut io.Writer
+	// OutTTY and ErrTTY say whether Out and ErrOut are terminals.
+	OutTTY bool
+	ErrTTY bool
 }
 
+// defaultStreams are the process's standard streams.
 func defaultStreams() *IOStreams {
-	return &IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
+	return &IOStreams{
+		In:     os.Stdin,
+		Out:    os.Stdout,
+		ErrOut: os.Stderr,
+		OutTTY: term.IsTerminal(int(os.Stdout.Fd())),
+		ErrTTY: term.IsTerminal(int(os.Stderr.Fd())),
+	}
 }
 
 // ExitError carries a specific exit status out of a command: fault, bench
-// and inspect dupes exit 1 when an invariant breaks, call when the call failed.
+// and inspect dupes exit exitcode.Failed when an invariant breaks, call when
+// the call failed; runtime failures exit exitcode.Error (see runtimeError).
 type ExitError struct {
 	Code int
 	Err  error // may be nil when the command already printed its verdict
@@ -43,19 +60,43 @@ func (e *ExitError) Error() string {
 
 func (e *ExitError) Unwrap() error { return e.Err }
 
+// runtimeError marks err, returned by a command's run function after its
+// options were accepted, as a runtime failure (exitcode.Error): the database
+// is unreachable, the port is taken. An *ExitError already carries its own
+// status and passes through. Errors that reach Main unmarked come from
+// cobra's parsing, Validate or the configuration: usage errors.
+func runtimeError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var exitErr *ExitError
+	if errors.As(err, &exitErr) {
+		return err
+	}
+	return &ExitError{Code: exitcode.Error, Err: err}
+}
+
 // envPrefix: every flag can come from IDEMCTL_<NAME>, '-' → '_'.
 const envPrefix = "IDEMCTL"
 
-// Main runs idemctl with args and returns the process exit status. Errors
-// reach the user once, here.
+// Main runs idemctl with args until it ends or SIGINT/SIGTERM cancels it,
+// and returns the process exit status.
 func Main(args []string, streams *IOStreams) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	return execute(ctx, args, streams)
+}
+
+// execute runs idemctl with args under ctx and returns the exit status.
+// Errors reach the user once, here, and are mapped to exit statuses here
+// only: an *ExitError carries its own, anything else is a usage error
+// (cobra's parsing, Validate, the configuration).
+func execute(ctx context.Context, args []string, streams *IOStreams) int {
 	root := newRootCmd(streams)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
-		return 0
+		return exitcode.OK
 	}
 	var exitErr *ExitError
 	if errors.As(err, &exitErr) {
@@ -65,20 +106,32 @@ func Main(args []string, streams *IOStreams) int {
 		return exitErr.Code
 	}
 	fmt.Fprintln(streams.ErrOut, "idemctl:", err)
-	return 2
+	return exitcode.Usage
 }
 
 func newRootCmd(streams *IOStreams) *cobra.Command {
 	var configFile string
 	root := &cobra.Command{
-		Use:           "idemctl",
-		Short:         "Idempotent tool-call backend: retries, timeouts and crashes never duplicate an effect",
+		Use:   "idemctl",
+		Short: "Idempotent tool-call backend: retries, timeouts and crashes never duplicate an effect",
+		Long: `idemctl makes tool calls safe to retry: "idemctl serve" records every call
+under its idempotency key and runs it once; call, poll, proxy, fault, bench
+and inspect are the client, chaos, load and evidence tools around it.
+
+Every flag can also come from IDEMCTL_<FLAG> (upper case, '-' → '_') or a
+config file (--config); see docs/cli.md, "Configuration". Exit statuses:
+0 ok, 1 a negative outcome (failed call, broken check), 2 usage error,
+3 chaos crash (serve), 4 runtime error (database unreadable, port taken);
+see docs/cli.md, "Exit codes".`,
+		Version:       buildVersion(),
 		SilenceErrors: true, // Main prints the error once
 		SilenceUsage:  true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			return applyConfig(cmd, configFile)
 		},
 	}
+	// --version prints the same line as `idemctl version`.
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetIn(streams.In)
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
@@ -92,8 +145,52 @@ func newRootCmd(streams *IOStreams) *cobra.Command {
 		newFaultCmd(streams),
 		newBenchCmd(streams),
 		newInspectCmd(streams),
+		newVersionCmd(streams),
 	)
 	return root
+}
+
+// alwaysReadEnv are the IDEMCTL_* variables read on purpose that are not a
+// flag's: the config file's path and the PostgreSQL URL the tests use.
+var alwaysReadEnv = map[string]bool{
+	envPrefix + "_CONFIG":            true,
+	envPrefix + "_TEST_POSTGRES_URL": true,
+}
+
+// envName is the environment variable that may set flag name.
+func envName(flag string) string {
+	return envPrefix + "_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// warnUnknownEnv writes a warning for each IDEMCTL_* variable in environ
+// that neither names a flag of some command nor is in alwaysReadEnv. A
+// misspelled variable (IDEMCTL_WORKER) would otherwise be ignored without a
+// word, while the same typo in a config file is an error. It only warns: a
+// variable meant for another command or another version must not fail this
+// run.
+func warnUnknownEnv(w io.Writer, root *cobra.Command, environ []string) {
+	known := map[string]bool{}
+	for name := range alwaysReadEnv {
+		known[name] = true
+	}
+	for name := range allFlagNames(root) {
+		// --help and --version are never read from the environment.
+		if name != "help" && name != "version" {
+			known[envName(name)] = true
+		}
+	}
+	var unknown []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, envPrefix+"_") && !known[name] {
+			unknown = append(unknown, name)
+		}
+	}
+	slices.Sort(unknown)
+	for _, name := range unknown {
+		fmt.Fprintf(w, "idemctl: warning: ignoring %s: no flag is named --%s (see docs/cli.md, \"Configuration\")\n",
+			name, strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(name, envPrefix+"_"), "_", "-")))
+	}
 }
 
 // applyConfig fills every flag the user did not set on the command line from
@@ -103,8 +200,10 @@ func newRootCmd(streams *IOStreams) *cobra.Command {
 // top-level command's name ("serve: {addr: ...}", "inspect: {db: ...}" for
 // every inspect subcommand); the command's section wins. Keys are the flags'
 // long names. A key that no command knows is an error: a typo in a config
-// file must not silently fall back to a default.
+// file must not silently fall back to a default. An unknown IDEMCTL_*
+// variable gets a warning on stderr.
 func applyConfig(cmd *cobra.Command, configFile string) error {
+	warnUnknownEnv(cmd.ErrOrStderr(), cmd.Root(), os.Environ())
 	// viper reads the file (any format it knows); the environment is looked
 	// up per flag below so that an env value always beats the file's.
 	v := viper.New()
@@ -121,28 +220,104 @@ func applyConfig(cmd *cobra.Command, configFile string) error {
 		}
 	}
 	section := topLevelName(cmd)
-	var errs []error
+	// A flag counts as given when it or one of its deprecated aliases is on
+	// the command line. An alias is applied only while the flag it stands
+	// for is still unset; the flag itself is applied whatever the alias
+	// did. So in either visiting order --attempt-timeout and
+	// IDEMCTL_ATTEMPT_TIMEOUT beat IDEMCTL_TIMEOUT, and --timeout beats
+	// IDEMCTL_ATTEMPT_TIMEOUT.
+	given := map[string]bool{}
 	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		if f.Changed || f.Name == "config" || f.Name == "help" {
+		if f.Changed {
+			given[f.Name] = true
+			if of := aliasOf(f); of != "" {
+				given[of] = true
+			}
+		}
+	})
+	var errs []error
+	apply := func(f *pflag.Flag) {
+		if given[f.Name] || f.Name == "config" || f.Name == "help" {
 			return
 		}
-		var val any
-		envName := envPrefix + "_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if s, ok := os.LookupEnv(envName); ok && s != "" { // empty counts as unset
-			val = s
+		if of := aliasOf(f); of != "" && cmd.Flags().Lookup(of).Changed {
+			return
+		}
+		var (
+			val any
+			// from names the source in an error, so the user knows what to fix.
+			from string
+		)
+		env := envName(f.Name)
+		if s, ok := os.LookupEnv(env); ok && s != "" { // empty counts as unset
+			val, from = s, "environment variable "+env
 		} else if v.IsSet(section + "." + f.Name) {
-			val = v.Get(section + "." + f.Name)
+			val, from = v.Get(section+"."+f.Name), fmt.Sprintf("config %s, key %s.%s", configFile, section, f.Name)
 		} else if v.InConfig(f.Name) {
-			val = v.Get(f.Name)
+			val, from = v.Get(f.Name), fmt.Sprintf("config %s, key %s", configFile, f.Name)
 		}
 		if val == nil {
 			return
 		}
 		if err := setFlag(cmd.Flags(), f, val); err != nil {
-			errs = append(errs, fmt.Errorf("config value for --%s: %w", f.Name, err))
+			errs = append(errs, fmt.Errorf("%s (for --%s): %w", from, f.Name, err))
+		}
+	}
+	cmd.Flags().VisitAll(apply)
+	warnDeprecated(cmd.ErrOrStderr(), cmd.Flags())
+	return errors.Join(errs...)
+}
+
+// aliasAnnotation marks a deprecated alias flag with the name of the flag it
+// stands for.
+const aliasAnnotation = "idemctl_alias_of"
+
+// addDeprecatedAlias adds --alias to fs as a hidden, deprecated second name
+// of the existing flag name: both set the same value. warnDeprecated prints
+// the notice when the alias is used (command line, environment or config
+// file). pflag's own MarkDeprecated is not used: cobra prints its notice to
+// the data stream (stdout), where it would corrupt JSON output.
+func addDeprecatedAlias(fs *pflag.FlagSet, name, alias string) {
+	f := fs.Lookup(name)
+	fs.Var(f.Value, alias, "deprecated: use --"+name)
+	a := fs.Lookup(alias)
+	a.DefValue = f.DefValue
+	a.Annotations = map[string][]string{aliasAnnotation: {name}}
+	a.Hidden = true
+}
+
+// warnDeprecated writes a notice to w for each deprecated alias in fs that
+// was set, from any source.
+func warnDeprecated(w io.Writer, fs *pflag.FlagSet) {
+	fs.VisitAll(func(f *pflag.Flag) {
+		if of := aliasOf(f); of != "" && f.Changed {
+			fmt.Fprintf(w, "idemctl: warning: --%s (or %s) is deprecated, use --%s (or %s)\n",
+				f.Name, envName(f.Name), of, envName(of))
 		}
 	})
-	return errors.Join(errs...)
+}
+
+// aliasOf is the flag f is a deprecated alias of, or "".
+func aliasOf(f *pflag.Flag) string {
+	if names := f.Annotations[aliasAnnotation]; len(names) == 1 {
+		return names[0]
+	}
+	return ""
+}
+
+// allFlagNames is the set of flag names of c and all its subcommands.
+func allFlagNames(c *cobra.Command) map[string]bool {
+	names := map[string]bool{}
+	var walk func(*cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.Flags().VisitAll(func(f *pflag.Flag) { names[f.Name] = true })
+		c.PersistentFlags().VisitAll(func(f *pflag.Flag) { names[f.Name] = true })
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(c)
+	return names
 }
 
 // topLevelName is the name of cmd's ancestor just below the root ("inspect"
@@ -158,20 +333,7 @@ func topLevelName(cmd *cobra.Command) string {
 // must be a top-level command's section or some command's flag; a key in a
 // section must be a flag of that command or of one of its subcommands.
 func checkConfigKeys(root *cobra.Command, v *viper.Viper) error {
-	flagsOf := func(c *cobra.Command) map[string]bool {
-		names := map[string]bool{}
-		var walk func(*cobra.Command)
-		walk = func(c *cobra.Command) {
-			c.Flags().VisitAll(func(f *pflag.Flag) { names[f.Name] = true })
-			c.PersistentFlags().VisitAll(func(f *pflag.Flag) { names[f.Name] = true })
-			for _, sub := range c.Commands() {
-				walk(sub)
-			}
-		}
-		walk(c)
-		return names
-	}
-	all := flagsOf(root)
+	all := allFlagNames(root)
 	sections := map[string]*cobra.Command{}
 	for _, c := range root.Commands() {
 		sections[c.Name()] = c
@@ -182,7 +344,7 @@ func checkConfigKeys(root *cobra.Command, v *viper.Viper) error {
 		nested, isMap := val.(map[string]any)
 		switch {
 		case isSection && isMap:
-			known := flagsOf(sub)
+			known := allFlagNames(sub)
 			for k := range nested {
 				if !known[k] {
 					errs = append(errs, fmt.Errorf("unknown key %q in section %q (keys are %s's flag names)", k, key, key))

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/url"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -28,6 +26,8 @@ type serveOptions struct {
 	LogLevel      string
 	ShutdownGrace time.Duration
 	InstanceHost  string
+	MaxBodies     int
+	MaxHeldWaits  int
 
 	level slog.Level // parsed by Validate
 }
@@ -54,6 +54,12 @@ func (o *serveOptions) Validate() error {
 	if o.Lease <= 0 {
 		errs = append(errs, fmt.Errorf("--lease must be positive, got %s", o.Lease))
 	}
+	if o.MaxBodies < 1 {
+		errs = append(errs, fmt.Errorf("--max-concurrent-bodies must be at least 1, got %d", o.MaxBodies))
+	}
+	if o.MaxHeldWaits < 1 {
+		errs = append(errs, fmt.Errorf("--max-held-waits must be at least 1, got %d", o.MaxHeldWaits))
+	}
 	if o.ShutdownGrace < 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-grace must not be negative, got %s", o.ShutdownGrace))
 	}
@@ -76,36 +82,40 @@ worker crashed is recovered when its lease expires, or at once when its owner
 was a process on this host that no longer exists. SIGINT/SIGTERM stop
 accepting, let running tools finish within --shutdown-grace, and exit.
 
---db takes a SQLite path (or sqlite://path) or a postgres:// URL; several
-servers may share one PostgreSQL database.`,
+--db takes a SQLite path (or sqlite://path), a postgres:// URL or a libpq
+key=value DSN ("host=db dbname=idem user=idem"); several servers may share
+one PostgreSQL database (docs/operations.md, "Running several instances").
+Passwords in --db are never printed. See docs/cli.md, "serve".`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := opts.Validate(); err != nil {
 				return err
 			}
-			return serveRun(cmd.Context(), opts, streams)
+			return runtimeError(runServe(cmd.Context(), opts, streams))
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.Addr, "addr", server.DefaultAddr, "listen address (host:port; port 0 picks a free one)")
-	f.StringVar(&opts.DB, "db", "idem.db", "database: SQLite path, sqlite://path or postgres:// URL")
+	f.StringVar(&opts.DB, "db", "idem.db", "database: SQLite path, sqlite://path, postgres:// URL or key=value DSN")
 	f.IntVar(&opts.Workers, "workers", server.DefaultWorkers, "tool executions run at once")
 	f.DurationVar(&opts.Lease, "lease", server.DefaultLease, "lease a worker holds on a call; must exceed the longest tool (sleep: 10s)")
 	f.BoolVar(&opts.Chaos, "chaos", false, "enable the test-only args _crash_after_commit, _crash_before_commit and _pause_before_commit (loopback addresses only)")
 	addLogFlags(f, &opts.LogFormat, &opts.LogLevel)
 	f.DurationVar(&opts.ShutdownGrace, "shutdown-grace", server.DefaultShutdownGrace, "on SIGINT/SIGTERM, how long running tools may take to finish")
+	f.IntVar(&opts.MaxBodies, "max-concurrent-bodies", server.DefaultMaxConcurrentBodies, "request bodies read at once; beyond, 503 overloaded (bounds memory: up to 1 MiB each)")
+	f.IntVar(&opts.MaxHeldWaits, "max-held-waits", server.DefaultMaxHeldWaits, "Prefer: wait answers held at once; beyond, answered at once with the current state")
 	f.StringVar(&opts.InstanceHost, "instance-host", "", "host identity in lease owners, for dead-owner recovery (default: hostname + hash of boot id and pid namespace); never give two machines or containers the same value")
 	return cmd
 }
 
-// serveRun listens, opens the store, builds the server and serves until ctx
+// runServe listens, opens the store, builds the server and serves until ctx
 // is cancelled (SIGINT/SIGTERM, see root.go).
 //
 // The listener comes first: a port already in use (say, a second serve
 // started by mistake) must fail before the database is opened, or it would
 // leave a new, migrated database file behind, or migrate a shared one, for
 // a server that never ran. If opening the store fails, the port is freed.
-func serveRun(ctx context.Context, o *serveOptions, streams *IOStreams) error {
+func runServe(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 	logger := newLogger(streams.ErrOut, o.LogFormat, o.level)
 
 	var lc net.ListenConfig
@@ -119,7 +129,7 @@ func serveRun(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 
 	st, err := backend.Open(ctx, o.DB, store.Options{})
 	if err != nil {
-		return fmt.Errorf("opening database %s: %w", redactDSN(o.DB), err)
+		return fmt.Errorf("opening database %s: %w", backend.Redact(o.DB), err)
 	}
 	defer st.Close()
 
@@ -131,6 +141,9 @@ func serveRun(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 		ShutdownGrace: o.ShutdownGrace,
 		InstanceHost:  o.InstanceHost,
 		Logger:        logger,
+
+		MaxConcurrentBodies: o.MaxBodies,
+		MaxHeldWaits:        o.MaxHeldWaits,
 	}, st)
 	if err != nil {
 		return err
@@ -138,25 +151,6 @@ func serveRun(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 	// Scripts and tests read the real address (with --addr host:0) from
 	// this line.
 	fmt.Fprintf(streams.ErrOut, "idemctl serving on http://%s (db: %s, workers %d, lease %s)\n",
-		ln.Addr(), redactDSN(o.DB), o.Workers, o.Lease)
+		ln.Addr(), backend.Redact(o.DB), o.Workers, o.Lease)
 	return srv.Run(ctx, ln)
-}
-
-// redactDSN hides a password in a postgres:// URL before it is printed:
-// the one in the userinfo and a password= query parameter (libpq and pgx
-// take both).
-func redactDSN(dsn string) string {
-	if !strings.Contains(dsn, "://") {
-		return dsn
-	}
-	u, err := url.Parse(dsn)
-	if err != nil {
-		scheme, _, _ := strings.Cut(dsn, "://")
-		return scheme + "://(unparsable, not shown)"
-	}
-	if q := u.Query(); q.Has("password") {
-		q.Set("password", "xxxxx")
-		u.RawQuery = q.Encode()
-	}
-	return u.Redacted()
 }

@@ -1,25 +1,15 @@
 package main
 
 import (
-	"context"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/idemctl/idemctl/internal/exitcode"
 	"github.com/idemctl/idemctl/internal/server"
 )
-
-// runServe executes `idemctl serve args...` through cobra and returns its
-// error; it is only used for runs that fail before serving.
-func runServe(t *testing.T, args ...string) error {
-	t.Helper()
-	root := newRootCmd(&IOStreams{In: strings.NewReader(""), Out: io.Discard, ErrOut: &serveBuffer{}})
-	root.SetArgs(append([]string{"serve"}, args...))
-	return root.ExecuteContext(context.Background())
-}
 
 // dirEntries lists dir's names.
 func dirEntries(t *testing.T, dir string) []string {
@@ -47,9 +37,9 @@ func TestServeBusyPortCreatesNoDatabase(t *testing.T) {
 	addr := busy.Addr().String()
 	dir := t.TempDir()
 
-	err = runServe(t, "--addr", addr, "--db", filepath.Join(dir, "idem.db"))
-	if err == nil || !strings.Contains(err.Error(), addr) {
-		t.Fatalf("serve on busy %s: error %v, want one naming the address", addr, err)
+	_, errOut, code := cliRun(t, "serve", "--addr", addr, "--db", filepath.Join(dir, "idem.db"))
+	if code != exitcode.Error || !strings.Contains(errOut, addr) {
+		t.Fatalf("serve on busy %s: exit %d, stderr %q; want exit %d (runtime error) naming the address", addr, code, errOut, exitcode.Error)
 	}
 	if names := dirEntries(t, dir); len(names) != 0 {
 		t.Errorf("serve that never listened left %q behind", names)
@@ -67,9 +57,9 @@ func TestServeDatabaseErrorFreesThePort(t *testing.T) {
 	probe.Close() // a free port for serve to take
 
 	noDir := filepath.Join(t.TempDir(), "missing", "idem.db") // parent does not exist
-	err = runServe(t, "--addr", addr, "--db", noDir)
-	if err == nil || !strings.Contains(err.Error(), "opening database") {
-		t.Fatalf("serve with unopenable db: error %v", err)
+	_, errOut, code := cliRun(t, "serve", "--addr", addr, "--db", noDir)
+	if code != exitcode.Error || !strings.Contains(errOut, "opening database") {
+		t.Fatalf("serve with unopenable db: exit %d, stderr %q; want exit %d (runtime error)", code, errOut, exitcode.Error)
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -83,9 +73,9 @@ func TestServeDatabaseErrorFreesThePort(t *testing.T) {
 func TestServeChaosOffLoopbackRefusedBeforeBinding(t *testing.T) {
 	dir := t.TempDir()
 	for _, addr := range []string{"0.0.0.0:0", ":0", "192.0.2.1:0", "example.invalid:0"} {
-		err := runServe(t, "--addr", addr, "--chaos", "--db", filepath.Join(dir, "idem.db"))
-		if err == nil || !strings.Contains(err.Error(), "loopback") {
-			t.Errorf("--chaos on %s: error %v, want a loopback refusal", addr, err)
+		_, errOut, code := cliRun(t, "serve", "--addr", addr, "--chaos", "--db", filepath.Join(dir, "idem.db"))
+		if code != exitcode.Usage || !strings.Contains(errOut, "loopback") {
+			t.Errorf("--chaos on %s: exit %d, stderr %q; want exit %d and a loopback refusal", addr, code, errOut, exitcode.Usage)
 		}
 	}
 	if names := dirEntries(t, dir); len(names) != 0 {

@@ -10,12 +10,14 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/idemctl/idemctl/internal/exitcode"
 )
 
 func TestServeOptionsValidate(t *testing.T) {
 	good := func() serveOptions {
 		return serveOptions{Addr: "127.0.0.1:0", DB: "x.db", Workers: 1, Lease: time.Second,
-			LogFormat: "text", LogLevel: "info", ShutdownGrace: time.Second}
+			LogFormat: "text", LogLevel: "info", ShutdownGrace: time.Second, MaxBodies: 1, MaxHeldWaits: 1}
 	}
 	if o := good(); o.Validate() != nil {
 		t.Fatalf("good options refused: %v", o.Validate())
@@ -29,6 +31,8 @@ func TestServeOptionsValidate(t *testing.T) {
 		"log format":       func(o *serveOptions) { o.LogFormat = "xml" },
 		"log level":        func(o *serveOptions) { o.LogLevel = "loud" },
 		"negative grace":   func(o *serveOptions) { o.ShutdownGrace = -1 },
+		"bodies 0":         func(o *serveOptions) { o.MaxBodies = 0 },
+		"held waits 0":     func(o *serveOptions) { o.MaxHeldWaits = 0 },
 		"everything wrong": func(o *serveOptions) { *o = serveOptions{} },
 	}
 	for name, mutate := range cases {
@@ -50,6 +54,7 @@ func TestServeFlagDefaults(t *testing.T) {
 	want := map[string]string{
 		"addr": "127.0.0.1:8081", "db": "idem.db", "workers": "8", "lease": "30s", "chaos": "false",
 		"log-format": "text", "log-level": "info", "shutdown-grace": "15s",
+		"max-concurrent-bodies": "64", "max-held-waits": "512",
 	}
 	for name, def := range want {
 		f := cmd.Flags().Lookup(name)
@@ -138,11 +143,9 @@ func TestServeRunsAndStopsOnCancel(t *testing.T) {
 }
 
 func TestServeRefusesChaosOffLoopback(t *testing.T) {
-	errOut := &serveBuffer{}
-	code := Main([]string{"serve", "--addr", "0.0.0.0:0", "--chaos", "--db", filepath.Join(t.TempDir(), "x.db")},
-		&IOStreams{In: strings.NewReader(""), Out: io.Discard, ErrOut: errOut})
-	if code == 0 || !strings.Contains(errOut.String(), "loopback") {
-		t.Fatalf("exit %d, stderr %q", code, errOut.String())
+	_, errOut, code := cliRun(t, "serve", "--addr", "0.0.0.0:0", "--chaos", "--db", filepath.Join(t.TempDir(), "x.db"))
+	if code != exitcode.Usage || !strings.Contains(errOut, "loopback") {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
 }
 
@@ -151,25 +154,12 @@ func TestServeRefusesBadFlags(t *testing.T) {
 		{"serve", "--workers", "0"},
 		{"serve", "--lease", "0s"},
 		{"serve", "--log-format", "yaml"},
+		{"serve", "--max-concurrent-bodies", "0"},
+		{"serve", "--max-held-waits", "-1"},
 	} {
-		errOut := &serveBuffer{}
-		code := Main(args, &IOStreams{In: strings.NewReader(""), Out: io.Discard, ErrOut: errOut})
-		if code == 0 || errOut.String() == "" {
-			t.Errorf("%v: exit %d, stderr %q", args, code, errOut.String())
-		}
-	}
-}
-
-func TestRedactDSN(t *testing.T) {
-	cases := map[string]string{
-		"idem.db":            "idem.db",
-		"sqlite:///tmp/x.db": "sqlite:///tmp/x.db",
-		"postgres://u:secret@127.0.0.1:5432/idem":   "postgres://u:xxxxx@127.0.0.1:5432/idem",
-		"postgres://127.0.0.1/idem?sslmode=disable": "postgres://127.0.0.1/idem?sslmode=disable",
-	}
-	for in, want := range cases {
-		if got := redactDSN(in); got != want {
-			t.Errorf("redactDSN(%q) = %q, want %q", in, got, want)
+		_, errOut, code := cliRun(t, args...)
+		if code != exitcode.Usage || errOut == "" {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d", args, code, errOut, exitcode.Usage)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-// Package bench is idemctl's load generator (§12.12): it sends N POSTs (or
+// Package bench is idemctl's load generator (docs/cli.md, "bench"): it sends N POSTs (or
 // runs for a duration) at a given concurrency to /v1/tool-calls, measures
 // latency and throughput, reads calls/effects from /stats before and after
 // (after the service has drained), checks the idempotency invariants it can
@@ -26,7 +26,7 @@ const (
 	FormatJSON  = "json"
 )
 
-// Defaults of the bench flags (§12.12.1: 300 requests, 20 threads).
+// Defaults of the bench flags.
 const (
 	DefaultN            = 300
 	DefaultConcurrency  = 20
@@ -47,8 +47,8 @@ type Options struct {
 	N int
 	// Concurrency is the number of requests in flight.
 	Concurrency int
-	// SameKey sends every request with one idempotency key (§12.12.2's
-	// second run); otherwise each request has its own key.
+	// SameKey sends every request with one idempotency key; otherwise each
+	// request has its own key.
 	SameKey bool
 	// Tool is the tool called; Args its arguments (nil = a default per
 	// tool: charge {"amount":1}, send_email {"to":...}, sleep
@@ -57,7 +57,7 @@ type Options struct {
 	Args json.RawMessage
 	// Duration, when > 0, runs for that long instead of N requests.
 	Duration time.Duration
-	// Timeout bounds each request (§12.12.1 uses 5s).
+	// Timeout bounds each request (--request-timeout).
 	Timeout time.Duration
 	// Workers is the in-process server's worker pool size.
 	Workers int
@@ -76,7 +76,20 @@ type Options struct {
 	// Progress, if not nil, receives a progress bar (the command passes
 	// stderr when it is a terminal).
 	Progress io.Writer
+	// ProgressLines, if not nil, receives one plain line every
+	// ProgressEvery while the load and the drain run: requests sent, the
+	// rate so far and the service's queue depth (calls pending or running).
+	// The command passes stderr when it is not a terminal, where a bar
+	// would be noise and silence looks like a hang.
+	ProgressLines io.Writer
+	// ProgressEvery is the interval of ProgressLines (0 =
+	// DefaultProgressEvery).
+	ProgressEvery time.Duration
 }
+
+// DefaultProgressEvery is how often a progress line is printed when stderr
+// is not a terminal.
+const DefaultProgressEvery = 5 * time.Second
 
 // Validate checks the options and fills defaults for zero values of Tool,
 // Timeout, Workers and Output.
@@ -92,6 +105,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Output == "" {
 		o.Output = FormatTable
+	}
+	if o.ProgressEvery == 0 {
+		o.ProgressEvery = DefaultProgressEvery
 	}
 	var errs []error
 	if o.Base != "" {
@@ -110,7 +126,7 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("-c %d: want 1–10000", o.Concurrency))
 	}
 	if o.Timeout < 0 {
-		errs = append(errs, fmt.Errorf("--timeout %s: want > 0", o.Timeout))
+		errs = append(errs, fmt.Errorf("--request-timeout %s: want > 0", o.Timeout))
 	}
 	if o.Workers < 1 {
 		errs = append(errs, fmt.Errorf("--workers %d: want ≥ 1", o.Workers))
@@ -140,7 +156,8 @@ var defaultArgs = map[string]string{
 	"fail":       `{"retryable":false}`,
 }
 
-// effectTools leave one effect row per successful call (SPEC §4.5).
+// effectTools leave one effect row per successful call (docs/tools.md,
+// "charge"; docs/design.md, "Why effects are unique per call").
 var effectTools = map[string]bool{"charge": true, "send_email": true}
 
 // requestBody is the POST body for the tool and args.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -110,7 +111,7 @@ func TestRunInProcessSameKey(t *testing.T) {
 	if rep.Status0 != 0 || rep.Status["200"]+rep.Status["202"] != 40 {
 		t.Errorf("statuses %v status0 %d, want only 200/202", rep.Status, rep.Status0)
 	}
-	// The core acceptance of §12.12.3: one call, one effect, whatever the concurrency.
+	// The core acceptance: one call, one effect, whatever the concurrency.
 	if rep.CallsDelta != 1 || rep.EffectsDelta != 1 || rep.AckedKeys != 1 {
 		t.Errorf("calls %d effects %d acked keys %d, want 1/1/1", rep.CallsDelta, rep.EffectsDelta, rep.AckedKeys)
 	}
@@ -232,7 +233,7 @@ func (f *fakeService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func TestInvariantViolationDetected(t *testing.T) {
 	// A same-key run whose /stats says the one call left two effects: the
-	// duplicate §12.11.1 says must never happen.
+	// duplicate that must never happen.
 	fake := &fakeService{
 		before: Stats{ByStatus: map[string]int64{}},
 		after:  Stats{Calls: 1, Effects: 2, ByStatus: map[string]int64{"succeeded": 1}},
@@ -266,8 +267,8 @@ func TestInvariantViolationDetected(t *testing.T) {
 
 func TestStuckServiceFailsDrain(t *testing.T) {
 	// The one call stays pending for ever: the drain gives up after the idle
-	// timeout and the run fails on "drained" (SPEC §2.4: every accepted call
-	// reaches a final state).
+	// timeout and the run fails on "drained" (every accepted call reaches a
+	// final state: docs/lifecycle.md, "Invariants").
 	fake := &fakeService{after: Stats{Calls: 1, ByStatus: map[string]int64{"pending": 1}}}
 	ts := httptest.NewServer(fake)
 	defer ts.Close()
@@ -418,6 +419,27 @@ func TestProgressBar(t *testing.T) {
 	run(t, opts)
 	if bar.Len() == 0 {
 		t.Error("no progress drawn on the progress writer")
+	}
+}
+
+// TestProgressLines: off a terminal, a run that lasts longer than the
+// interval prints plain progress lines (sent, rate, queue depth) instead of
+// staying silent; no bar is drawn.
+func TestProgressLines(t *testing.T) {
+	opts := small()
+	opts.N = 0
+	opts.Duration = 300 * time.Millisecond
+	opts.Concurrency = 2
+	opts.ProgressEvery = 50 * time.Millisecond
+	var lines bytes.Buffer
+	opts.ProgressLines = &lines
+	run(t, opts)
+	got := lines.String()
+	if !regexp.MustCompile(`(?m)^bench: service: \d+ sent in \S+, \d+ req/s, queue depth \d+$`).MatchString(got) {
+		t.Errorf("no progress line with sent, rate and queue depth:\n%s", got)
+	}
+	if strings.Contains(got, "\r") {
+		t.Errorf("a bar was drawn on the lines writer:\n%q", got)
 	}
 }
 

@@ -26,8 +26,8 @@ type checkInput struct {
 	effects      int64  // effects delta from /stats
 }
 
-// checks evaluates the invariants the bench can see from outside (§12.11.1,
-// §12.12.3). They assume the bench is the only client of the service while
+// checks evaluates the invariants the bench can see from outside
+// (docs/lifecycle.md, "Invariants"). They assume the bench is the only client of the service while
 // it runs: another client's calls would move the same /stats counters.
 func checks(in checkInput) []Check {
 	var out []Check
@@ -63,14 +63,15 @@ func checks(in checkInput) []Check {
 	}
 
 	if in.sameKey {
-		// One key is one logical call, whatever the concurrency (SPEC §2.1).
+		// One key is one logical call, whatever the concurrency (docs/design.md,
+		// "Why the key is unique").
 		if in.acked > 0 {
 			add("same_key_one_call", in.calls == 1, "calls delta %d == 1", in.calls)
 		} else {
 			add("same_key_one_call", in.calls <= 1, "calls delta %d ≤ 1 (no request was acknowledged)", in.calls)
 		}
-		// At most one effect per call (SPEC §2.2), and exactly the call's one
-		// once it ran.
+		// At most one effect per call (docs/design.md, "Why effects are unique
+		// per call"), and exactly the call's one once it ran.
 		add("same_key_at_most_one_effect", in.effects <= 1, "effects delta %d ≤ 1", in.effects)
 		if in.effectTool && in.drained && in.acked > 0 {
 			add("same_key_one_effect", in.effects == 1, "effects delta %d == 1 once drained", in.effects)

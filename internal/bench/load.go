@@ -66,6 +66,11 @@ type load struct {
 	concurrency int
 	progress    io.Writer
 	label       string
+	// lines, if not nil, gets a progress line every `every`; depth, if not
+	// nil, reads the service's queue depth for it.
+	lines io.Writer
+	every time.Duration
+	depth func(context.Context) (int64, error)
 }
 
 // loadResult is a run's raw outcome.
@@ -94,7 +99,7 @@ type tally struct {
 }
 
 // backpressureStatus reports whether code is the service's documented
-// "not now" (SPEC §4.3, §6: clients retry on 429 and 503). Under overload
+// "not now" (docs/api.md, "Errors": clients retry on 429 and 503). Under overload
 // these are a result worth reporting, not a broken run.
 func backpressureStatus(code int) bool {
 	return code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable
@@ -149,6 +154,8 @@ func (l *load) run(ctx context.Context) (loadResult, error) {
 	if l.duration > 0 {
 		deadline = start.Add(l.duration)
 	}
+	var sent atomic.Int64
+	stopLines := l.progressLines(ctx, start, &sent)
 	for w := range l.concurrency {
 		t := &tally{status: map[int]int{}}
 		if l.duration == 0 {
@@ -165,6 +172,7 @@ func (l *load) run(ctx context.Context) (loadResult, error) {
 					return
 				}
 				l.one(ctx, t, i)
+				sent.Add(1)
 				if bar != nil {
 					_ = bar.Add(1) // the bar is drawing only; its error is not the bench's
 				}
@@ -173,6 +181,7 @@ func (l *load) run(ctx context.Context) (loadResult, error) {
 	}
 	wg.Wait()
 	wall := time.Since(start)
+	stopLines()
 	if bar != nil {
 		_ = bar.Finish()
 	}
@@ -180,6 +189,44 @@ func (l *load) run(ctx context.Context) (loadResult, error) {
 		return loadResult{}, err
 	}
 	return merge(tallies, wall, l.sameKey), nil
+}
+
+// progressLines starts printing a line to l.lines every l.every until the
+// returned function is called (which waits for the printer to stop). With
+// no l.lines it does nothing.
+func (l *load) progressLines(ctx context.Context, start time.Time, sent *atomic.Int64) (stop func()) {
+	if l.lines == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(l.every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			elapsed := time.Since(start)
+			n := sent.Load()
+			depth := "unknown"
+			if l.depth != nil {
+				if d, err := l.depth(ctx); err == nil {
+					depth = strconv.FormatInt(d, 10)
+				}
+			}
+			fmt.Fprintf(l.lines, "bench: %s: %d sent in %s, %.0f req/s, queue depth %s\n",
+				l.label, n, elapsed.Round(time.Second), float64(n)/elapsed.Seconds(), depth)
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
 }
 
 // one sends request i and records its outcome in t.
@@ -208,7 +255,7 @@ func (l *load) one(ctx context.Context, t *tally, i int) {
 		t.addErr(err.Error())
 		return
 	}
-	// The body is read to the end, as §12.12.1's resp.read() does, so the
+	// The body is read to the end, so the
 	// latency includes the whole reply and the connection can be reused.
 	// An unexpected answer's head is kept to say why it came (the 2xx hot
 	// path reads nothing into memory).
@@ -351,9 +398,28 @@ func percentiles(lat []time.Duration) Latency {
 // ms converts a duration to milliseconds.
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// String renders a latency line like §12.12.2's.
+// String renders the latency line of the text report.
 func (l Latency) String() string {
 	return fmt.Sprintf("p50=%.2fms  p95=%.2fms  p99=%.2fms  max=%.2fms", l.P50, l.P95, l.P99, l.Max)
+}
+
+// drainLines returns a callback that writes a line to w about the drain at
+// most once per every, the first after every (nil when w is nil): a short
+// drain prints nothing.
+func drainLines(w io.Writer, every time.Duration) func(busy int64) {
+	if w == nil {
+		return nil
+	}
+	start := time.Now()
+	last := start
+	return func(busy int64) {
+		now := time.Now()
+		if now.Sub(last) < every {
+			return
+		}
+		last = now
+		fmt.Fprintf(w, "bench: draining: queue depth %d after %s\n", busy, now.Sub(start).Round(time.Second))
+	}
 }
 
 // drainProgress returns a callback drawing the drain on w (nil: no bar) and

@@ -86,7 +86,7 @@ func writeReport(w io.Writer, format string, r Report) error {
 	return writeText(w, r)
 }
 
-// writeText renders the report like §12.12.2's lines, then the attempt
+// writeText renders the report's summary lines, then the attempt
 // table, the ceiling and one PASS/FAIL line per check.
 func writeText(w io.Writer, r Report) error {
 	var b strings.Builder

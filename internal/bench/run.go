@@ -15,7 +15,7 @@ import (
 // stopTimeout bounds stopping the in-process server and the ceiling.
 const stopTimeout = 20 * time.Second
 
-// statsTimeout bounds each GET /stats. It is not --timeout: that one is a
+// statsTimeout bounds each GET /stats. It is not --request-timeout: that one is a
 // parameter of the load (it may be 1ms on purpose), while the bench's own
 // bookkeeping must work whatever the load's settings are, or a run whose
 // requests all timed out could not report that they did.
@@ -81,6 +81,11 @@ func Run(ctx context.Context, opts Options, out io.Writer) (rep Report, err erro
 		client: client, url: rep.Base + "/v1/tool-calls", body: body, key: key, sameKey: opts.SameKey,
 		n: opts.N, duration: opts.Duration, concurrency: opts.Concurrency,
 		progress: opts.Progress, label: "service",
+		lines: opts.ProgressLines, every: opts.ProgressEvery,
+		depth: func(ctx context.Context) (int64, error) {
+			s, err := fetchStats(ctx, statsClient, rep.Base)
+			return s.busy(), err
+		},
 	}
 	res, err := l.run(ctx)
 	if err != nil {
@@ -93,6 +98,9 @@ func Run(ctx context.Context, opts Options, out io.Writer) (rep Report, err erro
 	drainStart := time.Now()
 	if opts.DrainTimeout > 0 {
 		progress, done := drainProgress(opts.Progress)
+		if progress == nil {
+			progress = drainLines(opts.ProgressLines, opts.ProgressEvery)
+		}
 		rep.StatsAfter, rep.Drained, err = drain(ctx, statsClient, rep.Base, opts.DrainTimeout, progress)
 		done()
 		rep.DrainS = time.Since(drainStart).Seconds()

@@ -10,7 +10,8 @@ import (
 	"time"
 )
 
-// Stats is the part of GET /stats the bench reads (SPEC §4.2).
+// Stats is the part of GET /stats the bench reads (docs/api.md, "Health,
+// stats and metrics").
 type Stats struct {
 	Calls    int64            `json:"calls"`
 	Effects  int64            `json:"effects"`

@@ -10,8 +10,8 @@ import (
 )
 
 // DefaultHintThreshold is the share of calls needing more than one attempt
-// above which `inspect attempts` prints a hint (§12.13.4: "monitor the share
-// of attempt > 1").
+// above which `inspect attempts` prints a hint (docs/operations.md, "Metrics":
+// watch the share of attempt > 1).
 const DefaultHintThreshold = 0.05
 
 // AttemptsOptions format `inspect attempts`.
@@ -23,7 +23,7 @@ type AttemptsOptions struct {
 	HintThreshold float64
 }
 
-// AttemptsReport is the attempt distribution of §12.12.5 and what it says.
+// AttemptsReport is the attempt distribution and what it says.
 type AttemptsReport struct {
 	// Total is the number of calls.
 	Total int64 `json:"total"`
@@ -48,11 +48,11 @@ type AttemptRow struct {
 	SharePct float64 `json:"share_pct"`
 }
 
-// Attempts computes the attempt distribution (the chapter's `SELECT attempt,
+// Attempts computes the attempt distribution (`SELECT attempt,
 // count(*) FROM calls GROUP BY attempt`) and prints it with a hint when many
 // calls needed more than one attempt. Normally attempts sit at 1; a heavy
 // tail means leases shorter than execution, too few workers, slow tools or
-// a crash loop (§12.12.5).
+// a crash loop (docs/lifecycle.md, "Leases", "Recovery").
 func Attempts(ctx context.Context, st store.Store, opts AttemptsOptions, w io.Writer) (AttemptsReport, error) {
 	buckets, err := st.Attempts(ctx)
 	if err != nil {
@@ -104,7 +104,7 @@ func Distribution(buckets []store.AttemptBucket, threshold float64) AttemptsRepo
 	rep.MultiAttemptPct = pct(rep.MultiAttempt, rep.Ran)
 	if rep.Ran > 0 && float64(rep.MultiAttempt) > threshold*float64(rep.Ran) {
 		rep.Hint = fmt.Sprintf("%.1f%% of the calls that ran needed more than one attempt (over %.0f%%). "+
-			"Usual causes (§12.12.5): the lease is shorter than the tool's run time, so running calls are "+
+			"Usual causes: the lease is shorter than the tool's run time, so running calls are "+
 			"taken as expired; too few workers, so calls queue past their lease; tools slower than expected; "+
 			"a process crashing and restarting. Same-key retries of retryable failures (retry_reset) also add "+
 			"attempts. Look for recover and fenced events with `idemctl inspect audit`.",

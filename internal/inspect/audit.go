@@ -19,6 +19,9 @@ type AuditOptions struct {
 	// Limit caps the rows when CallID is "" (0 = all). A timeline is
 	// always complete.
 	Limit int
+	// Notice, as in CallsOptions. The audit has no count, so the notice
+	// says there are more without saying how many.
+	Notice io.Writer
 }
 
 // AuditJSON is one audit row in `inspect audit --output json`. OffsetS is the
@@ -34,10 +37,11 @@ type AuditJSON struct {
 }
 
 // Audit prints audit rows in order. With a call id it is the call's timeline
-// of §12.11.1 (created → claimed → succeeded, with recover, fenced or
-// retry_reset in between when they happened): each event with its time
-// relative to the first one and its absolute time. It returns the rows
-// printed; an unknown call id is an error wrapping store.ErrNotFound.
+// (docs/lifecycle.md, "Audit events": created → claimed → succeeded, with
+// recover, fenced or retry_reset in between when they happened): each
+// event with its time relative to the first one and its absolute time. It
+// returns the rows printed; an unknown call id is an error wrapping
+// store.ErrNotFound that names the call.
 func Audit(ctx context.Context, st store.Store, opts AuditOptions, w io.Writer) ([]store.AuditEvent, error) {
 	limit := opts.Limit
 	var call *store.Call
@@ -51,12 +55,22 @@ func Audit(ctx context.Context, st store.Store, opts AuditOptions, w io.Writer) 
 			return nil, fmt.Errorf("reading call %s: %w", opts.CallID, err)
 		}
 	}
-	events, err := st.Audit(ctx, opts.CallID, limit)
+	probe := limit
+	if probe > 0 {
+		probe++ // one row more than shown tells whether the limit cut anything
+	}
+	events, err := st.Audit(ctx, opts.CallID, probe)
 	if err != nil {
 		return nil, fmt.Errorf("reading audit: %w", err)
 	}
+	if limit > 0 && len(events) > limit {
+		events = events[len(events)-limit:] // oldest first: keep the newest limit
+		if opts.Notice != nil {
+			fmt.Fprintf(opts.Notice, "showing the newest %d audit rows, there are more; --limit N to see more (0 = all)\n", limit)
+		}
+	}
 	if opts.CallID != "" && call == nil && len(events) == 0 {
-		return nil, fmt.Errorf("call %s: %w", opts.CallID, store.ErrNotFound)
+		return nil, fmt.Errorf("no call %s in this database (no call row, no audit rows): %w", opts.CallID, store.ErrNotFound)
 	}
 	var first float64
 	if len(events) > 0 {

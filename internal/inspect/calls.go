@@ -20,6 +20,10 @@ type CallsOptions struct {
 	Status store.Status
 	// Limit caps the rows, newest first (0 = all).
 	Limit int
+	// Notice, if not nil, gets a line when Limit cut the listing (see
+	// noteTruncated). The command passes stderr, so JSON on stdout stays a
+	// plain array.
+	Notice io.Writer
 }
 
 // CallJSON is one call in `inspect calls --output json`.
@@ -58,13 +62,20 @@ func callJSON(c store.Call) CallJSON {
 	}
 }
 
-// Calls lists calls newest first: the chapter's
-// `SELECT call_id,status,attempt,effect_id FROM calls` with the key and tool.
-// It returns the calls it printed.
+// Calls lists calls newest first, with their key, tool, state, attempt and
+// effect. It returns the calls it printed.
 func Calls(ctx context.Context, st store.Store, opts CallsOptions, w io.Writer) ([]store.Call, error) {
 	calls, err := st.ListCalls(ctx, store.ListFilter{Status: opts.Status, Limit: opts.Limit})
 	if err != nil {
 		return nil, fmt.Errorf("listing calls: %w", err)
+	}
+	if err := noteTruncated(ctx, st, opts.Notice, len(calls), opts.Limit, "calls", func(s store.Stats) int64 {
+		if opts.Status != "" {
+			return s.ByStatus[opts.Status]
+		}
+		return s.Calls
+	}); err != nil {
+		return nil, err
 	}
 	if opts.Output == FormatJSON {
 		out := make([]CallJSON, 0, len(calls))
@@ -93,6 +104,8 @@ type EffectsOptions struct {
 	Output Format
 	// Limit caps the rows, newest first (0 = all).
 	Limit int
+	// Notice, as in CallsOptions.
+	Notice io.Writer
 }
 
 // EffectJSON is one effect in `inspect effects --output json`.
@@ -109,6 +122,11 @@ func Effects(ctx context.Context, st store.Store, opts EffectsOptions, w io.Writ
 	effs, err := st.ListEffects(ctx, opts.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("listing effects: %w", err)
+	}
+	if err := noteTruncated(ctx, st, opts.Notice, len(effs), opts.Limit, "effects", func(s store.Stats) int64 {
+		return s.Effects
+	}); err != nil {
+		return nil, err
 	}
 	if opts.Output == FormatJSON {
 		out := make([]EffectJSON, 0, len(effs))

@@ -23,9 +23,10 @@ type DupeJSON struct {
 }
 
 // Dupes prints the calls that have more than one effect, with the ids of
-// those effects: the chapter's `SELECT call_id,count(*) FROM effects GROUP BY
+// those effects: `SELECT call_id,count(*) FROM effects GROUP BY
 // call_id HAVING count(*)>1`, which must print nothing. effects.call_id is
-// UNIQUE, so a row here means the constraint was bypassed (§12.11.1).
+// UNIQUE, so a row here means the constraint was bypassed (docs/design.md,
+// "Why effects are unique per call").
 // It returns the duplicates found; the command exits 1 when there are any.
 func Dupes(ctx context.Context, st store.Store, opts DupesOptions, w io.Writer) ([]store.Dupe, error) {
 	dupes, err := st.Dupes(ctx)

@@ -1,7 +1,7 @@
 // Package inspect reads an idemctl database through the store seam and
-// prints what the design chapter reads with sqlite3 (§12.11.1, §12.12.5):
-// calls, effects, the audit timeline of one call, duplicate effects, the
-// attempt distribution and the calls/effects/by_status counts.
+// prints the evidence (docs/cli.md, "inspect"): calls, effects, the audit
+// timeline of one call, duplicate effects, the attempt distribution and the
+// calls/effects/by_status counts.
 //
 // Every function takes a store.Store (opened read-only by the command, so it
 // is safe while a server writes), typed options and an io.Writer: tables for
@@ -10,6 +10,7 @@
 package inspect
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,6 +19,8 @@ import (
 	"time"
 
 	"github.com/olekukonko/tablewriter"
+
+	"github.com/idemctl/idemctl/internal/store"
 )
 
 // Format is how results are written.
@@ -102,4 +105,24 @@ func rawOrNull(r json.RawMessage) json.RawMessage {
 		return json.RawMessage("null")
 	}
 	return r
+}
+
+// noteTruncated writes "showing 50 of 66 calls; --limit N to see more (0 =
+// all)" to w when a listing of shown rows hit limit and total (read from
+// the store's counts) says there are more. A listing cut silently reads as
+// the whole table. With w nil or no limit it does nothing. The count is a
+// second query: with a server writing, it may be a little newer than the
+// rows.
+func noteTruncated(ctx context.Context, st store.Store, w io.Writer, shown, limit int, what string, total func(store.Stats) int64) error {
+	if w == nil || limit <= 0 || shown < limit {
+		return nil
+	}
+	s, err := st.Stats(ctx)
+	if err != nil {
+		return fmt.Errorf("counting %s: %w", what, err)
+	}
+	if n := total(s); n > int64(shown) {
+		fmt.Fprintf(w, "showing %d of %d %s; --limit N to see more (0 = all)\n", shown, n, what)
+	}
+	return nil
 }

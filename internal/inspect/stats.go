@@ -15,7 +15,8 @@ type StatsOptions struct {
 	Output Format
 }
 
-// StatsJSON is the shape of /stats (§4.2): calls are logical requests,
+// StatsJSON is the shape of /stats (docs/api.md, "Health, stats and
+// metrics"): calls are logical requests,
 // effects are side effects. by_status always holds the four states, zero
 // when empty, so scripts can read any of them without a default.
 type StatsJSON struct {
@@ -29,7 +30,7 @@ var allStatuses = store.Statuses
 
 // Stats prints calls, effects and calls by status, and returns them. Normally
 // effects never exceed succeeded calls with an effect tool; more effects than
-// calls means duplicate side effects (§12.11.1).
+// calls means duplicate side effects (see Dupes).
 func Stats(ctx context.Context, st store.Store, opts StatsOptions, w io.Writer) (store.Stats, error) {
 	s, err := st.Stats(ctx)
 	if err != nil {

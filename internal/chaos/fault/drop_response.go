@@ -17,7 +17,7 @@ var dropResponse = scenario{
 	plan: []string{
 		"make a temp dir and database; start `idemctl serve` (the same binary) on a free loopback port",
 		"start the chaos proxy in front of it: --mode drop-response --first 1",
-		"client through the proxy: key drop-<unix time>, charge amount 100, --timeout 1s --retries 3",
+		"client through the proxy: key drop-<unix time>, charge amount 100, --attempt-timeout 1s --retries 3",
 		"attempt 1 reaches the server, which records and runs the charge; the reply is dropped, the client reports \"timed out\"",
 		"attempt 2 carries the same key: the server answers with the original call instead of charging again",
 		"poll the call until final; print calls, effects, audit and dupes from the database, and /stats",
@@ -44,7 +44,7 @@ func runDrop(ctx context.Context, e *env, rep *Report, newKey bool) error {
 	if newKey {
 		flag = " --new-key-on-retry"
 	}
-	e.logf("client: idemctl call --base %s --key %s --amount 100 --timeout %s%s", base, key, c.Timeout, flag)
+	e.logf("client: idemctl call --base %s --key %s --amount 100 --attempt-timeout %s%s", base, key, c.Timeout, flag)
 
 	res, answers, err := e.chargeAndSettle(ctx, rep, c, key)
 	rep.Attempts = len(res.Attempts)

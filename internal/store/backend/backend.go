@@ -1,13 +1,16 @@
 // Package backend opens the store.Store a DSN names, choosing the backend
-// from its scheme (river's rivercli does the same): postgres:// and
-// postgresql:// URLs go to PostgreSQL, sqlite:// URLs, file: URIs and plain
-// file paths to the embedded SQLite.
+// from its form (river's rivercli does the same): postgres:// and
+// postgresql:// URLs and libpq key=value DSNs ("host=db dbname=idem") go to
+// PostgreSQL, sqlite:// URLs, file: URIs and plain file paths to the
+// embedded SQLite. Redact hides the passwords of every form for printing.
 package backend
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"strings"
 
 	"github.com/idemctl/idemctl/internal/store"
@@ -36,11 +39,15 @@ func (k Kind) String() string {
 
 // Accepted lists the DSN forms Open understands, for error messages and
 // --help text.
-const Accepted = "postgres://..., postgresql://..., sqlite://PATH, file:PATH, or a plain file path"
+const Accepted = "postgres://..., postgresql://..., a libpq key=value DSN (host=... dbname=...), sqlite://PATH, file:PATH, or a plain file path"
 
 // Parse tells which backend dsn names and what to hand that backend: the
-// URL unchanged for PostgreSQL; for SQLite, the path (sqlite:// stripped)
-// or the file: URI as given.
+// URL or key=value DSN unchanged for PostgreSQL (pgx parses both); for
+// SQLite, the path (sqlite:// stripped) or the file: URI as given. A DSN
+// whose first word is "keyword=" for a libpq keyword (host, dbname, user,
+// password, ...) is key=value: before, it became a SQLite file named after
+// the DSN, password included. A file whose name starts that way can be
+// given as ./host=x.db or sqlite://host=x.db.
 func Parse(dsn string) (Kind, string, error) {
 	if strings.TrimSpace(dsn) == "" {
 		return 0, "", fmt.Errorf("empty database DSN; accepted: %s", Accepted)
@@ -59,6 +66,8 @@ func Parse(dsn string) (Kind, string, error) {
 		return SQLite, path, nil
 	case strings.HasPrefix(lower, "file:"):
 		return SQLite, dsn, nil
+	case isKeyValue(dsn):
+		return Postgres, dsn, nil
 	}
 	if i := strings.Index(dsn, "://"); i >= 0 {
 		// Name only the scheme: the rest of a URL may hold a password.
@@ -67,11 +76,19 @@ func Parse(dsn string) (Kind, string, error) {
 	return SQLite, dsn, nil
 }
 
-// Open opens the store dsn names. See Parse for the forms.
+// Open opens the store dsn names. See Parse for the forms. A read-only
+// open of a SQLite path that does not exist fails with an error wrapping
+// fs.ErrNotExist that says so (SQLite itself only says "unable to open
+// database file"), and creates nothing.
 func Open(ctx context.Context, dsn string, opts store.Options) (store.Store, error) {
 	kind, target, err := Parse(dsn)
 	if err != nil {
 		return nil, err
+	}
+	if kind == SQLite && opts.ReadOnly && !strings.HasPrefix(strings.ToLower(target), "file:") {
+		if _, err := os.Stat(target); errors.Is(err, fs.ErrNotExist) {
+			return nil, &notExistError{path: target}
+		}
 	}
 	switch kind {
 	case Postgres:
@@ -85,3 +102,13 @@ func Open(ctx context.Context, dsn string, opts store.Options) (store.Store, err
 		return s, nil
 	}
 }
+
+// notExistError says a SQLite file that a read-only open needs is missing;
+// it matches fs.ErrNotExist for errors.Is.
+type notExistError struct{ path string }
+
+func (e *notExistError) Error() string {
+	return "SQLite database file " + e.path + " does not exist"
+}
+
+func (e *notExistError) Is(target error) bool { return target == fs.ErrNotExist }
