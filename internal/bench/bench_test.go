@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/idemctl/idemctl/internal/store"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -235,8 +236,8 @@ func TestInvariantViolationDetected(t *testing.T) {
 	// A same-key run whose /stats says the one call left two effects: the
 	// duplicate that must never happen.
 	fake := &fakeService{
-		before: Stats{ByStatus: map[string]int64{}},
-		after:  Stats{Calls: 1, Effects: 2, ByStatus: map[string]int64{"succeeded": 1}},
+		before: Stats{ByStatus: map[store.Status]int64{}},
+		after:  Stats{Calls: 1, Effects: 2, ByStatus: map[store.Status]int64{"succeeded": 1}},
 	}
 	ts := httptest.NewServer(fake)
 	defer ts.Close()
@@ -269,7 +270,7 @@ func TestStuckServiceFailsDrain(t *testing.T) {
 	// The one call stays pending for ever: the drain gives up after the idle
 	// timeout and the run fails on "drained" (every accepted call reaches a
 	// final state: docs/lifecycle.md, "Invariants").
-	fake := &fakeService{after: Stats{Calls: 1, ByStatus: map[string]int64{"pending": 1}}}
+	fake := &fakeService{after: Stats{Calls: 1, ByStatus: map[store.Status]int64{"pending": 1}}}
 	ts := httptest.NewServer(fake)
 	defer ts.Close()
 	rep := run(t, Options{Base: ts.URL, N: 5, Concurrency: 2, SameKey: true, DrainTimeout: 100 * time.Millisecond, Output: FormatJSON})
@@ -583,7 +584,7 @@ func TestAllRefusedFails(t *testing.T) {
 // fails on acknowledged — while /stats, which is the bench's bookkeeping
 // and not bound by --timeout, is still read.
 func TestAllTimedOutFails(t *testing.T) {
-	fake := &fakeService{before: Stats{ByStatus: map[string]int64{}}, after: Stats{ByStatus: map[string]int64{}},
+	fake := &fakeService{before: Stats{ByStatus: map[store.Status]int64{}}, after: Stats{ByStatus: map[store.Status]int64{}},
 		status: func(int64) int { return 0 }}
 	ts := httptest.NewServer(fake)
 	defer ts.Close()
@@ -642,7 +643,7 @@ func TestBackpressureIsNotAFailure(t *testing.T) {
 		}, false, "HTTP 404 fake_404: answer 5"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fake := &fakeService{before: Stats{ByStatus: map[string]int64{}}, status: tc.status}
+			fake := &fakeService{before: Stats{ByStatus: map[store.Status]int64{}}, status: tc.status}
 			ts := httptest.NewServer(fake)
 			defer ts.Close()
 			// Calls: the 2xx-acknowledged keys (what a real service would hold).
@@ -652,7 +653,7 @@ func TestBackpressureIsNotAFailure(t *testing.T) {
 					acked++
 				}
 			}
-			fake.after = Stats{Calls: acked, Effects: acked, ByStatus: map[string]int64{"succeeded": acked}}
+			fake.after = Stats{Calls: acked, Effects: acked, ByStatus: map[store.Status]int64{"succeeded": acked}}
 			rep := run(t, Options{Base: ts.URL, N: 20, Concurrency: 1, DrainTimeout: time.Second, Output: FormatJSON})
 			if rep.OK != tc.ok {
 				t.Fatalf("ok %v, want %v: statuses %v checks %+v", rep.OK, tc.ok, rep.Status, rep.Checks)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/idemctl/idemctl/internal/store"
 	"io"
 	"net/http"
 	"strings"
@@ -13,16 +14,27 @@ import (
 // Stats is the part of GET /stats the bench reads (docs/api.md, "Health,
 // stats and metrics").
 type Stats struct {
-	Calls    int64            `json:"calls"`
-	Effects  int64            `json:"effects"`
-	ByStatus map[string]int64 `json:"by_status"`
+	Calls    int64                  `json:"calls"`
+	Effects  int64                  `json:"effects"`
+	ByStatus map[store.Status]int64 `json:"by_status"`
 }
 
 // finished is the number of calls in a final state.
-func (s Stats) finished() int64 { return s.ByStatus["succeeded"] + s.ByStatus["failed"] }
+func (s Stats) finished() int64 { return s.count(true) }
 
 // busy is the number of calls not yet final.
-func (s Stats) busy() int64 { return s.ByStatus["pending"] + s.ByStatus["running"] }
+func (s Stats) busy() int64 { return s.count(false) }
+
+// count adds up the calls whose status is final (or not).
+func (s Stats) count(final bool) int64 {
+	var n int64
+	for _, st := range store.Statuses {
+		if st.Final() == final {
+			n += s.ByStatus[st]
+		}
+	}
+	return n
+}
 
 // fetchStats reads base/stats.
 func fetchStats(ctx context.Context, c *http.Client, base string) (Stats, error) {
@@ -47,7 +59,7 @@ func fetchStats(ctx context.Context, c *http.Client, base string) (Stats, error)
 		return Stats{}, fmt.Errorf("GET /stats: %w", err)
 	}
 	if s.ByStatus == nil {
-		s.ByStatus = map[string]int64{}
+		s.ByStatus = map[store.Status]int64{}
 	}
 	return s, nil
 }
