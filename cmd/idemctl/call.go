@@ -101,7 +101,7 @@ Exit status 1 when the call failed, the retries ran out, or polling hit
 Attempts are numbered from 1 in the attempt lines, as in the call's own
 "attempt" field.
 
---new-key-on-retry sends attempt n with key K-n: a bug kept on purpose to
+--new-key-on-retry sends attempt n with key K-(n-1): a bug kept on purpose to
 show that a retry with a new key is a new call and a second charge (see
 docs/design.md, "What a retry with a new key does").
 

@@ -38,7 +38,7 @@ func checks(in checkInput) []Check {
 	// A load test measures the service doing its job. If nothing was
 	// acknowledged, every other check holds vacuously (0 ≤ 0) and the
 	// numbers measure refusals or timeouts: the run must not pass (e.g.
-	// --timeout 1ms, every request status0).
+	// --request-timeout 1ms, every request status0).
 	add("acknowledged", in.answered2xx > 0,
 		"%d of %d requests answered 2xx (%s)", in.answered2xx, in.requests, in.statuses)
 	// Any answer other than 2xx and the documented back-pressure (429,

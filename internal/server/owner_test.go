@@ -18,7 +18,7 @@ func TestParseOwner(t *testing.T) {
 		{"vm:123:456/3", ownerID{"vm", 123, 456}, true},
 		{"host.example.com:1:0/w1", ownerID{"host.example.com", 1, 0}, true},
 		{"a:b:1:2", ownerID{"a:b", 1, 2}, true}, // only the last two fields are numbers
-		{"8123:617", ownerID{}, false},          // the chapter's pid:thread form
+		{"8123:617", ownerID{}, false},          // a pid:thread form, not an owner
 		{":1:2", ownerID{}, false},
 		{"vm:x:2", ownerID{}, false},
 		{"vm:0:2", ownerID{}, false},
