@@ -28,7 +28,7 @@ func TestLeaseTakeoverFencesStaleWorker(t *testing.T) {
 	var once sync.Once
 	a := setup(t, func(c *Config) {
 		c.Workers = 1
-		c.Lease = 300 * time.Millisecond
+		c.Lease = MinLease
 		c.beforeCommit = func(_ context.Context, call store.Call) {
 			once.Do(func() {
 				paused <- call

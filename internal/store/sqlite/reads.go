@@ -301,9 +301,11 @@ func (s *Store) Queue(ctx context.Context) (store.Queue, error) {
 		q      store.Queue
 		oldest sql.NullFloat64
 	)
-	row := s.r.QueryRowContext(ctx, sqlQueueAnyVersion)
+	var row *sql.Row
 	if s.rq.queue != nil {
 		row = s.rq.queue.QueryRowContext(ctx)
+	} else {
+		row = s.r.QueryRowContext(ctx, sqlQueueAnyVersion)
 	}
 	if err := row.Scan(&q.Pending, &oldest); err != nil {
 		return store.Queue{}, mapErr(ctx, "queue", err)
