@@ -23,6 +23,7 @@ type serveOptions struct {
 	DB            string
 	Workers       int
 	Lease         time.Duration
+	MaxPending    int
 	Chaos         bool
 	LogFormat     string
 	LogLevel      string
@@ -51,8 +52,11 @@ func (o *serveOptions) Validate() error {
 	if o.Workers < 1 {
 		errs = append(errs, fmt.Errorf("--workers must be at least 1, got %d", o.Workers))
 	}
-	if o.Lease <= 0 {
-		errs = append(errs, fmt.Errorf("--lease must be positive, got %s", o.Lease))
+	if o.Lease < server.MinLease {
+		errs = append(errs, fmt.Errorf("--lease must be at least %s, got %s", server.MinLease, o.Lease))
+	}
+	if o.MaxPending < 0 {
+		errs = append(errs, fmt.Errorf("--max-pending must not be negative (0 = unlimited), got %d", o.MaxPending))
 	}
 	if o.ShutdownGrace < 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-grace must not be negative, got %s", o.ShutdownGrace))
@@ -74,10 +78,14 @@ func newServeCmd(streams *IOStreams) *cobra.Command {
 		Long: `Run the idemctl HTTP service (POST /v1/tool-calls, GET /v1/tool-calls/{id},
 GET /v1/tool-calls/by-key/{key}, /stats, /healthz, /readyz, /metrics).
 
-Calls are executed by a pool of --workers under leases of --lease; a call whose
-worker crashed is recovered when its lease expires, or at once when its owner
-was a process on this host that no longer exists. SIGINT/SIGTERM stop
-accepting, let running tools finish within --shutdown-grace, and exit.
+Up to --workers tool calls run at once. Each holds a lease of --lease that its
+heartbeat extends every lease/3 while the tool runs, so a tool may run longer
+than the lease; a call whose server crashed is recovered when its lease
+expires, or at once when its owner was a process on this host that no longer
+exists. With --max-pending calls pending, a request for a new key is refused
+with 503 overloaded (existing keys and reads are always served).
+SIGINT/SIGTERM stop accepting, let running tools finish within
+--shutdown-grace, and exit.
 
 --db takes a SQLite path (or sqlite://path) or a postgres:// URL; several
 servers may share one PostgreSQL database.`,
@@ -92,8 +100,9 @@ servers may share one PostgreSQL database.`,
 	f := cmd.Flags()
 	f.StringVar(&opts.Addr, "addr", server.DefaultAddr, "listen address (host:port; port 0 picks a free one)")
 	f.StringVar(&opts.DB, "db", "idem.db", "database: SQLite path, sqlite://path or postgres:// URL")
-	f.IntVar(&opts.Workers, "workers", server.DefaultWorkers, "tool executions run at once")
-	f.DurationVar(&opts.Lease, "lease", server.DefaultLease, "lease a worker holds on a call; must exceed the longest tool (sleep: 10s)")
+	f.IntVar(&opts.Workers, "workers", server.DefaultWorkers, "tool executions run at once (a goroutine each; sized for I/O-bound tools)")
+	f.DurationVar(&opts.Lease, "lease", server.DefaultLease, "how long a call stays claimed after its worker's last heartbeat (every lease/3); at least 1s")
+	f.IntVar(&opts.MaxPending, "max-pending", server.DefaultMaxPending, "pending calls beyond which a new key gets 503 overloaded; 0 = unlimited")
 	f.BoolVar(&opts.Chaos, "chaos", false, "enable the test-only args _crash_after_commit, _crash_before_commit and _pause_before_commit (loopback addresses only)")
 	f.StringVar(&opts.LogFormat, "log-format", "text", "log format: text or json (logs go to stderr)")
 	f.StringVar(&opts.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -136,6 +145,7 @@ func serveRun(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 		Addr:          o.Addr,
 		Workers:       o.Workers,
 		Lease:         o.Lease,
+		MaxPending:    maxPending(o.MaxPending),
 		Chaos:         o.Chaos,
 		ShutdownGrace: o.ShutdownGrace,
 		InstanceHost:  o.InstanceHost,
@@ -149,6 +159,15 @@ func serveRun(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 	fmt.Fprintf(streams.ErrOut, "idemctl serving on http://%s (db: %s, workers %d, lease %s)\n",
 		ln.Addr(), redactDSN(o.DB), o.Workers, o.Lease)
 	return srv.Run(ctx, ln)
+}
+
+// maxPending maps --max-pending (0 = unlimited) to server.Config, where
+// zero means the default.
+func maxPending(n int) int {
+	if n == 0 {
+		return server.NoPendingLimit
+	}
+	return n
 }
 
 // redactDSN hides a password in a postgres:// URL before it is printed:
