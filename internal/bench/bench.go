@@ -1,4 +1,4 @@
-// Package bench is idemctl's load generator (§12.12): it sends N POSTs (or
+// Package bench is idemctl's load generator: it sends N POSTs (or
 // runs for a duration) at a given concurrency to /v1/tool-calls, measures
 // latency and throughput, reads calls/effects from /stats before and after
 // (after the service has drained), checks the idempotency invariants it can
@@ -28,7 +28,7 @@ const (
 	FormatJSON  = "json"
 )
 
-// Defaults of the bench flags (§12.12.1: 300 requests, 20 threads).
+// Defaults of the bench flags (300 requests, 20 in flight).
 const (
 	DefaultN           = 300
 	DefaultConcurrency = 20
@@ -51,8 +51,8 @@ type Options struct {
 	N int
 	// Concurrency is the number of requests in flight.
 	Concurrency int
-	// SameKey sends every request with one idempotency key (§12.12.2's
-	// second run); otherwise each request has its own key.
+	// SameKey sends every request with one idempotency key; otherwise
+	// each request has its own key.
 	SameKey bool
 	// Tool is the tool called; Args its arguments (nil = a default per
 	// tool: charge {"amount":1}, send_email {"to":...}, sleep
@@ -61,7 +61,7 @@ type Options struct {
 	Args json.RawMessage
 	// Duration, when > 0, runs for that long instead of N requests.
 	Duration time.Duration
-	// Timeout bounds each request (§12.12.1 uses 5s).
+	// Timeout bounds each request.
 	Timeout time.Duration
 	// Workers is the in-process server's worker pool size.
 	Workers int
@@ -144,7 +144,8 @@ var defaultArgs = map[string]string{
 	"fail":       `{"retryable":false}`,
 }
 
-// effectTools leave one effect row per successful call (SPEC §4.5).
+// effectTools leave one effect row per successful call (docs/design.md,
+// "Why effects are unique per call").
 var effectTools = map[string]bool{"charge": true, "send_email": true}
 
 // requestBody is the POST body for the tool and args.
