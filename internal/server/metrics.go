@@ -64,6 +64,7 @@ type metrics struct {
 	busyWorkers    prometheus.Gauge
 	execSeconds    *prometheus.HistogramVec // tool
 	heartbeats     *prometheus.CounterVec   // outcome
+	claimQueries   prometheus.Counter
 
 	deadOwnerRecovery prometheus.Gauge // 1 on, 0 off (lease expiry only)
 
@@ -113,6 +114,10 @@ func newMetrics(st store.Store, maxPending int64, extra prometheus.Registerer) (
 			Name: "idemctl_workers_busy",
 			Help: "Tool executions running now (limit: --workers).",
 		}),
+		claimQueries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "idemctl_claim_queries_total",
+			Help: "Claims asked of the database (each claims up to the free capacity in one transaction); against idemctl_execution_attempt_count, the batching of claims.",
+		}),
 		heartbeats: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idemctl_lease_extensions_total",
 			Help: "Heartbeats of running tools: extended (lease moved on), lost (refused: the call was taken over, the tool cancelled), error (store failure, retried at the next beat).",
@@ -146,7 +151,7 @@ func newMetrics(st store.Store, maxPending int64, extra prometheus.Registerer) (
 	maxPendingGauge.Set(float64(maxPending))
 	own := []prometheus.Collector{
 		m.requests, m.requestSeconds, m.calls, m.executions, m.attempts,
-		m.recoveries, m.fenced, m.busyWorkers, m.execSeconds, m.heartbeats, m.deadOwnerRecovery,
+		m.recoveries, m.fenced, m.busyWorkers, m.execSeconds, m.heartbeats, m.claimQueries, m.deadOwnerRecovery,
 		m.bodiesInFlight, m.waitsHeld, m.limitRefusals, newQueueCollector(st), maxPendingGauge,
 	}
 	for _, c := range own {

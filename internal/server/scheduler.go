@@ -45,6 +45,7 @@ func (e *executor) tick(ctx context.Context) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 		calls, err := e.st.ClaimNext(cctx, e.owner, e.lease, free)
 		cancel()
+		e.m.claimQueries.Inc()
 		if e.noteErr("claim", err) {
 			return
 		}

@@ -47,7 +47,7 @@ const (
 	DefaultAddr = "127.0.0.1:8081"
 	// DefaultWorkers fits I/O-bound tools, which wait far more than they
 	// compute: a run is a goroutine and its heartbeat, and an idle server
-	// costs nothing per worker (BENCHMARKS.md, "Executor").
+	// costs nothing per worker (BENCHMARKS.md, "7. Executor").
 	DefaultWorkers = 256
 	// DefaultLease is how long a call stays claimed after its worker's
 	// last sign of life. Heartbeats extend it while the tool runs, so it
