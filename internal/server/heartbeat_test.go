@@ -53,6 +53,9 @@ func TestHeartbeatKeepsLongToolOnOneAttempt(t *testing.T) {
 	if v := b.metricValue(`idemctl_lease_extensions_total{outcome="extended"}`); v < 1 {
 		t.Fatalf("lease extensions = %v, want at least 1", v)
 	}
+	if v := b.metricValue("idemctl_claim_queries_total"); v < 1 {
+		t.Fatalf("claim queries = %v, want at least 1", v)
+	}
 	for _, series := range []string{"idemctl_fenced_commits_total", `idemctl_lease_recoveries_total{reason="expired"}`} {
 		if v := b.metricValue(series); v != 0 {
 			t.Fatalf("%s = %v, want 0", series, v)

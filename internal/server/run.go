@@ -42,6 +42,7 @@ func (e *executor) execute(c store.Call) {
 	// and a frozen worker does not extend it.
 	extensions := beat.stop()
 	if !ran {
+		e.abandon(c, log) // after the beats: a beat racing the release would be refused
 		return
 	}
 
@@ -120,8 +121,8 @@ func (e *executor) execute(c store.Call) {
 }
 
 // runTool decodes the stored args and runs the tool under ctx. ran is
-// false when the attempt was abandoned at shutdown: the call has then been
-// released. A tool cancelled because its lease was lost still counts as
+// false when the shutdown grace ran out and cancelled the tool: the caller
+// then releases the call. A tool cancelled because its lease was lost still counts as
 // ran, with an error outcome: its completion goes to the store and is
 // fenced there, which audits the lost attempt like any stale one.
 func (e *executor) runTool(ctx context.Context, c store.Call, log *slog.Logger) (args map[string]any, out tools.Outcome, ran bool) {
@@ -148,7 +149,6 @@ func (e *executor) runTool(ctx context.Context, c store.Call, log *slog.Logger) 
 		return args, tools.Outcome{Err: &tools.ToolError{Code: codeInternal,
 			Message: errLeaseLost.Error(), Retryable: true}}, true
 	case e.workCtx.Err() != nil:
-		e.abandon(c, log)
 		return args, out, false
 	}
 	// Validate accepted these args when they were stored; refusing them
