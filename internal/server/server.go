@@ -1,7 +1,8 @@
 // Package server is idemctl's HTTP service (docs/api.md, docs/lifecycle.md): the
 // handlers that record a tool call under its idempotency key and answer with
-// the one call that key names, and the executor that runs recorded calls on a
-// worker pool under leases, recovers them after crashes, and commits each
+// the one call that key names, and the executor that runs recorded calls
+// concurrently under leases its heartbeats keep alive, recovers them after
+// crashes, refuses new keys while the queue is full, and commits each
 // outcome only while it still holds the lease.
 //
 // The correctness lives in the store's transactions and constraints
