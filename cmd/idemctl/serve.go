@@ -21,6 +21,7 @@ type serveOptions struct {
 	DB            string
 	Workers       int
 	Lease         time.Duration
+	MaxPending    int
 	Chaos         bool
 	LogFormat     string
 	LogLevel      string
@@ -51,8 +52,11 @@ func (o *serveOptions) Validate() error {
 	if o.Workers < 1 {
 		errs = append(errs, fmt.Errorf("--workers must be at least 1, got %d", o.Workers))
 	}
-	if o.Lease <= 0 {
-		errs = append(errs, fmt.Errorf("--lease must be positive, got %s", o.Lease))
+	if o.Lease < server.MinLease {
+		errs = append(errs, fmt.Errorf("--lease must be at least %s, got %s", server.MinLease, o.Lease))
+	}
+	if o.MaxPending < 0 {
+		errs = append(errs, fmt.Errorf("--max-pending must not be negative (0 = unlimited), got %d", o.MaxPending))
 	}
 	if o.MaxBodies < 1 {
 		errs = append(errs, fmt.Errorf("--max-concurrent-bodies must be at least 1, got %d", o.MaxBodies))
@@ -77,10 +81,14 @@ func newServeCmd(streams *IOStreams) *cobra.Command {
 		Long: `Run the idemctl HTTP service (POST /v1/tool-calls, GET /v1/tool-calls/{id},
 GET /v1/tool-calls/by-key/{key}, /stats, /healthz, /readyz, /metrics).
 
-Calls are executed by a pool of --workers under leases of --lease; a call whose
-worker crashed is recovered when its lease expires, or at once when its owner
-was a process on this host that no longer exists. SIGINT/SIGTERM stop
-accepting, let running tools finish within --shutdown-grace, and exit.
+Up to --workers tool calls run at once. Each holds a lease of --lease that its
+heartbeat extends every lease/3 while the tool runs, so a tool may run longer
+than the lease; a call whose server crashed is recovered when its lease
+expires, or at once when its owner was a process on this host that no longer
+exists. With --max-pending calls pending, a request for a new key is refused
+with 503 overloaded (existing keys and reads are always served).
+SIGINT/SIGTERM stop accepting, let running tools finish within
+--shutdown-grace, and exit.
 
 --db takes a SQLite path (or sqlite://path), a postgres:// URL or a libpq
 key=value DSN ("host=db dbname=idem user=idem"); several servers may share
@@ -97,8 +105,9 @@ Passwords in --db are never printed. See docs/cli.md, "serve".`,
 	f := cmd.Flags()
 	f.StringVar(&opts.Addr, "addr", server.DefaultAddr, "listen address (host:port; port 0 picks a free one)")
 	f.StringVar(&opts.DB, "db", "idem.db", "database: SQLite path, sqlite://path, postgres:// URL or key=value DSN")
-	f.IntVar(&opts.Workers, "workers", server.DefaultWorkers, "tool executions run at once")
-	f.DurationVar(&opts.Lease, "lease", server.DefaultLease, "lease a worker holds on a call; must exceed the longest tool (sleep: 10s)")
+	f.IntVar(&opts.Workers, "workers", server.DefaultWorkers, "tool executions run at once (a goroutine each; sized for I/O-bound tools)")
+	f.DurationVar(&opts.Lease, "lease", server.DefaultLease, "how long a call stays claimed after its worker's last heartbeat (every lease/3); at least 1s")
+	f.IntVar(&opts.MaxPending, "max-pending", server.DefaultMaxPending, "pending calls beyond which a new key gets 503 overloaded; 0 = unlimited")
 	f.BoolVar(&opts.Chaos, "chaos", false, "enable the test-only args _crash_after_commit, _crash_before_commit and _pause_before_commit (loopback addresses only)")
 	addLogFlags(f, &opts.LogFormat, &opts.LogLevel)
 	f.DurationVar(&opts.ShutdownGrace, "shutdown-grace", server.DefaultShutdownGrace, "on SIGINT/SIGTERM, how long running tools may take to finish")
@@ -137,6 +146,7 @@ func runServe(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 		Addr:          o.Addr,
 		Workers:       o.Workers,
 		Lease:         o.Lease,
+		MaxPending:    maxPending(o.MaxPending),
 		Chaos:         o.Chaos,
 		ShutdownGrace: o.ShutdownGrace,
 		InstanceHost:  o.InstanceHost,
@@ -153,4 +163,13 @@ func runServe(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 	fmt.Fprintf(streams.ErrOut, "idemctl serving on http://%s (db: %s, workers %d, lease %s)\n",
 		ln.Addr(), backend.Redact(o.DB), o.Workers, o.Lease)
 	return srv.Run(ctx, ln)
+}
+
+// maxPending maps --max-pending (0 = unlimited) to server.Config, where
+// zero means the default.
+func maxPending(n int) int {
+	if n == 0 {
+		return server.NoPendingLimit
+	}
+	return n
 }

@@ -26,6 +26,8 @@ func TestServeOptionsValidate(t *testing.T) {
 		"workers 0":        func(o *serveOptions) { o.Workers = 0 },
 		"lease 0":          func(o *serveOptions) { o.Lease = 0 },
 		"lease negative":   func(o *serveOptions) { o.Lease = -time.Second },
+		"lease below 1s":   func(o *serveOptions) { o.Lease = 999 * time.Millisecond },
+		"max pending < 0":  func(o *serveOptions) { o.MaxPending = -1 },
 		"empty addr":       func(o *serveOptions) { o.Addr = "" },
 		"empty db":         func(o *serveOptions) { o.DB = "" },
 		"log format":       func(o *serveOptions) { o.LogFormat = "xml" },
@@ -52,7 +54,7 @@ func TestServeOptionsValidate(t *testing.T) {
 func TestServeFlagDefaults(t *testing.T) {
 	cmd := newServeCmd(&IOStreams{In: strings.NewReader(""), Out: io.Discard, ErrOut: io.Discard})
 	want := map[string]string{
-		"addr": "127.0.0.1:8081", "db": "idem.db", "workers": "8", "lease": "30s", "chaos": "false",
+		"addr": "127.0.0.1:8081", "db": "idem.db", "workers": "256", "lease": "30s", "max-pending": "100000", "chaos": "false",
 		"log-format": "text", "log-level": "info", "shutdown-grace": "15s",
 		"max-concurrent-bodies": "64", "max-held-waits": "512",
 	}

@@ -18,6 +18,8 @@ import (
 	"io"
 	"net/url"
 	"time"
+
+	"github.com/idemctl/idemctl/internal/server"
 )
 
 // Output formats of the report.
@@ -28,11 +30,13 @@ const (
 
 // Defaults of the bench flags.
 const (
-	DefaultN            = 300
-	DefaultConcurrency  = 20
-	DefaultTool         = "charge"
-	DefaultTimeout      = 5 * time.Second
-	DefaultWorkers      = 8
+	DefaultN           = 300
+	DefaultConcurrency = 20
+	DefaultTool        = "charge"
+	DefaultTimeout     = 5 * time.Second
+	// DefaultWorkers is serve's default, so the in-process server runs
+	// tools as a deployed one does.
+	DefaultWorkers      = server.DefaultWorkers
 	DefaultDrainTimeout = 30 * time.Second
 	// MaxDuration bounds --duration: a bench is a measurement, not a soak.
 	MaxDuration = time.Hour

@@ -28,7 +28,7 @@ func TestLeaseTakeoverFencesStaleWorker(t *testing.T) {
 	var once sync.Once
 	a := setup(t, func(c *Config) {
 		c.Workers = 1
-		c.Lease = 300 * time.Millisecond
+		c.Lease = MinLease
 		c.beforeCommit = func(_ context.Context, call store.Call) {
 			once.Do(func() {
 				paused <- call
@@ -292,10 +292,19 @@ func TestChaosRefusedOffLoopback(t *testing.T) {
 
 func TestNewValidates(t *testing.T) {
 	b := setup(t)
-	for _, cfg := range []Config{{Workers: -1}, {Lease: -time.Second}, {MaxWait: -1}, {MaxConcurrentBodies: -1}, {MaxHeldWaits: -1}} {
+	for _, cfg := range []Config{{Workers: -1}, {Lease: -time.Second}, {Lease: MinLease - time.Millisecond},
+		{MaxWait: -1}, {MaxConcurrentBodies: -1}, {MaxHeldWaits: -1}} {
 		if _, err := New(cfg, b.st); err == nil {
 			t.Errorf("%+v accepted", cfg)
 		}
+	}
+	// The shortest lease is accepted; the defaults are the documented ones.
+	srv, err := New(Config{Lease: MinLease}, b.st)
+	if err != nil {
+		t.Fatalf("lease %s refused: %v", MinLease, err)
+	}
+	if srv.cfg.Workers != 256 || srv.cfg.MaxPending != 100_000 {
+		t.Errorf("defaults: workers %d max pending %d, want 256 and 100000", srv.cfg.Workers, srv.cfg.MaxPending)
 	}
 	if _, err := New(Config{}, nil); err == nil {
 		t.Error("nil store accepted")

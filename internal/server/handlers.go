@@ -74,6 +74,9 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if s.exec.queue.full() && s.refuseNewKey(w, r, key) {
+		return
+	}
 	callID, err := newCallID()
 	if err != nil {
 		s.internalError(w, r, err)
@@ -107,6 +110,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 	s.log.Info("tool call "+outcome.String(), attrCallID, call.CallID, attrKey, key,
 		attrTool, call.Tool, attrStatus, call.Status)
 	if outcome == store.Created || outcome == store.RetryReset {
+		s.exec.queue.added()
 		s.exec.Wake() // start now, not at the next tick
 	}
 	s.respondCall(w, r, call, outcome != store.Created, true)
@@ -156,6 +160,31 @@ func (s *Server) readCreate(w http.ResponseWriter, r *http.Request) (req createR
 		return req, false
 	}
 	return req, true
+}
+
+// refuseNewKey is the back-pressure of a full queue (Config.MaxPending):
+// a key never recorded is refused with 503 overloaded and Retry-After,
+// storing nothing, so the client's retry with the same key is safe. A key
+// already recorded is served as always (a replay, a retry reset): it adds
+// nothing to the queue a client is not already owed. It reports whether it
+// answered.
+func (s *Server) refuseNewKey(w http.ResponseWriter, r *http.Request, key string) bool {
+	_, err := s.st.GetByKey(r.Context(), key)
+	switch {
+	case err == nil:
+		return false
+	case !errors.Is(err, store.ErrNotFound):
+		s.storeError(w, r, err, attrKey, key)
+		return true
+	}
+	s.m.limitRefusals.WithLabelValues(limitPending).Inc()
+	s.exec.queue.refused.Add(1)
+	s.log.Info("new key refused: too many calls pending", attrKey, key,
+		"pending", s.exec.queue.pending(), "max_pending", s.exec.queue.max)
+	w.Header().Set("Retry-After", "1")
+	writeError(w, s.log, http.StatusServiceUnavailable, codeOverloaded,
+		fmt.Sprintf("too many calls pending (at most %d); nothing was recorded, retry with the same key", s.exec.queue.max))
+	return true
 }
 
 // bodyReadError answers a request whose body could not be read. The
@@ -321,7 +350,18 @@ func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
 	for _, status := range store.Statuses {
 		by[status] = st.ByStatus[status] // all four, zeros included
 	}
-	writeJSON(w, s.log, http.StatusOK, StatsView{Calls: st.Calls, Effects: st.Effects, ByStatus: by})
+	q, err := s.st.Queue(r.Context())
+	if err != nil {
+		s.storeError(w, r, err)
+		return
+	}
+	writeJSON(w, s.log, http.StatusOK, StatsView{Calls: st.Calls, Effects: st.Effects, ByStatus: by,
+		Queue: QueueView{
+			Depth:                   q.Pending,
+			OldestPendingAgeSeconds: q.OldestPendingAge.Seconds(),
+			MaxPending:              s.exec.queue.max,
+			Refused:                 s.exec.queue.refused.Load(),
+		}})
 }
 
 // handleHealthz is GET /healthz: the process is up.

@@ -31,8 +31,16 @@ const (
 
 // Label values of idemctl_limit_refusals_total{limit}.
 const (
-	limitBodies = "bodies" // MaxConcurrentBodies: 503 overloaded
-	limitWaits  = "waits"  // MaxHeldWaits: answered without waiting
+	limitBodies  = "bodies"  // MaxConcurrentBodies: 503 overloaded
+	limitWaits   = "waits"   // MaxHeldWaits: answered without waiting
+	limitPending = "pending" // MaxPending: a new key answered 503 overloaded
+)
+
+// Label values of idemctl_lease_extensions_total{outcome}.
+const (
+	beatExtended = "extended" // the lease was extended
+	beatLost     = "lost"     // refused: the call was taken over; the tool was cancelled
+	beatError    = "error"    // the store failed; the next beat tries again
 )
 
 // Label values of idemctl_lease_recoveries_total{reason}.
@@ -55,6 +63,8 @@ type metrics struct {
 	fenced         prometheus.Counter
 	busyWorkers    prometheus.Gauge
 	execSeconds    *prometheus.HistogramVec // tool
+	heartbeats     *prometheus.CounterVec   // outcome
+	claimQueries   prometheus.Counter
 
 	deadOwnerRecovery prometheus.Gauge // 1 on, 0 off (lease expiry only)
 
@@ -63,10 +73,11 @@ type metrics struct {
 	limitRefusals  *prometheus.CounterVec // limit
 }
 
-// newMetrics builds the collectors. queueDepth is read at scrape time.
-// extra, if not nil, also receives the idemctl collectors (not the Go and
-// process ones, which an embedding program registers itself).
-func newMetrics(queueDepth func() float64, extra prometheus.Registerer) (*metrics, error) {
+// newMetrics builds the collectors. The queue is read from st at scrape
+// time; maxPending is Config.MaxPending. extra, if not nil, also receives
+// the idemctl collectors (not the Go and process ones, which an embedding
+// program registers itself).
+func newMetrics(st store.Store, maxPending int64, extra prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -101,8 +112,16 @@ func newMetrics(queueDepth func() float64, extra prometheus.Registerer) (*metric
 		}),
 		busyWorkers: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "idemctl_workers_busy",
-			Help: "Workers currently running a claimed call.",
+			Help: "Tool executions running now (limit: --workers).",
 		}),
+		claimQueries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "idemctl_claim_queries_total",
+			Help: "Claims asked of the database (each claims up to the free capacity in one transaction); against idemctl_execution_attempt_count, the batching of claims.",
+		}),
+		heartbeats: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemctl_lease_extensions_total",
+			Help: "Heartbeats of running tools: extended (lease moved on), lost (refused: the call was taken over, the tool cancelled), error (store failure, retried at the next beat).",
+		}, []string{"outcome"}),
 		execSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "idemctl_execution_duration_seconds",
 			Help:    "Time from claim to committed completion, by tool.",
@@ -122,17 +141,18 @@ func newMetrics(queueDepth func() float64, extra prometheus.Registerer) (*metric
 		}),
 		limitRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idemctl_limit_refusals_total",
-			Help: "Requests over a concurrency limit: bodies (answered 503 overloaded), waits (answered at once, not held).",
+			Help: "Requests over a limit: bodies (answered 503 overloaded), waits (answered at once, not held), pending (a new key answered 503 overloaded: the queue is full).",
 		}, []string{"limit"}),
 	}
-	depth := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "idemctl_queue_depth",
-		Help: "Calls waiting to run (status pending), read from the database at scrape time.",
-	}, queueDepth)
+	maxPendingGauge := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "idemctl_queue_max_pending",
+		Help: "The limit of pending calls beyond which a new key is refused (--max-pending; 0 = unlimited).",
+	})
+	maxPendingGauge.Set(float64(maxPending))
 	own := []prometheus.Collector{
 		m.requests, m.requestSeconds, m.calls, m.executions, m.attempts,
-		m.recoveries, m.fenced, m.busyWorkers, m.execSeconds, m.deadOwnerRecovery,
-		m.bodiesInFlight, m.waitsHeld, m.limitRefusals, depth,
+		m.recoveries, m.fenced, m.busyWorkers, m.execSeconds, m.heartbeats, m.claimQueries, m.deadOwnerRecovery,
+		m.bodiesInFlight, m.waitsHeld, m.limitRefusals, newQueueCollector(st), maxPendingGauge,
 	}
 	for _, c := range own {
 		if err := m.reg.Register(c); err != nil {
@@ -160,22 +180,48 @@ func newMetrics(queueDepth func() float64, extra prometheus.Registerer) (*metric
 	for _, r := range []string{recoverExpired, recoverDeadOwner} {
 		m.recoveries.WithLabelValues(r)
 	}
-	for _, l := range []string{limitBodies, limitWaits} {
+	for _, l := range []string{limitBodies, limitWaits, limitPending} {
 		m.limitRefusals.WithLabelValues(l)
+	}
+	for _, o := range []string{beatExtended, beatLost, beatError} {
+		m.heartbeats.WithLabelValues(o)
 	}
 	return m, nil
 }
 
-// pendingGauge returns a scrape-time reader of the pending count. A failed
-// read reports NaN rather than a misleading 0.
-func pendingGauge(st store.Store) func() float64 {
-	return func() float64 {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		s, err := st.Stats(ctx)
-		if err != nil {
-			return math.NaN()
-		}
-		return float64(s.ByStatus[store.StatusPending])
+// queueCollector reports the queue read from the database at scrape time
+// (store.Queue, one query for both values): exact, database-wide, unlike
+// the estimate the back-pressure uses between the scheduler's reads. A
+// failed read reports NaN rather than a misleading 0.
+type queueCollector struct {
+	st          store.Store
+	depth, aged *prometheus.Desc
+}
+
+func newQueueCollector(st store.Store) *queueCollector {
+	return &queueCollector{
+		st: st,
+		depth: prometheus.NewDesc("idemctl_queue_depth",
+			"Calls waiting to run (status pending), read from the database at scrape time.", nil, nil),
+		aged: prometheus.NewDesc("idemctl_queue_oldest_pending_age_seconds",
+			"Age of the oldest pending call (since its creation, by the database's clock; 0 when none), read at scrape time.", nil, nil),
 	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.depth
+	ch <- c.aged
+}
+
+// Collect implements prometheus.Collector.
+func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	depth, age := math.NaN(), math.NaN()
+	if q, err := c.st.Queue(ctx); err == nil {
+		depth, age = float64(q.Pending), q.OldestPendingAge.Seconds()
+	}
+	ch <- prometheus.MustNewConstMetric(c.depth, prometheus.GaugeValue, depth)
+	ch <- prometheus.MustNewConstMetric(c.aged, prometheus.GaugeValue, age)
 }

@@ -13,8 +13,8 @@ import (
 
 // TestChaosPauseBeforeCommitFencedAfterTakeover: a charge with
 // _pause_before_commit under --chaos is the paused worker of docs/design.md,
-// "The attempt as fencing token", without a test hook. Server A claims it and pauses (1s) past its
-// lease (300ms); server B, another owner on the same database, takes the
+// "The attempt as fencing token", without a test hook. Server A claims it and pauses (3s) past its
+// lease (1s, the minimum); server B, another owner on the same database, takes the
 // call over and commits attempt 2 with the effect; A wakes, its attempt-1
 // commit is fenced. One call, one effect, fenced in the audit and counted
 // by A.
@@ -25,9 +25,9 @@ func TestChaosPauseBeforeCommitFencedAfterTakeover(t *testing.T) {
 		// expired lease but cannot claim the call again itself, so the
 		// takeover is B's.
 		c.Workers = 1
-		c.Lease = 300 * time.Millisecond
+		c.Lease = MinLease
 	})
-	c := a.post("k-pause", `{"tool":"charge","args":{"amount":42,"_pause_before_commit":1}}`).call(t)
+	c := a.post("k-pause", `{"tool":"charge","args":{"amount":42,"_pause_before_commit":3}}`).call(t)
 	eventually(t, "A claims the call", func() bool {
 		got, err := a.st.Get(context.Background(), c.CallID)
 		return err == nil && got.Status != store.StatusPending
@@ -142,7 +142,7 @@ func TestChaosPauseBeforeCommitEndsAtShutdownGrace(t *testing.T) {
 // refused like any "_" argument, and nothing is stored.
 func TestPauseBeforeCommitNeedsChaos(t *testing.T) {
 	b := setup(t)
-	r := b.post("k-pause-nochaos", `{"tool":"charge","args":{"amount":1,"_pause_before_commit":1}}`)
+	r := b.post("k-pause-nochaos", `{"tool":"charge","args":{"amount":1,"_pause_before_commit":3}}`)
 	if r.status != http.StatusBadRequest || r.errCode(t) != "bad_request" {
 		t.Fatalf("got %d %s, want 400 bad_request", r.status, r.body)
 	}

@@ -208,7 +208,7 @@ func TestTransientCommitErrorKeepsTheLease(t *testing.T) {
 		}
 		return nil
 	}}
-	b := setupRefusing(t, 500*time.Millisecond, rs)
+	b := setupRefusing(t, MinLease, rs)
 	r := doURL(t, b.base, "POST", "/v1/tool-calls", []byte(`{"tool":"charge","args":{"amount":3}}`),
 		map[string]string{"Idempotency-Key": "k-transient"})
 	if r.status != 202 {
@@ -235,7 +235,7 @@ func TestTransientCommitErrorKeepsTheLease(t *testing.T) {
 func TestRefusalFallbackRefusedLeavesItToTheLease(t *testing.T) {
 	refusal := func(store.Completion) error { return refusedWithoutCode("sqlite: constraint failed") }
 	rs := &refusingStore{refuseSucceed: refusal, refuseFail: refusal}
-	b := setupRefusing(t, 300*time.Millisecond, rs)
+	b := setupRefusing(t, MinLease, rs)
 	r := doURL(t, b.base, "POST", "/v1/tool-calls", []byte(`{"tool":"charge","args":{"amount":3}}`),
 		map[string]string{"Idempotency-Key": "k-refused-twice"})
 	if r.status != 202 {

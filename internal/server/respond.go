@@ -92,11 +92,28 @@ type ErrorDetail struct {
 	Message string `json:"message"`
 }
 
-// StatsView is the /stats body: logical calls against side effects.
+// StatsView is the /stats body: logical calls against side effects, and
+// the queue.
 type StatsView struct {
 	Calls    int64                  `json:"calls"`
 	Effects  int64                  `json:"effects"`
 	ByStatus map[store.Status]int64 `json:"by_status"`
+	Queue    QueueView              `json:"queue"`
+}
+
+// QueueView is the queue part of /stats (docs/api.md, "Health, stats and
+// metrics").
+type QueueView struct {
+	// Depth is the number of pending calls in the database (read now).
+	Depth int64 `json:"depth"`
+	// OldestPendingAgeSeconds is how long ago the oldest pending call was
+	// created, by the database's clock; 0 when none is pending.
+	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
+	// MaxPending is this server's limit (--max-pending); 0 = unlimited.
+	MaxPending int64 `json:"max_pending"`
+	// Refused counts the new keys this server refused because the queue
+	// was full, since it started.
+	Refused int64 `json:"refused"`
 }
 
 // statusView is the /healthz and /readyz body.

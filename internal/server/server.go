@@ -1,7 +1,8 @@
 // Package server is idemctl's HTTP service (docs/api.md, docs/lifecycle.md): the
 // handlers that record a tool call under its idempotency key and answer with
-// the one call that key names, and the executor that runs recorded calls on a
-// worker pool under leases, recovers them after crashes, and commits each
+// the one call that key names, and the executor that runs recorded calls
+// concurrently under leases its heartbeats keep alive, recovers them after
+// crashes, refuses new keys while the queue is full, and commits each
 // outcome only while it still holds the lease.
 //
 // The correctness lives in the store's transactions and constraints
@@ -44,9 +45,23 @@ import (
 
 // Defaults of Config's zero values.
 const (
-	DefaultAddr            = "127.0.0.1:8081"
-	DefaultWorkers         = 8
-	DefaultLease           = 30 * time.Second // longer than the longest tool (sleep: 10s)
+	DefaultAddr = "127.0.0.1:8081"
+	// DefaultWorkers fits I/O-bound tools, which wait far more than they
+	// compute: a run is a goroutine and its heartbeat, and an idle server
+	// costs nothing per worker (BENCHMARKS.md, "7. Executor").
+	DefaultWorkers = 256
+	// DefaultLease is how long a call stays claimed after its worker's
+	// last sign of life. Heartbeats extend it while the tool runs, so it
+	// bounds the recovery time after a crash, not the tool's run time.
+	DefaultLease = 30 * time.Second
+	// MinLease is the shortest lease accepted: the heartbeat extends it
+	// every third of it, a write per running call each time.
+	MinLease = time.Second
+	// DefaultMaxPending is how many pending calls a server lets queue
+	// before it refuses new keys (Config.MaxPending).
+	DefaultMaxPending = 100_000
+	// NoPendingLimit as Config.MaxPending turns the queue limit off.
+	NoPendingLimit         = -1
 	DefaultRecoverInterval = 200 * time.Millisecond
 	DefaultShutdownGrace   = 15 * time.Second
 	DefaultMaxWait         = 30 * time.Second
@@ -63,11 +78,21 @@ type Config struct {
 	// Addr is the address the server is meant to listen on. New checks it
 	// for Chaos; Run serves on whatever listener it is given.
 	Addr string
-	// Workers is the number of tool executions run at once.
+	// Workers is how many tool executions this server runs at once (the
+	// global limit; a run is a goroutine, so hundreds are cheap).
 	Workers int
-	// Lease is how long a claim holds a call before another worker may
-	// take it over (docs/lifecycle.md, "Leases"). It must exceed the longest tool's run time.
+	// Lease is how long a claim holds a call after its worker's last
+	// heartbeat before another worker may take it over (docs/lifecycle.md,
+	// "Leases"). At least MinLease. Heartbeats extend it every Lease/3
+	// while the tool runs, so a tool may run longer than Lease.
 	Lease time.Duration
+	// MaxPending is how many calls may be pending (in the whole database)
+	// before a request for a new key is refused with 503 overloaded and
+	// Retry-After, storing nothing; existing keys and reads are always
+	// served. Zero means DefaultMaxPending, NoPendingLimit (any negative
+	// value) no limit. The count is this server's estimate, refreshed by
+	// the scheduler (see queueGauge for how exact it is).
+	MaxPending int
 	// Chaos enables the _crash_* and _pause_before_commit argument hooks
 	// (docs/tools.md, "Chaos hooks"). Refused
 	// unless Addr is a loopback address.
@@ -179,7 +204,8 @@ func New(cfg Config, st store.Store) (*Server, error) {
 		closing:         make(chan struct{}),
 		whyNoDeadOwners: why,
 	}
-	s.m, err = newMetrics(pendingGauge(st), cfg.Registry)
+	maxPending := int64(max(cfg.MaxPending, 0))
+	s.m, err = newMetrics(st, maxPending, cfg.Registry)
 	if err != nil {
 		return nil, fmt.Errorf("server: metrics: %w", err)
 	}
@@ -192,7 +218,8 @@ func New(cfg Config, st store.Store) (*Server, error) {
 		self:         self,
 		deadOwners:   deadOwners,
 		proc:         proc,
-		workers:      cfg.Workers,
+		limit:        newGlobalLimit(cfg.Workers),
+		queue:        &queueGauge{max: maxPending},
 		lease:        cfg.Lease,
 		interval:     cfg.RecoverInterval,
 		chaos:        cfg.Chaos,
@@ -216,6 +243,9 @@ func (c *Config) fill() error {
 	}
 	if c.Lease == 0 {
 		c.Lease = DefaultLease
+	}
+	if c.MaxPending == 0 {
+		c.MaxPending = DefaultMaxPending
 	}
 	if c.RecoverInterval == 0 {
 		c.RecoverInterval = DefaultRecoverInterval
@@ -242,8 +272,8 @@ func (c *Config) fill() error {
 	if c.Workers < 1 {
 		errs = append(errs, fmt.Errorf("workers must be at least 1, got %d", c.Workers))
 	}
-	if c.Lease < 0 {
-		errs = append(errs, fmt.Errorf("lease must be positive, got %s", c.Lease))
+	if c.Lease < MinLease {
+		errs = append(errs, fmt.Errorf("lease must be at least %s, got %s", MinLease, c.Lease))
 	}
 	if c.RecoverInterval < 0 || c.ShutdownGrace < 0 || c.MaxWait < 0 {
 		errs = append(errs, errors.New("recover interval, shutdown grace and max wait must not be negative"))
@@ -306,7 +336,7 @@ func (s *Server) Start(ctx context.Context) error {
 		return errors.New("server: already started")
 	}
 	s.log.Info("executor starting", attrOwner, s.owner, "workers", s.cfg.Workers,
-		durationAttr(attrLease, s.cfg.Lease), "chaos", s.cfg.Chaos)
+		durationAttr(attrLease, s.cfg.Lease), "max_pending", max(s.cfg.MaxPending, 0), "chaos", s.cfg.Chaos)
 	if s.exec.deadOwners {
 		s.log.Info("dead-owner recovery on: calls of crashed processes on this host are released at once",
 			"dead_owner_recovery", true)

@@ -23,6 +23,10 @@ import (
 //	             or Release's reason, as given
 //	fenced       "owner O attempt N refused: call is    DetailFenced
 //	             <status> under owner P attempt M" (or "at attempt M")
+//
+// succeeded, failed and fenced end with "; lease extended N time(s)" when
+// the worker's heartbeats extended the attempt's lease (DetailExtensions):
+// heartbeats write no audit row of their own.
 
 // DetailCreated is the created event's detail: the tool.
 func DetailCreated(tool string) string { return tool }
@@ -31,16 +35,32 @@ func DetailCreated(tool string) string { return tool }
 func DetailClaimed(owner string) string { return owner }
 
 // DetailSucceeded is the succeeded event's detail: the effect id the call
-// points at, or "no effect".
-func DetailSucceeded(effectID *string) string {
+// points at, or "no effect", then c's lease extensions (DetailExtensions).
+func DetailSucceeded(effectID *string, c Completion) string {
 	if effectID == nil {
-		return "no effect"
+		return "no effect" + DetailExtensions(c.Extensions)
 	}
-	return *effectID
+	return *effectID + DetailExtensions(c.Extensions)
 }
 
-// DetailFailed is the failed event's detail: the error's summary.
-func DetailFailed(errJSON json.RawMessage) string { return ErrorSummary(errJSON) }
+// DetailFailed is the failed event's detail: the summary of the error
+// stored (FailureJSON(c)), then c's lease extensions.
+func DetailFailed(c Completion) string {
+	return ErrorSummary(FailureJSON(c)) + DetailExtensions(c.Extensions)
+}
+
+// DetailExtensions is the suffix a completion's detail gets for the
+// heartbeats of its attempt: "; lease extended 1 time", "; lease extended
+// 3 times", or "" for none (so a short tool's detail is unchanged).
+func DetailExtensions(n int64) string {
+	switch {
+	case n <= 0:
+		return ""
+	case n == 1:
+		return "; lease extended 1 time"
+	}
+	return fmt.Sprintf("; lease extended %d times", n)
+}
 
 // DetailRetryReset is the retry_reset event's detail: the failure reset.
 func DetailRetryReset(prevErr json.RawMessage) string { return "after " + ErrorSummary(prevErr) }
@@ -61,7 +81,8 @@ func DetailFenced(refused Completion, cur Call) string {
 	} else {
 		now += fmt.Sprintf(" at attempt %d", cur.Attempt)
 	}
-	return fmt.Sprintf("owner %s attempt %d refused: call is %s", refused.Owner, refused.Attempt, now)
+	return fmt.Sprintf("owner %s attempt %d refused: call is %s", refused.Owner, refused.Attempt, now) +
+		DetailExtensions(refused.Extensions)
 }
 
 // ErrorSummary renders a call's error object {"code","message",...} as the

@@ -158,6 +158,11 @@ type Completion struct {
 	Effect *Effect
 	// For Fail: the error object {"code","message","retryable"}.
 	Error json.RawMessage
+	// Extensions is how many times the worker extended this attempt's
+	// lease (ExtendLease) before completing. Heartbeats write no audit row
+	// of their own; the completion's audit detail (or the fenced row's)
+	// mentions the count instead (DetailExtensions).
+	Extensions int64
 }
 
 // AuditEvent is one row of the audit table.
@@ -180,6 +185,18 @@ type Stats struct {
 type AttemptBucket struct {
 	Attempt int64
 	Calls   int64
+}
+
+// Queue is the pending queue at one instant (/stats, /metrics, and the
+// back-pressure of new keys).
+type Queue struct {
+	// Pending is the number of calls with status pending.
+	Pending int64
+	// OldestPendingAge is how long ago the oldest pending call was
+	// created, by the database's clock (the claim order is by creation
+	// too); 0 when nothing is pending. A call reset by a same-key retry
+	// counts from its creation, not from its reset.
+	OldestPendingAge time.Duration
 }
 
 // Dupe is a call that has more than one effect. The schema makes this
@@ -260,6 +277,25 @@ type Store interface {
 	// owner and attempt (it was completed, recovered or taken over
 	// meanwhile): nothing changes. ErrNotFound if there is no such call.
 	Release(ctx context.Context, callID, owner string, attempt int64, reason string) error
+
+	// ExtendLease is a worker's heartbeat: it moves the lease of a call
+	// running under exactly owner and attempt to the database's now +
+	// lease, and writes no audit row (the completion counts the
+	// extensions, Completion.Extensions). A lease that has lapsed but was
+	// not yet recovered or claimed by another worker is still this
+	// worker's, and is extended.
+	//
+	// Errors: ErrNotHeld if the call is not running under exactly that
+	// owner and attempt (completed, recovered or taken over meanwhile):
+	// nothing changes, and the worker has lost the call for good (its
+	// completion will be fenced). ErrNotFound if there is no such call. A
+	// plain error for a lease <= 0 (nothing changes).
+	ExtendLease(ctx context.Context, callID, owner string, attempt int64, lease time.Duration) error
+
+	// Queue counts the pending calls and measures the age of the oldest.
+	// It reads an index of pending calls only (its cost grows with the
+	// number pending, not with the table).
+	Queue(ctx context.Context) (Queue, error)
 
 	// Get returns the call with that id, or ErrNotFound.
 	Get(ctx context.Context, callID string) (Call, error)

@@ -388,9 +388,9 @@ RETURNING `+callColumns, c.CallID))
 				return err
 			}
 		}
-		detail := store.DetailSucceeded(call.EffectID)
+		detail := store.DetailSucceeded(call.EffectID, c)
 		if status == store.StatusFailed {
-			detail = store.DetailFailed(store.FailureJSON(c))
+			detail = store.DetailFailed(c)
 		}
 		return insertAudit(ctx, tx, call.UpdatedAt, call.CallID, event, detail)
 	})
@@ -534,4 +534,40 @@ RETURNING updated_at`, callID, owner, attempt).Scan(&ts)
 		}
 		return insertAudit(ctx, tx, ts, callID, store.EventRecover, reason)
 	})
+}
+
+// extendLeaseSQL is a heartbeat in one round trip: the fenced update, and
+// whether the call exists at all (to tell ErrNotHeld from ErrNotFound).
+// The outer SELECT sees the statement's snapshot, before the update, which
+// is all existence needs.
+const extendLeaseSQL = `
+WITH extended AS (
+  UPDATE calls SET lease_until = ` + dbNow + ` + $4
+  WHERE call_id = $1
+    -- Same token as a completion: only the exact lease this worker holds.
+    AND status = 'running' AND owner = $2 AND attempt = $3
+  RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM extended), EXISTS (SELECT 1 FROM calls WHERE call_id = $1)`
+
+// ExtendLease moves the lease of a call still held by owner at attempt to
+// the database's now + lease, without an audit row (a heartbeat).
+func (s *Store) ExtendLease(ctx context.Context, callID, owner string, attempt int64, lease time.Duration) error {
+	if err := s.writable(); err != nil {
+		return err
+	}
+	if lease <= 0 {
+		return fmt.Errorf("postgres extend lease: lease must be positive, got %v", lease)
+	}
+	var extended, exists bool
+	err := s.pool.QueryRow(ctx, extendLeaseSQL, callID, owner, attempt, lease.Seconds()).Scan(&extended, &exists)
+	switch {
+	case err != nil:
+		return interpret(ctx, err)
+	case extended:
+		return nil
+	case !exists:
+		return fmt.Errorf("postgres extend lease %s: %w", callID, store.ErrNotFound)
+	}
+	return fmt.Errorf("postgres extend lease %s (owner %s, attempt %d): %w", callID, owner, attempt, store.ErrNotHeld)
 }

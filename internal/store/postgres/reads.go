@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -195,4 +196,23 @@ func limitParam(limit int) *int {
 		return nil
 	}
 	return &limit
+}
+
+// Queue counts the pending calls and measures the oldest one's age by the
+// database's clock, from the partial index idx_calls_pending.
+func (s *Store) Queue(ctx context.Context) (store.Queue, error) {
+	var (
+		q   store.Queue
+		age *float64
+	)
+	err := s.pool.QueryRow(ctx, `
+SELECT count(*), `+dbNow+` - min(created_at)
+FROM calls WHERE status = 'pending'`).Scan(&q.Pending, &age)
+	if err != nil {
+		return store.Queue{}, interpret(ctx, err)
+	}
+	if age != nil {
+		q.OldestPendingAge = max(0, time.Duration(*age*float64(time.Second)))
+	}
+	return q, nil
 }

@@ -260,7 +260,7 @@ func (s *Store) Succeed(ctx context.Context, c store.Completion) (store.Call, er
 			}
 			call.EffectID = &linked
 		}
-		return s.audit(ctx, tx, now, c.CallID, store.EventSucceeded, store.DetailSucceeded(call.EffectID))
+		return s.audit(ctx, tx, now, c.CallID, store.EventSucceeded, store.DetailSucceeded(call.EffectID, c))
 	})
 	if err != nil {
 		return store.Call{}, s.auditFenced(ctx, c, err)
@@ -284,7 +284,7 @@ func (s *Store) Fail(ctx context.Context, c store.Completion) (store.Call, error
 		} else if err != nil {
 			return err
 		}
-		return s.audit(ctx, tx, now, c.CallID, store.EventFailed, store.DetailFailed(errJSON))
+		return s.audit(ctx, tx, now, c.CallID, store.EventFailed, store.DetailFailed(c))
 	})
 	if err != nil {
 		return store.Call{}, s.auditFenced(ctx, c, err)
@@ -438,5 +438,33 @@ func (s *Store) Release(ctx context.Context, callID, owner string, attempt int64
 			return fmt.Errorf("sqlite release %s (owner %s, attempt %d): %w", callID, owner, attempt, store.ErrNotHeld)
 		}
 		return s.audit(ctx, tx, now, callID, store.EventRecover, reason)
+	})
+}
+
+// ExtendLease moves the lease of a call still held by owner at attempt to
+// now + lease, without an audit row (a heartbeat). See store.Store.
+func (s *Store) ExtendLease(ctx context.Context, callID, owner string, attempt int64, lease time.Duration) error {
+	if s.readOnly {
+		return fmt.Errorf("sqlite extend lease: %w", store.ErrReadOnly)
+	}
+	if lease <= 0 {
+		return fmt.Errorf("sqlite extend lease: lease must be positive, got %v", lease)
+	}
+	return s.writeTx(ctx, "extend lease", func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.StmtContext(ctx, s.wq.extendLease).ExecContext(ctx,
+			s.now()+lease.Seconds(), callID, owner, attempt)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 1 {
+			return nil
+		}
+		var one int
+		if err := tx.StmtContext(ctx, s.wq.callExists).QueryRowContext(ctx, callID).Scan(&one); err != nil {
+			return err // sql.ErrNoRows → store.ErrNotFound
+		}
+		return fmt.Errorf("sqlite extend lease %s (owner %s, attempt %d): %w", callID, owner, attempt, store.ErrNotHeld)
 	})
 }

@@ -68,6 +68,18 @@ func TestClaimPlans(t *testing.T) {
 	}
 }
 
+// TestQueuePlan: the queue count (run by the scheduler several times a
+// second) reads only the partial index of pending calls, never the table.
+func TestQueuePlan(t *testing.T) {
+	s := openAt(t, tempPath(t), store.Options{})
+	seed(t, s, 50)
+	plan := strings.Join(queryPlan(t, s, sqlQueue), "\n")
+	t.Logf("queue:\n%s", plan)
+	if !strings.Contains(plan, "COVERING INDEX idx_calls_pending") {
+		t.Errorf("queue plan:\n%s\nwant a covering read of idx_calls_pending", plan)
+	}
+}
+
 // seed creates n calls and leaves a third pending, a third running and a
 // third succeeded.
 func seed(t *testing.T, s *Store, n int) {

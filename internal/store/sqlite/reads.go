@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
 )
@@ -288,4 +289,29 @@ func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
 		return store.Stats{}, err
 	}
 	return st, nil
+}
+
+// Queue counts the pending calls and measures the oldest one's age. See
+// store.Store.
+func (s *Store) Queue(ctx context.Context) (store.Queue, error) {
+	if err := s.closedErr("queue"); err != nil {
+		return store.Queue{}, err
+	}
+	var (
+		q      store.Queue
+		oldest sql.NullFloat64
+	)
+	var row *sql.Row
+	if s.rq.queue != nil {
+		row = s.rq.queue.QueryRowContext(ctx)
+	} else {
+		row = s.r.QueryRowContext(ctx, sqlQueueAnyVersion)
+	}
+	if err := row.Scan(&q.Pending, &oldest); err != nil {
+		return store.Queue{}, mapErr(ctx, "queue", err)
+	}
+	if oldest.Valid {
+		q.OldestPendingAge = max(0, time.Duration((s.now()-oldest.Float64)*float64(time.Second)))
+	}
+	return q, nil
 }

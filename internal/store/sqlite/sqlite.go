@@ -135,6 +135,7 @@ func Open(ctx context.Context, path string, opts store.Options) (*Store, error) 
 		return nil, err
 	}
 	s.r = r
+	s.rq.withQueue = true
 	if err := r.PingContext(ctx); err != nil {
 		s.Close()
 		return nil, mapErr(ctx, "open read pool", err)

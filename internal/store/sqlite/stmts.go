@@ -95,6 +95,27 @@ const (
 		WHERE ` + fencing + `
 		RETURNING ` + callCols
 
+	// sqlExtendLease is a heartbeat: the fencing token of a completion,
+	// and only lease_until changes (updated_at is the time of the last
+	// change of state, which a heartbeat is not).
+	sqlExtendLease = `UPDATE calls SET lease_until = ? WHERE ` + fencing
+
+	// sqlCallExists tells a refused heartbeat's "not held" from "no such
+	// call".
+	sqlCallExists = `SELECT 1 FROM calls WHERE call_id = ?`
+
+	// sqlQueue counts the pending calls and finds the oldest from the
+	// partial index idx_calls_pending alone (a covering read: created_at
+	// is its key), so the cost grows with the queue, not with the table.
+	// INDEXED BY for the reason given at sqlPickPending: unforced, the
+	// planner searches idx_calls_status and reads every pending row for
+	// its created_at. TestQueuePlan checks the plan. A read-only store may
+	// open a version 1 file without that index, so it prepares no such
+	// statement and runs sqlQueueAnyVersion instead (inspect, rarely).
+	sqlQueue = `SELECT count(*), min(created_at) FROM calls INDEXED BY idx_calls_pending
+		WHERE status = 'pending'`
+	sqlQueueAnyVersion = `SELECT count(*), min(created_at) FROM calls WHERE status = 'pending'`
+
 	// sqlInsertEffect: ON CONFLICT(call_id) DO NOTHING, because
 	// effects.call_id UNIQUE is the last gate (docs/design.md, "Why effects are unique per call"). effect_id is
 	// derived from call_id, so a second insert for one call is the same
@@ -135,6 +156,10 @@ var statuses = store.Statuses
 type readStmts struct {
 	callByID, callByKey      *sql.Stmt
 	hasClaimable, hasExpired *sql.Stmt
+	// queue is sqlQueue, prepared only on a writable store (whose schema
+	// is current): withQueue.
+	queue     *sql.Stmt
+	withQueue bool
 	// listByStatus[i] lists calls of statuses[i].
 	listByStatus [4]*sql.Stmt
 }
@@ -162,6 +187,7 @@ type writeStmts struct {
 	claim                    *sql.Stmt
 	succeed, fail            *sql.Stmt
 	insertEffect, linkEffect *sql.Stmt
+	extendLease, callExists  *sql.Stmt
 	// The group commit's savepoint around each write of a batch.
 	savepoint, release, rollbackTo *sql.Stmt
 }
@@ -205,6 +231,9 @@ func (r *readStmts) list() []prepared {
 		{&r.hasClaimable, sqlHasClaimable},
 		{&r.hasExpired, sqlHasExpired},
 	}
+	if r.withQueue {
+		list = append(list, prepared{&r.queue, sqlQueue})
+	}
 	for i, st := range statuses {
 		list = append(list, prepared{&r.listByStatus[i], sqlListByStatus(st)})
 	}
@@ -225,6 +254,8 @@ func (w *writeStmts) list() []prepared {
 		{&w.fail, sqlFail},
 		{&w.insertEffect, sqlInsertEffect},
 		{&w.linkEffect, sqlLinkEffect},
+		{&w.extendLease, sqlExtendLease},
+		{&w.callExists, sqlCallExists},
 		{&w.savepoint, `SAVEPOINT write`},
 		{&w.release, `RELEASE write`},
 		{&w.rollbackTo, `ROLLBACK TO write`},

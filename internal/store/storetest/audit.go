@@ -2,6 +2,8 @@ package storetest
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -92,6 +94,30 @@ func testAuditDetails(t *testing.T, open func(t *testing.T) store.Store) {
 			_, err := s.Fail(ctx, f)
 			return err
 		}, "failed: {}"},
+		// Heartbeats write no row of their own; the completion counts them.
+		{"extended once", func(c store.Call) error {
+			comp := completion(c)
+			comp.Effect = nil
+			comp.Extensions = 1
+			_, err := s.Succeed(ctx, comp)
+			return err
+		}, "succeeded: no effect; lease extended 1 time"},
+		{"failed after extensions", func(c store.Call) error {
+			f := failure(c, false)
+			f.Extensions = 3
+			_, err := s.Fail(ctx, f)
+			return err
+		}, "failed: tool_failed: boom; lease extended 3 times"},
+		{"fenced after extensions", func(c store.Call) error {
+			f := failure(c, false)
+			f.Attempt++ // a stale token
+			f.Extensions = 2
+			_, err := s.Fail(ctx, f)
+			if !errors.Is(err, store.ErrFenced) {
+				return fmt.Errorf("stale Fail = %v, want ErrFenced", err)
+			}
+			return nil
+		}, "fenced: owner w5 attempt 2 refused: call is running under owner w5 attempt 1; lease extended 2 times"},
 	} {
 		c := createAndClaim(t, s, "k-"+tc.name, "w5", longLease)
 		if err := tc.finish(c); err != nil {

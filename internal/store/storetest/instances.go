@@ -308,6 +308,8 @@ func testClosedStore(t *testing.T, su suite) {
 		},
 		"RecoverExpired": func() error { _, err := s.RecoverExpired(ctx); return err },
 		"Release":        func() error { return s.Release(ctx, c.CallID, "w1", 1, "x") },
+		"ExtendLease":    func() error { return s.ExtendLease(ctx, c.CallID, "w1", 1, longLease) },
+		"Queue":          func() error { _, err := s.Queue(ctx); return err },
 		"Get":            func() error { _, err := s.Get(ctx, c.CallID); return err },
 		"GetByKey":       func() error { _, err := s.GetByKey(ctx, "k1"); return err },
 		"ListCalls":      func() error { _, err := s.ListCalls(ctx, store.ListFilter{}); return err },

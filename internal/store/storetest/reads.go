@@ -313,6 +313,7 @@ func testReadOnly(t *testing.T, su suite) {
 		"Audit":       func() error { _, err := ro.Audit(t.Context(), "", 0); return err },
 		"Dupes":       func() error { _, err := ro.Dupes(t.Context()); return err },
 		"Attempts":    func() error { _, err := ro.Attempts(t.Context()); return err },
+		"Queue":       func() error { _, err := ro.Queue(t.Context()); return err },
 	} {
 		if err := read(); err != nil {
 			t.Fatalf("read-only %s: %v", name, err)
@@ -330,6 +331,9 @@ func testReadOnly(t *testing.T, su suite) {
 			return err
 		},
 		"Release": func() error { return ro.Release(t.Context(), c.CallID, "w1", c.Attempt, "x") },
+		"ExtendLease": func() error {
+			return ro.ExtendLease(t.Context(), c.CallID, "w1", c.Attempt, longLease)
+		},
 	} {
 		wantErr(t, "read-only "+name, write(), store.ErrReadOnly)
 	}

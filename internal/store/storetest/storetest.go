@@ -104,6 +104,10 @@ func Run(t *testing.T, f Factory) {
 	t.Run("RecoverExpired", func(t *testing.T) { testRecoverExpired(t, open) })
 	t.Run("RecoverWithoutLease", func(t *testing.T) { testRecoverWithoutLease(t, su) })
 	t.Run("Release", func(t *testing.T) { testRelease(t, open) })
+	// lease.go
+	t.Run("ExtendLease", func(t *testing.T) { testExtendLease(t, open) })
+	t.Run("ExtendLeaseFencing", func(t *testing.T) { testExtendLeaseFencing(t, open) })
+	t.Run("Queue", func(t *testing.T) { testQueue(t, open) })
 	// reads.go
 	t.Run("Get", func(t *testing.T) { testGet(t, open) })
 	t.Run("ListCalls", func(t *testing.T) { testListCalls(t, open) })

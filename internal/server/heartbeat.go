@@ -1,0 +1,91 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemctl/idemctl/internal/store"
+)
+
+// errLeaseLost is the cause a refused heartbeat cancels a tool's context
+// with: the call was taken over (or completed, or released) while the tool
+// ran, so its outcome can no longer be recorded.
+var errLeaseLost = errors.New("lease lost: the call is no longer held by this attempt")
+
+// heartbeat keeps one running call's lease alive while its tool runs
+// (docs/lifecycle.md, "Leases"): every lease/3 it extends the lease to the
+// database's now + lease, fenced on the claim's owner and attempt. A lease
+// therefore lives as long as its worker, and a tool may run longer than
+// --lease; a process that dies or freezes stops extending, and its call is
+// recovered when the lease runs out, as before.
+//
+// An extension the store refuses (store.ErrNotHeld, ErrNotFound) means the
+// call is no longer this attempt's: the tool's context is cancelled with
+// errLeaseLost, and the completion that follows is fenced. Any other error
+// (the database is busy or unreachable) is logged and the next beat tries
+// again; the lease still has two thirds of its length to go when a beat
+// fails, and if it runs out meanwhile, the next beat finds out.
+//
+// Extensions write no audit row: the count rides on the completion
+// (store.Completion.Extensions) and shows in its audit detail.
+type heartbeat struct {
+	extended atomic.Int64
+	cancel   context.CancelFunc
+	done     chan struct{}
+}
+
+// startHeartbeat starts beating for c; lose cancels the tool's context.
+// Call stop when the tool has returned.
+func (e *executor) startHeartbeat(c store.Call, log *slog.Logger, lose context.CancelCauseFunc) *heartbeat {
+	// The beats run under a context of their own, not the tool's, and end
+	// only when stop is called: a cancelled tool may take a moment to
+	// return, and its lease must hold until its release or completion.
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &heartbeat{cancel: cancel, done: make(chan struct{})}
+	every := e.lease / 3
+	go func() {
+		defer close(h.done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			// One beat may take at most one period: a stuck database must
+			// not stack beats up, and the next one tries again.
+			bctx, bcancel := context.WithTimeout(ctx, every)
+			err := e.st.ExtendLease(bctx, c.CallID, e.owner, c.Attempt, e.lease)
+			bcancel()
+			switch {
+			case err == nil:
+				h.extended.Add(1)
+				e.m.heartbeats.WithLabelValues(beatExtended).Inc()
+			case ctx.Err() != nil:
+				return // stopped: the tool returned meanwhile
+			case errors.Is(err, store.ErrNotHeld), errors.Is(err, store.ErrNotFound):
+				e.m.heartbeats.WithLabelValues(beatLost).Inc()
+				log.Warn("lease extension refused: the call was taken over; cancelling the tool",
+					attrOwner, e.owner, attrErr, err)
+				lose(errLeaseLost)
+				return
+			default:
+				e.m.heartbeats.WithLabelValues(beatError).Inc()
+				log.Warn("lease extension failed; trying again at the next beat", attrErr, err)
+			}
+		}
+	}()
+	return h
+}
+
+// stop ends the beats and waits for the last one, so the count is final
+// and no extension races with the completion. It returns the count.
+func (h *heartbeat) stop() int64 {
+	h.cancel()
+	<-h.done
+	return h.extended.Load()
+}

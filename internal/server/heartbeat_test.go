@@ -1,0 +1,158 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemctl/idemctl/internal/server/servertest"
+	"github.com/idemctl/idemctl/internal/store"
+)
+
+// lastDetail returns the detail of the last audit row of event for a call,
+// failing the test when there is none.
+func lastDetail(t *testing.T, st store.Store, callID, event string) string {
+	t.Helper()
+	rows, err := st.Audit(context.Background(), callID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := len(rows) - 1; i >= 0; i-- {
+		if rows[i].Event == event {
+			return rows[i].Detail
+		}
+	}
+	t.Fatalf("no %s row in the audit of %s: %+v", event, callID, rows)
+	return ""
+}
+
+// TestHeartbeatKeepsLongToolOnOneAttempt: a tool that runs three times as
+// long as the lease (1 s lease, 3 s sleep) is not re-run: its heartbeats
+// keep the lease alive, so it succeeds at attempt 1, nothing is recovered
+// or fenced, and the completion's audit row counts the extensions (no row
+// per heartbeat). Without heartbeats the lease would expire after 1 s, the
+// same server would recover and run the call again, and the first
+// attempt's commit would be fenced.
+func TestHeartbeatKeepsLongToolOnOneAttempt(t *testing.T) {
+	b := setup(t, func(c *Config) { c.Lease = MinLease })
+	c := b.post("k-long", `{"tool":"sleep","args":{"seconds":3}}`).call(t)
+	done := b.waitFinal(c.CallID)
+	if done.Status != "succeeded" || done.Attempt != 1 {
+		t.Fatalf("status %s attempt %d, want succeeded at attempt 1", done.Status, done.Attempt)
+	}
+	want := []string{store.EventCreated, store.EventClaimed, store.EventSucceeded}
+	if ev := b.events(c.CallID); strings.Join(ev, ",") != strings.Join(want, ",") {
+		t.Fatalf("audit %v, want %v: no recover, no fenced, no row per heartbeat", ev, want)
+	}
+	if d := lastDetail(t, b.st, c.CallID, store.EventSucceeded); !strings.Contains(d, "; lease extended ") {
+		t.Fatalf("succeeded detail %q does not count the lease extensions", d)
+	}
+	if v := b.metricValue(`idemctl_lease_extensions_total{outcome="extended"}`); v < 1 {
+		t.Fatalf("lease extensions = %v, want at least 1", v)
+	}
+	if v := b.metricValue("idemctl_claim_queries_total"); v < 1 {
+		t.Fatalf("claim queries = %v, want at least 1", v)
+	}
+	for _, series := range []string{"idemctl_fenced_commits_total", `idemctl_lease_recoveries_total{reason="expired"}`} {
+		if v := b.metricValue(series); v != 0 {
+			t.Fatalf("%s = %v, want 0", series, v)
+		}
+	}
+}
+
+// TestRefusedExtensionCancelsTool: when the call is taken over while its
+// tool runs (here: released and claimed by another owner behind the
+// server's back), the next heartbeat is refused, the tool's context is
+// cancelled (the 10 s sleep ends early) and its completion is fenced: the
+// new owner's attempt stays untouched. One worker, busy with the tool, so
+// the server cannot claim the released call itself.
+func TestRefusedExtensionCancelsTool(t *testing.T) {
+	ctx := context.Background()
+	returned := make(chan time.Time, 1)
+	b := setup(t, func(c *Config) {
+		c.Workers = 1
+		c.Lease = MinLease
+		// Runs after the tool has returned, before the commit.
+		c.beforeCommit = func(context.Context, store.Call) { returned <- time.Now() }
+	})
+	c := b.post("k-stolen", `{"tool":"sleep","args":{"seconds":10}}`).call(t)
+	eventually(t, "the server claims the call", func() bool {
+		g, err := b.st.Get(ctx, c.CallID)
+		return err == nil && g.Status == store.StatusRunning
+	})
+	if err := b.st.Release(ctx, c.CallID, b.srv.Owner(), 1, "test: taken over"); err != nil {
+		t.Fatal(err)
+	}
+	thief, err := b.st.ClaimNext(ctx, "thief", time.Hour, 1)
+	if err != nil || len(thief) != 1 || thief[0].CallID != c.CallID {
+		t.Fatalf("thief's claim = %+v, %v", thief, err)
+	}
+	stolen := time.Now()
+
+	// The sleep had about 10 s to go: a return within 8 s is the
+	// cancellation, not the end of the sleep.
+	select {
+	case at := <-returned:
+		if at.Sub(stolen) > 8*time.Second {
+			t.Fatalf("the tool returned %s after the takeover: it was not cancelled", at.Sub(stolen))
+		}
+	case <-time.After(8 * time.Second):
+		t.Fatal("the tool was not cancelled after its lease extension was refused")
+	}
+	eventually(t, "the stale completion is fenced", func() bool {
+		return b.metricValue("idemctl_fenced_commits_total") == 1
+	})
+	if v := b.metricValue(`idemctl_lease_extensions_total{outcome="lost"}`); v != 1 {
+		t.Fatalf("lost extensions = %v, want 1", v)
+	}
+	if d := lastDetail(t, b.st, c.CallID, store.EventFenced); !strings.Contains(d, "call is running under owner thief attempt 2") {
+		t.Fatalf("fenced detail %q, want the thief's attempt named", d)
+	}
+	g, err := b.st.Get(ctx, c.CallID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Status != store.StatusRunning || *g.Owner != "thief" || g.Attempt != 2 {
+		t.Fatalf("after the fenced completion: %+v, want running under thief at attempt 2", g)
+	}
+}
+
+// TestProcessKillDuringHeartbeatedTool: kill -9 while a tool runs past its
+// lease on heartbeats. The heartbeats die with the process, the lease
+// expires, and a server on the same database (of another host identity, so
+// only lease expiry can recover the call, not dead-owner recovery) runs it
+// again: attempt 2, succeeded, the recovery audited as a lease expiry.
+func TestProcessKillDuringHeartbeatedTool(t *testing.T) {
+	bin := servertest.Binary(t)
+	db := filepath.Join(t.TempDir(), "idem.db")
+	p := servertest.StartServe(t, bin, "--db", db, "--lease", "1s")
+	const key = "k-heartbeat-kill"
+	if s, _, err := tryPost(p.URL, key, `{"tool":"sleep","args":{"seconds":4}}`); err != nil || s != http.StatusAccepted {
+		t.Fatalf("post: %d %v", s, err)
+	}
+	waitByKey(t, p.URL, key, func(c CallView) bool { return c.Status == "running" })
+	eventually(t, "a heartbeat extends the lease", func() bool {
+		r := doURL(t, p.URL, http.MethodGet, "/metrics", nil, nil)
+		return metricSample(t, r.body, `idemctl_lease_extensions_total{outcome="extended"}`) >= 1
+	})
+	p.Kill()
+
+	p2 := servertest.StartServe(t, bin, "--db", db, "--lease", "1s", "--instance-host", "other-host")
+	done := waitByKey(t, p2.URL, key, func(c CallView) bool { return c.Status.Final() })
+	if done.Status != "succeeded" || done.Attempt != 2 {
+		t.Fatalf("after the kill: status %s attempt %d, want succeeded at attempt 2", done.Status, done.Attempt)
+	}
+	if _, err := p2.Stop(waitDeadline); err != nil {
+		t.Fatal(err)
+	}
+	st := openDB(t, db)
+	if d := lastDetail(t, st, done.CallID, store.EventRecover); !strings.HasPrefix(d, "lease expired (owner ") {
+		t.Fatalf("recover detail %q, want a lease expiry", d)
+	}
+	if ev := auditEvents(t, st, done.CallID); contains(ev, store.EventFenced) {
+		t.Fatalf("audit %v has fenced: the killed attempt never completed", ev)
+	}
+}

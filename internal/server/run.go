@@ -1,0 +1,171 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"time"
+
+	"github.com/idemctl/idemctl/internal/fingerprint"
+	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/tools"
+)
+
+// safeExecute keeps a bug in the completion path from taking the whole
+// server down. The call stays running under this lease; when the lease
+// expires another attempt runs it (fenced and effect-unique as always).
+func (e *executor) safeExecute(c store.Call) {
+	defer func() {
+		if p := recover(); p != nil {
+			e.log.Error("worker panicked; the call waits for its lease to expire",
+				attrCallID, c.CallID, attrKey, c.IdemKey, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+		}
+	}()
+	e.execute(c)
+}
+
+// execute runs one attempt of a claimed call and records its outcome.
+func (e *executor) execute(c store.Call) {
+	start := time.Now()
+	log := e.log.With(attrCallID, c.CallID, attrKey, c.IdemKey, attrTool, c.Tool, attrAttempt, c.Attempt)
+
+	// The tool's context ends at the end of the shutdown grace, or when a
+	// heartbeat learns that the call was taken over (errLeaseLost).
+	toolCtx, lose := context.WithCancelCause(e.workCtx)
+	defer lose(nil)
+	beat := e.startHeartbeat(c, log, lose)
+	args, out, ran := e.runTool(toolCtx, c, log)
+	// The beats end with the tool, before the chaos pause and the
+	// beforeCommit hook: those stand for a worker frozen past its lease,
+	// and a frozen worker does not extend it.
+	extensions := beat.stop()
+	if !ran {
+		e.abandon(c, log) // after the beats: a beat racing the release would be refused
+		return
+	}
+
+	chaos := tools.ChaosOf(args)
+	// The before-commit crash fires on the first attempt only: the point is
+	// one crash and the recovery after it, not a call that crashes the
+	// server again on every restart. (The after-commit crash can fire only
+	// once anyway: success is final.)
+	if e.chaos && chaos.CrashBeforeCommit && c.Attempt == 1 {
+		log.Warn("chaos: _crash_before_commit, exiting before the completion commits")
+		e.m.executions.WithLabelValues(c.Tool, execCrashed).Inc()
+		e.exit(exitCrash)
+		return // only reached when exit is a test hook
+	}
+	// The pause stands for a worker frozen past its lease (a GC pause, a
+	// stalled VM; docs/design.md, "The attempt as fencing token"): the
+	// outcome is in hand, the lease runs out, another worker may take the
+	// call over, and this commit must then be fenced. First attempt only,
+	// like the crash: the attempt that takes over must be able to commit.
+	if e.chaos && chaos.PauseBeforeCommit > 0 && c.Attempt == 1 {
+		log.Warn("chaos: _pause_before_commit, pausing before the completion commits",
+			durationAttr(attrPause, chaos.PauseBeforeCommit), durationAttr(attrLease, e.lease))
+		t := time.NewTimer(chaos.PauseBeforeCommit)
+		// When the shutdown grace runs out the pause ends early and the
+		// commit goes ahead: the tool has run, and recording its outcome
+		// (or being fenced) beats abandoning it, as for any completion.
+		select {
+		case <-t.C:
+		case <-e.workCtx.Done():
+			t.Stop()
+		}
+	}
+	if e.beforeCommit != nil {
+		e.beforeCommit(e.workCtx, c)
+	}
+
+	done, err := e.commit(c, out, extensions)
+	switch {
+	case errors.Is(err, store.ErrFenced):
+		// Another worker took the call over after our lease expired; its
+		// completion (or its coming one) is the call's. Ours must vanish.
+		e.m.fenced.Inc()
+		e.m.executions.WithLabelValues(c.Tool, execFenced).Inc()
+		log.Warn("completion fenced: lease lost to another worker", attrOwner, e.owner, attrErr, err)
+		return
+	case refusedForGood(err):
+		log.Error("the database refused the completion; recording the call as failed", attrErr, err)
+		if done, err = e.failRefused(c, err, extensions); err != nil {
+			if errors.Is(err, store.ErrFenced) {
+				e.m.fenced.Inc()
+				e.m.executions.WithLabelValues(c.Tool, execFenced).Inc()
+				log.Warn("failure record fenced: lease lost to another worker", attrOwner, e.owner, attrErr, err)
+				return
+			}
+			e.m.executions.WithLabelValues(c.Tool, execError).Inc()
+			log.Error("recording the refusal as a failure failed too; the lease will bring the call back", attrErr, err)
+			return
+		}
+	case err != nil:
+		e.m.executions.WithLabelValues(c.Tool, execError).Inc()
+		log.Error("recording completion failed; the lease will bring the call back", attrErr, err)
+		return
+	}
+	e.m.executions.WithLabelValues(c.Tool, string(done.Status)).Inc()
+	e.m.execSeconds.WithLabelValues(c.Tool).Observe(time.Since(start).Seconds())
+	log.Info("call "+string(done.Status), attrStatus, done.Status, durationAttr(attrDuration, time.Since(start)),
+		"lease_extensions", extensions)
+
+	if e.chaos && chaos.CrashAfterCommit && done.Status == store.StatusSucceeded {
+		log.Warn("chaos: _crash_after_commit, exiting before the response")
+		e.m.executions.WithLabelValues(c.Tool, execCrashed).Inc()
+		e.exit(exitCrash)
+		return
+	}
+	e.onFinal(c.CallID)
+}
+
+// runTool decodes the stored args and runs the tool under ctx. ran is
+// false when the shutdown grace ran out and cancelled the tool: the caller
+// then releases the call. A tool cancelled because its lease was lost still counts as
+// ran, with an error outcome: its completion goes to the store and is
+// fenced there, which audits the lost attempt like any stale one.
+func (e *executor) runTool(ctx context.Context, c store.Call, log *slog.Logger) (args map[string]any, out tools.Outcome, ran bool) {
+	defer func() {
+		// A panicking tool is a bug; it must not take the server down, and
+		// re-running it would panic again: fail the call for good.
+		if p := recover(); p != nil {
+			log.Error("tool panicked", "panic", p, "stack", string(debug.Stack()))
+			out, ran = tools.Outcome{Err: &tools.ToolError{Code: codeInternal,
+				Message: fmt.Sprintf("tool panicked: %v", p)}}, true
+		}
+	}()
+	v, err := fingerprint.ParseJSON(c.ArgsJSON)
+	args, _ = v.(map[string]any)
+	if err != nil || args == nil {
+		return nil, tools.Outcome{Err: &tools.ToolError{Code: codeInternal,
+			Message: fmt.Sprintf("stored args unreadable: %v", err)}}, true
+	}
+	out, err = tools.Run(ctx, tools.Invocation{CallID: c.CallID, Tool: c.Tool, Args: args, Attempt: c.Attempt})
+	switch {
+	case err == nil:
+		return args, out, true
+	case errors.Is(context.Cause(ctx), errLeaseLost):
+		return args, tools.Outcome{Err: &tools.ToolError{Code: codeInternal,
+			Message: errLeaseLost.Error(), Retryable: true}}, true
+	case e.workCtx.Err() != nil:
+		return args, out, false
+	}
+	// Validate accepted these args when they were stored; refusing them
+	// now means the rules changed. Retrying cannot help.
+	return args, tools.Outcome{Err: &tools.ToolError{Code: "invalid_args", Message: err.Error()}}, true
+}
+
+// abandon releases a call whose tool was cancelled by shutdown, so it runs
+// again at once elsewhere instead of after its lease.
+func (e *executor) abandon(c store.Call, log *slog.Logger) {
+	e.m.executions.WithLabelValues(c.Tool, execAbandoned).Inc()
+	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
+	defer cancel()
+	err := e.st.Release(ctx, c.CallID, e.owner, c.Attempt, "abandoned at shutdown")
+	if err != nil && !errors.Is(err, store.ErrNotHeld) {
+		log.Warn("releasing abandoned call failed; its lease will expire", attrErr, err)
+		return
+	}
+	log.Warn("tool abandoned at shutdown, call released")
+}

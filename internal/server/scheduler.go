@@ -1,0 +1,113 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/idemctl/idemctl/internal/store"
+)
+
+// schedule is the scheduler loop: at start, every interval, and on wake (a
+// new call, a finished run).
+func (e *executor) schedule(ctx context.Context) {
+	defer close(e.schedDone)
+	tick := time.NewTicker(e.interval)
+	defer tick.Stop()
+	for {
+		e.tick(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-e.wake:
+		}
+	}
+}
+
+// tick recovers what can be recovered, refreshes the pending count, then
+// claims up to the free capacity, in batches, and starts a run per call.
+func (e *executor) tick(ctx context.Context) {
+	if ctx.Err() != nil {
+		return
+	}
+	e.recoverExpired(ctx)
+	e.releaseDeadOwners(ctx)
+	e.refreshQueue(ctx)
+	for ctx.Err() == nil {
+		free := e.limit.free()
+		if free <= 0 {
+			return
+		}
+		// The claim runs to completion even if ctx is cancelled meanwhile:
+		// a claim committed but not started would sit under our lease
+		// until it expired.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+		calls, err := e.st.ClaimNext(cctx, e.owner, e.lease, free)
+		cancel()
+		e.m.claimQueries.Inc()
+		if e.noteErr("claim", err) {
+			return
+		}
+		e.queue.claimed(len(calls))
+		for _, c := range calls {
+			e.limit.acquire(c.Tool)
+			e.m.busyWorkers.Inc()
+			e.m.attempts.Observe(float64(c.Attempt))
+			e.log.Info("claimed call", attrCallID, c.CallID, attrKey, c.IdemKey,
+				attrTool, c.Tool, attrAttempt, c.Attempt)
+			e.runs.Add(1)
+			go e.run(c)
+		}
+		if len(calls) < free {
+			return // nothing more runnable now
+		}
+	}
+}
+
+// refreshQueue reads the pending count and the oldest pending call's age
+// from the store, at most once per interval however often the scheduler is
+// woken: the count reads an index of every pending call, and wake-ups come
+// with every new call.
+func (e *executor) refreshQueue(ctx context.Context) {
+	if !e.queue.due(e.interval) {
+		return
+	}
+	q, err := e.st.Queue(ctx)
+	if e.noteErr("queue count", err) {
+		return
+	}
+	e.queue.set(q)
+}
+
+// noteErr logs a scheduler error once per distinct message (the loop runs
+// five times a second) and reports whether err is non-nil.
+func (e *executor) noteErr(op string, err error) bool {
+	if err == nil {
+		if e.lastErr[op] != "" {
+			e.log.Info("scheduler "+op+" works again", attrOwner, e.owner)
+			delete(e.lastErr, op)
+		}
+		return false
+	}
+	if errors.Is(err, context.Canceled) {
+		return true
+	}
+	if msg := err.Error(); e.lastErr[op] != msg {
+		e.log.Warn("scheduler "+op+" failed", attrErr, err)
+		e.lastErr[op] = msg
+	}
+	return true
+}
+
+// run is one claimed call's goroutine: it runs the attempt, then gives its
+// slot back and wakes the scheduler to claim the backlog.
+func (e *executor) run(c store.Call) {
+	defer e.runs.Done()
+	defer func() {
+		e.limit.release(c.Tool)
+		e.m.busyWorkers.Dec()
+		e.Wake()
+	}()
+	e.safeExecute(c)
+}
