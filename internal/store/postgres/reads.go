@@ -17,9 +17,10 @@ func (s *Store) Get(ctx context.Context, callID string) (store.Call, error) {
 	return c, interpret(ctx, err)
 }
 
-// GetByKey returns the call for an idempotency key, or ErrNotFound.
-func (s *Store) GetByKey(ctx context.Context, key string) (store.Call, error) {
-	c, err := scanCall(s.pool.QueryRow(ctx, `SELECT `+callColumns+` FROM calls WHERE idem_key = $1`, key))
+// GetByKey returns principal's call for an idempotency key, or ErrNotFound.
+func (s *Store) GetByKey(ctx context.Context, principal, key string) (store.Call, error) {
+	c, err := scanCall(s.pool.QueryRow(ctx,
+		`SELECT `+callColumns+` FROM calls WHERE principal = $1 AND idem_key = $2`, principal, key))
 	return c, interpret(ctx, err)
 }
 

@@ -16,7 +16,7 @@ type querier interface {
 }
 
 // callCols is the column list scanCall expects, in its order.
-const callCols = `call_id, idem_key, fingerprint, client_id, seq, tool, args_json, status,
+const callCols = `call_id, principal, idem_key, fingerprint, client_id, seq, tool, args_json, status,
 	result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at`
 
 type scanner interface{ Scan(dest ...any) error }
@@ -30,7 +30,7 @@ func scanCall(sc scanner) (store.Call, error) {
 		lease                     sql.NullFloat64
 		args, status              string
 	)
-	err := sc.Scan(&c.CallID, &c.IdemKey, &c.Fingerprint, &clientID, &seq, &c.Tool, &args, &status,
+	err := sc.Scan(&c.CallID, &c.Principal, &c.IdemKey, &c.Fingerprint, &clientID, &seq, &c.Tool, &args, &status,
 		&result, &errJSON, &c.Attempt, &lease, &owner, &effectID, &c.CreatedAt, &c.UpdatedAt)
 	if err != nil {
 		return store.Call{}, err
@@ -93,12 +93,13 @@ func (s *Store) Get(ctx context.Context, callID string) (store.Call, error) {
 	return c, mapErr(ctx, "get "+callID, err)
 }
 
-// GetByKey returns the call for an idempotency key, or store.ErrNotFound.
-func (s *Store) GetByKey(ctx context.Context, key string) (store.Call, error) {
+// GetByKey returns principal's call for an idempotency key, or
+// store.ErrNotFound.
+func (s *Store) GetByKey(ctx context.Context, principal, key string) (store.Call, error) {
 	if err := s.closedErr("get by key"); err != nil {
 		return store.Call{}, err
 	}
-	c, err := scanCall(s.rq.callByKey.QueryRowContext(ctx, key))
+	c, err := scanCall(s.rq.callByKey.QueryRowContext(ctx, principal, key))
 	return c, mapErr(ctx, "get by key", err)
 }
 

@@ -309,7 +309,7 @@ func testClosedStore(t *testing.T, su suite) {
 		"RecoverExpired": func() error { _, err := s.RecoverExpired(ctx); return err },
 		"Release":        func() error { return s.Release(ctx, c.CallID, "w1", 1, "x") },
 		"Get":            func() error { _, err := s.Get(ctx, c.CallID); return err },
-		"GetByKey":       func() error { _, err := s.GetByKey(ctx, "k1"); return err },
+		"GetByKey":       func() error { _, err := s.GetByKey(ctx, store.DefaultPrincipal, "k1"); return err },
 		"ListCalls":      func() error { _, err := s.ListCalls(ctx, store.ListFilter{}); return err },
 		"ListEffects":    func() error { _, err := s.ListEffects(ctx, 0); return err },
 		"Audit":          func() error { _, err := s.Audit(ctx, "", 0); return err },
