@@ -16,6 +16,7 @@ import (
 // callOptions are the flags of idemctl call.
 type callOptions struct {
 	Base          string
+	Token         string // bearer token; never printed
 	Key           string
 	Tool          string
 	Amount        int64
@@ -107,6 +108,7 @@ to show that a retry with a new key is a new call and a second charge.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.Base, "base", "http://127.0.0.1:8081", "server base URL")
+	f.StringVar(&opts.Token, "token", "", "bearer token for a server run with --auth-tokens (better: IDEMCTL_TOKEN, which no process listing shows)")
 	f.StringVar(&opts.Key, "key", "", "idempotency key (required); the same on every retry")
 	f.StringVar(&opts.Tool, "tool", "charge", "tool: charge, send_email, sleep, fail")
 	f.Int64Var(&opts.Amount, "amount", 0, "sets args.amount (charge; 100 when --tool charge has neither --amount nor --args)")
@@ -128,6 +130,7 @@ func runCall(cmd *cobra.Command, opts *callOptions, streams *IOStreams) error {
 	}
 	var printErr error
 	c := &client.Client{
+		HTTP:          client.WithToken(nil, opts.Token),
 		Base:          opts.Base,
 		Timeout:       opts.Timeout,
 		Retries:       retries,

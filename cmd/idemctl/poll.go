@@ -13,6 +13,7 @@ import (
 // pollOptions are the flags and argument of idemctl poll.
 type pollOptions struct {
 	Base    string
+	Token   string // bearer token; never printed
 	CallID  string
 	Key     string
 	Timeout time.Duration
@@ -62,13 +63,14 @@ Exit status 1 when the call failed, was not found, or the deadline passed.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.Base, "base", "http://127.0.0.1:8081", "server base URL")
+	f.StringVar(&opts.Token, "token", "", "bearer token for a server run with --auth-tokens (better: IDEMCTL_TOKEN, which no process listing shows)")
 	f.StringVar(&opts.Key, "key", "", "look the call up by idempotency key instead of CALL_ID")
 	f.DurationVar(&opts.Timeout, "timeout", client.DefaultPollTimeout, "deadline for the call to become final")
 	return cmd
 }
 
 func runPoll(cmd *cobra.Command, opts *pollOptions, streams *IOStreams) error {
-	c := &client.Client{Base: opts.Base}
+	c := &client.Client{Base: opts.Base, HTTP: client.WithToken(nil, opts.Token)}
 	var (
 		call client.Call
 		err  error

@@ -92,6 +92,7 @@ func newRootCmd(streams *IOStreams) *cobra.Command {
 		newFaultCmd(streams),
 		newBenchCmd(streams),
 		newInspectCmd(streams),
+		newTokenCmd(streams),
 	)
 	return root
 }

@@ -41,6 +41,12 @@ const (
 	recoverDeadOwner = "dead_owner"
 )
 
+// Label values of idemctl_auth_failures_total{reason}.
+const (
+	authMissing = "missing" // no Authorization: Bearer header
+	authUnknown = "unknown" // a token no line of the token file hashes to
+)
+
 // metrics are one Server's Prometheus collectors, in a registry of its own:
 // no global state, so a test process can run many servers.
 type metrics struct {
@@ -61,6 +67,10 @@ type metrics struct {
 	bodiesInFlight prometheus.Gauge
 	waitsHeld      prometheus.Gauge
 	limitRefusals  *prometheus.CounterVec // limit
+
+	authFailures *prometheus.CounterVec // reason
+	purged       prometheus.Counter
+	purgeSeconds prometheus.Histogram
 }
 
 // newMetrics builds the collectors. queueDepth is read at scrape time.
@@ -124,6 +134,19 @@ func newMetrics(queueDepth func() float64, extra prometheus.Registerer) (*metric
 			Name: "idemctl_limit_refusals_total",
 			Help: "Requests over a concurrency limit: bodies (answered 503 overloaded), waits (answered at once, not held).",
 		}, []string{"limit"}),
+		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemctl_auth_failures_total",
+			Help: "Requests refused 401 unauthenticated: missing (no bearer token) or unknown (no such token).",
+		}, []string{"reason"}),
+		purged: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "idemctl_purged_calls_total",
+			Help: "Final calls deleted by the retention purge (their effects are kept).",
+		}),
+		purgeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "idemctl_purge_batch_duration_seconds",
+			Help:    "Duration of one retention purge batch: the longest a purge holds the write lock (SQLite) or its rows (PostgreSQL).",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+		}),
 	}
 	depth := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "idemctl_queue_depth",
@@ -133,6 +156,7 @@ func newMetrics(queueDepth func() float64, extra prometheus.Registerer) (*metric
 		m.requests, m.requestSeconds, m.calls, m.executions, m.attempts,
 		m.recoveries, m.fenced, m.busyWorkers, m.execSeconds, m.deadOwnerRecovery,
 		m.bodiesInFlight, m.waitsHeld, m.limitRefusals, depth,
+		m.authFailures, m.purged, m.purgeSeconds,
 	}
 	for _, c := range own {
 		if err := m.reg.Register(c); err != nil {
@@ -159,6 +183,9 @@ func newMetrics(queueDepth func() float64, extra prometheus.Registerer) (*metric
 	}
 	for _, r := range []string{recoverExpired, recoverDeadOwner} {
 		m.recoveries.WithLabelValues(r)
+	}
+	for _, r := range []string{authMissing, authUnknown} {
+		m.authFailures.WithLabelValues(r)
 	}
 	for _, l := range []string{limitBodies, limitWaits} {
 		m.limitRefusals.WithLabelValues(l)

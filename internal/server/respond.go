@@ -21,6 +21,7 @@ const (
 	codeUnavailable      = "unavailable"
 	codeOverloaded       = "overloaded"
 	codeInternal         = "internal"
+	codeUnauthenticated  = "unauthenticated"
 )
 
 // CallPath is the path of a call's resource; Location and query_url use it.
@@ -29,7 +30,10 @@ func CallPath(callID string) string { return "/v1/tool-calls/" + callID }
 // CallView is the JSON shape of a call (docs/api.md, "The call object"). Result and Error are the
 // stored JSON, or null. Times are Unix seconds.
 type CallView struct {
-	CallID      string          `json:"call_id"`
+	CallID string `json:"call_id"`
+	// Principal is who recorded the call; omitted for the default
+	// principal (a server without auth).
+	Principal   string          `json:"principal,omitempty"`
 	IdemKey     string          `json:"idem_key"`
 	Tool        string          `json:"tool"`
 	Args        json.RawMessage `json:"args"`
@@ -50,6 +54,7 @@ type CallView struct {
 func viewOf(c store.Call) CallView {
 	return CallView{
 		CallID:      c.CallID,
+		Principal:   c.Principal,
 		IdemKey:     c.IdemKey,
 		Tool:        c.Tool,
 		Args:        nonNilJSON(c.ArgsJSON, "{}"),
@@ -90,6 +95,9 @@ type ErrorBody struct {
 type ErrorDetail struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// CallID, on idempotency_conflict only, is the call that already holds
+	// the key, so a client can read it (GET /v1/tool-calls/{call_id}).
+	CallID string `json:"call_id,omitempty"`
 }
 
 // StatsView is the /stats body: logical calls against side effects.

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idemctl/idemctl/internal/server"
+)
+
+func TestTokenNew(t *testing.T) {
+	out, errOut, code := cliRun(t, "token", "new", "alice")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("output %q, want the token and the file line", out)
+	}
+	token, line := lines[0], lines[1]
+	raw, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(token, tokenPrefix))
+	if !strings.HasPrefix(token, tokenPrefix) || err != nil || len(raw) != tokenBytes {
+		t.Fatalf("token %q: want %s + %d bytes of URL-safe base64 (%v)", token, tokenPrefix, tokenBytes, err)
+	}
+	if line != "alice:"+server.HashToken(token) {
+		t.Fatalf("file line %q, want alice:sha256(token)", line)
+	}
+	again, _, _ := cliRun(t, "token", "new", "alice")
+	if strings.Split(again, "\n")[0] == token {
+		t.Fatal("two tokens are the same")
+	}
+	for _, bad := range []string{"a:b", "", "has space"} {
+		if _, _, code := cliRun(t, "token", "new", bad); code == 0 {
+			t.Errorf("principal %q accepted", bad)
+		}
+	}
+}
+
+func TestServeOptionsAuth(t *testing.T) {
+	o := serveOptions{Addr: "0.0.0.0:8081", DB: "x.db", Workers: 1, Lease: time.Second,
+		LogFormat: "text", LogLevel: "info"}
+	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "--auth-tokens") {
+		t.Fatalf("non-loopback without auth: %v, want a refusal naming --auth-tokens", err)
+	}
+	o.InsecureNoAuth = true
+	if err := o.Validate(); err != nil {
+		t.Fatalf("--insecure-no-auth refused: %v", err)
+	}
+	o.InsecureNoAuth, o.AuthTokens = false, "tokens"
+	if err := o.Validate(); err != nil {
+		t.Fatalf("--auth-tokens refused: %v", err)
+	}
+	o.Retention = -time.Second
+	if err := o.Validate(); err == nil {
+		t.Fatal("negative --retention accepted")
+	}
+}
+
+// startServe runs `idemctl serve` with args until the test ends and
+// returns its base URL.
+func startServe(t *testing.T, args ...string) string {
+	t.Helper()
+	errOut := &serveBuffer{}
+	root := newRootCmd(&IOStreams{In: strings.NewReader(""), Out: io.Discard, ErrOut: errOut})
+	db := filepath.Join(t.TempDir(), "idem.db")
+	root.SetArgs(append([]string{"serve", "--addr", "127.0.0.1:0", "--db", db, "--workers", "2"}, args...))
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- root.ExecuteContext(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-errc
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		for _, line := range strings.Split(errOut.String(), "\n") {
+			if rest, ok := strings.CutPrefix(line, "idemctl serving on "); ok {
+				base, _, _ := strings.Cut(rest, " ")
+				return base
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no serving line:\n%s", errOut.String())
+		}
+		select {
+		case err := <-errc:
+			t.Fatalf("serve returned early: %v\n%s", err, errOut.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func getStatus(t *testing.T, url, token string) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	return res.StatusCode
+}
+
+// TestServeAuthTokensAndSIGHUP: serve --auth-tokens refuses requests
+// without a known token, call --token (and IDEMCTL_TOKEN) get through, and
+// SIGHUP makes serve re-read the file.
+func TestServeAuthTokensAndSIGHUP(t *testing.T) {
+	tok1, tok2 := "idem_first-token-for-the-test-0123456789", "idem_second-token-for-the-test-012345678"
+	file := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(file, []byte("alice:"+server.HashToken(tok1)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := startServe(t, "--auth-tokens", file)
+	if got := getStatus(t, base+"/stats", ""); got != http.StatusUnauthorized {
+		t.Fatalf("no token: %d, want 401", got)
+	}
+	if got := getStatus(t, base+"/healthz", ""); got != http.StatusOK {
+		t.Fatalf("healthz without a token: %d, want 200", got)
+	}
+	if _, errOut, code := cliRun(t, "call", "--base", base, "--key", "k1", "--retries", "0"); code == 0 {
+		t.Fatalf("call without a token succeeded: %s", errOut)
+	}
+	out, errOut, code := cliRun(t, "call", "--base", base, "--key", "k1", "--token", tok1)
+	if code != 0 || !strings.Contains(out, `"succeeded"`) {
+		t.Fatalf("call --token: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if strings.Contains(out+errOut, tok1) {
+		t.Fatal("call printed its token")
+	}
+	t.Setenv("IDEMCTL_TOKEN", tok1)
+	if _, errOut, code := cliRun(t, "poll", "--base", base, "--key", "k1"); code != 0 {
+		t.Fatalf("poll with IDEMCTL_TOKEN: exit %d: %s", code, errOut)
+	}
+
+	if got := getStatus(t, base+"/stats", tok2); got != http.StatusUnauthorized {
+		t.Fatalf("second token before SIGHUP: %d, want 401", got)
+	}
+	if err := os.WriteFile(file, []byte("bob:"+server.HashToken(tok2)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for getStatus(t, base+"/stats", tok2) != http.StatusOK {
+		if time.Now().After(deadline) {
+			t.Fatal("the second token is still refused after SIGHUP")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := getStatus(t, base+"/stats", tok1); got != http.StatusUnauthorized {
+		t.Fatalf("removed token after SIGHUP: %d, want 401", got)
+	}
+}
