@@ -36,7 +36,10 @@ func (s *Server) routes() http.Handler {
 		}
 		mux.HandleFunc(path, s.methodNotAllowed(allow))
 	}
-	route(http.MethodPost, "/v1/tool-calls", varyPrefer(s.handleCreate))
+	// Two methods on one path: registered by hand, with one 405 for both.
+	mux.HandleFunc("POST /v1/tool-calls", varyPrefer(s.handleCreate))
+	mux.HandleFunc("GET /v1/tool-calls", s.handleList)
+	mux.HandleFunc("/v1/tool-calls", s.methodNotAllowed("GET, HEAD, POST"))
 	route(http.MethodGet, "/v1/tool-calls/{call_id}", varyPrefer(s.handleGet))
 	// {key...}: a key may contain '/' (any visible ASCII).
 	route(http.MethodGet, "/v1/tool-calls/by-key/{key...}", varyPrefer(s.handleGetByKey))

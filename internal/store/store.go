@@ -204,7 +204,32 @@ type Dupe struct {
 type ListFilter struct {
 	Status Status
 	Limit  int
+	// Principal, if set, lists only that principal's calls (the API's
+	// listing; inspect and the scheduler list everyone's).
+	Principal *string
+	// Tool, if set, lists only calls of that tool.
+	Tool string
+	// After, if set, lists only calls after that position in the listing
+	// order (keyset pagination): the cursor of the last call of the
+	// previous page.
+	After *Cursor
 }
+
+// Cursor is a position in ListCalls' order, newest first: created_at
+// descending, then call_id descending. Calls created after a listing
+// started sort before its first page, so they never shift later pages.
+type Cursor struct {
+	CreatedAt float64
+	CallID    string
+}
+
+// CursorOf is the position of c in ListCalls' order.
+func CursorOf(c Call) Cursor { return Cursor{CreatedAt: c.CreatedAt, CallID: c.CallID} }
+
+// Keyset reports whether f needs the keyset listing: a principal, a tool
+// or a cursor. That listing orders ties by call_id on every backend; the
+// plain one (inspect, the scheduler) by insertion.
+func (f ListFilter) Keyset() bool { return f.Principal != nil || f.Tool != "" || f.After != nil }
 
 // Store is everything idemctl needs from a database. All methods are safe for
 // concurrent use. Write methods run in one transaction each.
@@ -280,7 +305,9 @@ type Store interface {
 	// compared exactly), or ErrNotFound; another principal's call with
 	// that key is not found.
 	GetByKey(ctx context.Context, principal, key string) (Call, error)
-	// ListCalls returns calls newest first (never nil).
+	// ListCalls returns calls newest first (never nil), narrowed by f.
+	// With f.Keyset(), ties on created_at are ordered by call_id
+	// descending, so pages cut with Cursor neither skip nor repeat a call.
 	ListCalls(ctx context.Context, f ListFilter) ([]Call, error)
 	// ListEffects returns effects newest first (limit 0 = all).
 	ListEffects(ctx context.Context, limit int) ([]Effect, error)

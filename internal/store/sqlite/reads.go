@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"strings"
 
 	"github.com/idemctl/idemctl/internal/store"
 )
@@ -121,7 +122,13 @@ func (s *Store) ListCalls(ctx context.Context, f store.ListFilter) ([]store.Call
 		rows *sql.Rows
 		err  error
 	)
-	if f.Status != "" {
+	if f.Keyset() {
+		if f.Status != "" && !f.Status.Valid() {
+			return []store.Call{}, nil
+		}
+		query, args := keysetQuery(f)
+		rows, err = s.r.QueryContext(ctx, query, args...)
+	} else if f.Status != "" {
 		st := s.rq.listStatus(f.Status)
 		if st == nil {
 			return []store.Call{}, nil // no call has an unknown status
@@ -144,6 +151,34 @@ func (s *Store) ListCalls(ctx context.Context, f store.ListFilter) ([]store.Call
 		out = append(out, c)
 	}
 	return out, mapErr(ctx, "list calls", rows.Err())
+}
+
+// keysetQuery is ListCalls' statement for a keyset listing (see
+// store.ListFilter.Keyset). A principal's listing reads
+// idx_calls_principal_created (principal, created_at, call_id) backwards.
+func keysetQuery(f store.ListFilter) (string, []any) {
+	var (
+		where []string
+		args  []any
+	)
+	if f.Principal != nil {
+		where, args = append(where, "principal = ?"), append(args, *f.Principal)
+	}
+	if f.Status != "" {
+		where, args = append(where, "status = ?"), append(args, string(f.Status))
+	}
+	if f.Tool != "" {
+		where, args = append(where, "tool = ?"), append(args, f.Tool)
+	}
+	if f.After != nil {
+		where = append(where, "(created_at < ? OR (created_at = ? AND call_id < ?))")
+		args = append(args, f.After.CreatedAt, f.After.CreatedAt, f.After.CallID)
+	}
+	q := `SELECT ` + callCols + ` FROM calls`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	return q + ` ORDER BY created_at DESC, call_id DESC LIMIT ?`, append(args, limitArg(f.Limit))
 }
 
 // ListEffects returns effects newest first (limit 0 = all).

@@ -136,7 +136,7 @@ CREATE INDEX idx_calls_client_seq ON calls(client_id, seq);
 CREATE INDEX idx_calls_created ON calls(created_at);
 CREATE INDEX idx_calls_pending ON calls(created_at) WHERE status = 'pending';
 CREATE INDEX idx_calls_final_updated ON calls(updated_at) WHERE status IN ('succeeded', 'failed');
-CREATE INDEX idx_calls_principal_created ON calls(principal, created_at);
+CREATE INDEX idx_calls_principal_created ON calls(principal, created_at, call_id);
 `
 
 // schemaVersion is the user_version this build creates and understands.

@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -175,5 +176,118 @@ func testPurge(t *testing.T, su suite) {
 	}
 	if d, err := s.Dupes(ctx); err != nil || len(d) != 0 {
 		t.Fatalf("Dupes = %v, %v", d, err)
+	}
+}
+
+// pageAll lists f page by page (limit per page, each page after the last
+// call of the previous one) and returns every call id in order.
+func pageAll(t *testing.T, s store.Store, f store.ListFilter, limit int) []string {
+	t.Helper()
+	var out []string
+	f.Limit = limit
+	for range 100 {
+		page, err := s.ListCalls(t.Context(), f)
+		if err != nil {
+			t.Fatalf("ListCalls(%+v): %v", f, err)
+		}
+		if len(page) > limit {
+			t.Fatalf("page of %d calls, limit %d", len(page), limit)
+		}
+		out = append(out, ids(page)...)
+		if len(page) < limit {
+			return out
+		}
+		c := store.CursorOf(page[len(page)-1])
+		f.After = &c
+	}
+	t.Fatal("pagination does not end")
+	return nil
+}
+
+// testListKeyset: a principal's listing is its own calls only, newest
+// first, and paging by cursor returns each exactly once, also when
+// created_at ties (call_id breaks them) and when calls are inserted
+// between pages (they sort before the first page).
+func testListKeyset(t *testing.T, su suite) {
+	db, s := su.fresh(t)
+	ctx := t.Context()
+	alice, bob := "alice", "bob"
+	var made []string // alice's, oldest first
+	for i := range 7 {
+		n := newCall(t, fmt.Sprintf("a%d", i), "fp")
+		n.Principal = alice
+		if i == 3 {
+			n.Tool = "send_email"
+		}
+		c, _, err := s.CreateOrGet(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		made = append(made, c.CallID)
+		tick()
+	}
+	for i := range 2 {
+		n := newCall(t, fmt.Sprintf("a%d", i), "fp") // the same keys as alice's
+		n.Principal = bob
+		if _, _, err := s.CreateOrGet(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	newestFirst := func(ids []string) []string {
+		out := append([]string(nil), ids...)
+		for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+			out[i], out[j] = out[j], out[i]
+		}
+		return out
+	}
+	want := newestFirst(made)
+	if got := pageAll(t, s, store.ListFilter{Principal: &alice}, 3); !reflect.DeepEqual(got, want) {
+		t.Fatalf("alice's pages = %v, want %v", got, want)
+	}
+	if got := pageAll(t, s, store.ListFilter{Principal: &bob}, 10); len(got) != 2 {
+		t.Fatalf("bob's listing = %v, want his 2 calls", got)
+	}
+	if got := pageAll(t, s, store.ListFilter{Principal: &alice, Tool: "send_email"}, 10); !reflect.DeepEqual(got, []string{made[3]}) {
+		t.Fatalf("alice's send_email calls = %v, want [%s]", got, made[3])
+	}
+	if got := pageAll(t, s, store.ListFilter{Principal: &alice, Status: store.StatusSucceeded}, 10); len(got) != 0 {
+		t.Fatalf("alice's succeeded calls = %v, want none", got)
+	}
+	if got, err := s.ListCalls(ctx, store.ListFilter{Principal: &alice, Status: "bogus"}); err != nil || len(got) != 0 {
+		t.Fatalf("unknown status = %v, %v; want none", ids(got), err)
+	}
+
+	// Inserts between pages: the rest of the pages are unchanged.
+	first, err := s.ListCalls(ctx, store.ListFilter{Principal: &alice, Limit: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		n := newCall(t, fmt.Sprintf("late%d", i), "fp")
+		n.Principal = alice
+		if _, _, err := s.CreateOrGet(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := store.CursorOf(first[len(first)-1])
+	rest := pageAll(t, s, store.ListFilter{Principal: &alice, After: &c}, 2)
+	if got := append(ids(first), rest...); !reflect.DeepEqual(got, want) {
+		t.Fatalf("pages around concurrent inserts = %v, want %v", got, want)
+	}
+
+	// Every call of alice at one instant: call_id alone orders them.
+	su.f.Exec(t, db, `UPDATE calls SET created_at = 1000.5 WHERE principal = 'alice'`)
+	all, err := s.ListCalls(ctx, store.ListFilter{Principal: &alice})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tied := pageAll(t, s, store.ListFilter{Principal: &alice}, 2)
+	if len(tied) != 9 || !reflect.DeepEqual(tied, ids(all)) {
+		t.Fatalf("pages over tied created_at = %v, want %v", tied, ids(all))
+	}
+	for i := 1; i < len(tied); i++ {
+		if tied[i-1] <= tied[i] {
+			t.Fatalf("tied calls not by call_id descending: %v", tied)
+		}
 	}
 }
