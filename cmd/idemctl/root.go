@@ -93,6 +93,7 @@ func newRootCmd(streams *IOStreams) *cobra.Command {
 		newBenchCmd(streams),
 		newInspectCmd(streams),
 		newTokenCmd(streams),
+		newCallsCmd(streams),
 	)
 	return root
 }

@@ -162,3 +162,35 @@ func TestServeAuthTokensAndSIGHUP(t *testing.T) {
 		t.Fatalf("removed token after SIGHUP: %d, want 401", got)
 	}
 }
+
+// TestCallsListsOwnCallsPageByPage: idemctl calls prints the token's
+// principal's calls, one per line, following pages with --all.
+func TestCallsListsOwnCallsPageByPage(t *testing.T) {
+	tok, other := "idem_calls-test-token-0123456789abcdefgh", "idem_calls-test-other-0123456789abcdefgh"
+	file := filepath.Join(t.TempDir(), "tokens")
+	content := "alice:" + server.HashToken(tok) + "\nbob:" + server.HashToken(other) + "\n"
+	if err := os.WriteFile(file, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := startServe(t, "--auth-tokens", file)
+	for _, k := range []string{"c1", "c2", "c3"} {
+		if _, errOut, code := cliRun(t, "call", "--base", base, "--key", k, "--token", tok); code != 0 {
+			t.Fatalf("call %s: %s", k, errOut)
+		}
+	}
+	if _, errOut, code := cliRun(t, "call", "--base", base, "--key", "c1", "--token", other); code != 0 {
+		t.Fatalf("bob's call: %s", errOut)
+	}
+	out, errOut, code := cliRun(t, "calls", "--base", base, "--token", tok, "--limit", "2", "--all")
+	if code != 0 {
+		t.Fatalf("calls --all: exit %d: %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[0], `"idem_key":"c3"`) || !strings.Contains(lines[2], `"idem_key":"c1"`) {
+		t.Fatalf("calls --all printed:\n%s\nwant alice's 3 calls, newest first", out)
+	}
+	out, errOut, code = cliRun(t, "calls", "--base", base, "--token", tok, "--limit", "2")
+	if code != 0 || len(strings.Split(strings.TrimSpace(out), "\n")) != 2 || !strings.HasPrefix(errOut, "next: ") {
+		t.Fatalf("calls --limit 2: exit %d\n%s\n%s", code, out, errOut)
+	}
+}
