@@ -23,6 +23,8 @@ import (
 //	             or Release's reason, as given
 //	fenced       "owner O attempt N refused: call is    DetailFenced
 //	             <status> under owner P attempt M" (or "at attempt M")
+//	canceled     "code: message" of the error stored    DetailFailed
+//	cancel_requested  "owner O attempt N"               DetailCancelRequested
 
 // DetailCreated is the created event's detail: the tool.
 func DetailCreated(tool string) string { return tool }
@@ -41,6 +43,12 @@ func DetailSucceeded(effectID *string) string {
 
 // DetailFailed is the failed event's detail: the error's summary.
 func DetailFailed(errJSON json.RawMessage) string { return ErrorSummary(errJSON) }
+
+// DetailCancelRequested is the cancel_requested event's detail: who runs
+// the call that is asked to stop.
+func DetailCancelRequested(owner string, attempt int64) string {
+	return fmt.Sprintf("owner %s attempt %d", owner, attempt)
+}
 
 // DetailRetryReset is the retry_reset event's detail: the failure reset.
 func DetailRetryReset(prevErr json.RawMessage) string { return "after " + ErrorSummary(prevErr) }

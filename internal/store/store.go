@@ -74,6 +74,26 @@ const (
 	EventRetryReset = "retry_reset"
 	EventRecover    = "recover"
 	EventFenced     = "fenced"
+	// EventCanceled: a pending call was failed by a cancel request.
+	EventCanceled = "canceled"
+	// EventCancelRequested: a running call was asked to stop.
+	EventCancelRequested = "cancel_requested"
+)
+
+// CancelOutcome says what Cancel did.
+type CancelOutcome int
+
+// Outcomes of Cancel.
+const (
+	// Canceled: the call was pending; it is now failed with the given
+	// error (audit canceled).
+	Canceled CancelOutcome = iota + 1
+	// CancelRequested: the call was running; cancel_requested is set
+	// (audit cancel_requested, once) and the worker running it is to stop
+	// it. The call ends failed canceled unless the tool finished first.
+	CancelRequested
+	// AlreadyFinal: the call had succeeded or failed; nothing changed.
+	AlreadyFinal
 )
 
 // DefaultPrincipal is the principal of every call recorded without
@@ -102,8 +122,11 @@ type Call struct {
 	LeaseUntil  *float64 // nil unless running
 	Owner       *string  // nil unless running
 	EffectID    *string  // set once succeeded with an effect
-	CreatedAt   float64
-	UpdatedAt   float64
+	// CancelRequested: a cancel request reached the call while it ran. A
+	// worker that claims such a call fails it canceled without running it.
+	CancelRequested bool
+	CreatedAt       float64
+	UpdatedAt       float64
 }
 
 // NewCall is what CreateOrGet records for a key seen for the first time.
@@ -298,6 +321,16 @@ type Store interface {
 	// owner and attempt (it was completed, recovered or taken over
 	// meanwhile): nothing changes. ErrNotFound if there is no such call.
 	Release(ctx context.Context, callID, owner string, attempt int64, reason string) error
+
+	// Cancel stops a call (docs/lifecycle.md, "Cancel"): a pending one is
+	// failed with errJSON at once, a running one gets cancel_requested (its
+	// worker stops it), a final one is left as it is (AlreadyFinal). The
+	// decision and the change are one transaction, so a cancel racing a
+	// claim or a completion sees exactly one of the states. Returns the
+	// call as it is afterwards.
+	//
+	// Errors: ErrNotFound if there is no such call.
+	Cancel(ctx context.Context, callID string, errJSON json.RawMessage) (Call, CancelOutcome, error)
 
 	// Get returns the call with that id, or ErrNotFound.
 	Get(ctx context.Context, callID string) (Call, error)

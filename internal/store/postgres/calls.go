@@ -31,7 +31,7 @@ const dbNow = `extract(epoch FROM clock_timestamp())::double precision`
 
 // callColumns lists the calls columns in the order scanCall reads them.
 const callColumns = `call_id, principal, idem_key, fingerprint, client_id, seq, tool, args_json, status,
-  result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at`
+  result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at, cancel_requested`
 
 // callColumnsOf is callColumns qualified by a table alias, for statements
 // that join calls with other relations.
@@ -39,7 +39,8 @@ func callColumnsOf(alias string) string {
 	return alias + `.call_id, ` + alias + `.principal, ` + alias + `.idem_key, ` + alias + `.fingerprint, ` + alias + `.client_id, ` +
 		alias + `.seq, ` + alias + `.tool, ` + alias + `.args_json, ` + alias + `.status, ` +
 		alias + `.result_json, ` + alias + `.error_json, ` + alias + `.attempt, ` + alias + `.lease_until, ` +
-		alias + `.owner, ` + alias + `.effect_id, ` + alias + `.created_at, ` + alias + `.updated_at`
+		alias + `.owner, ` + alias + `.effect_id, ` + alias + `.created_at, ` + alias + `.updated_at, ` +
+		alias + `.cancel_requested`
 }
 
 // scanCall reads one row of callColumns.
@@ -51,7 +52,7 @@ func scanCall(row pgx.Row) (store.Call, error) {
 		result, errObj *string
 	)
 	err := row.Scan(&c.CallID, &c.Principal, &c.IdemKey, &c.Fingerprint, &c.ClientID, &c.Seq, &c.Tool, &args, &status,
-		&result, &errObj, &c.Attempt, &c.LeaseUntil, &c.Owner, &c.EffectID, &c.CreatedAt, &c.UpdatedAt)
+		&result, &errObj, &c.Attempt, &c.LeaseUntil, &c.Owner, &c.EffectID, &c.CreatedAt, &c.UpdatedAt, &c.CancelRequested)
 	if err != nil {
 		return store.Call{}, err
 	}
@@ -188,7 +189,7 @@ RETURNING `+callColumns,
 		call, err = scanCall(tx.QueryRow(ctx, `
 UPDATE calls
 SET status = 'pending', result_json = NULL, error_json = NULL,
-    lease_until = NULL, owner = NULL, updated_at = clock.now
+    lease_until = NULL, owner = NULL, cancel_requested = false, updated_at = clock.now
 FROM (SELECT `+dbNow+` AS now) AS clock
 WHERE call_id = $1 AND status = 'failed'
 RETURNING `+callColumnsOf("calls"), call.CallID))

@@ -99,6 +99,7 @@ CREATE INDEX IF NOT EXISTS idx_calls_pending ON calls (created_at, call_id) WHER
 // migration loudly instead of keeping a global key.
 const migrationPrincipals = `
 ALTER TABLE calls ADD COLUMN principal text NOT NULL DEFAULT '';
+ALTER TABLE calls ADD COLUMN cancel_requested boolean NOT NULL DEFAULT false;
 ALTER TABLE calls DROP CONSTRAINT calls_idem_key_key;
 ALTER TABLE calls ADD CONSTRAINT calls_principal_idem_key_key UNIQUE (principal, idem_key);
 ALTER TABLE effects DROP CONSTRAINT effects_call_id_fkey;

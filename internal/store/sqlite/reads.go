@@ -18,7 +18,7 @@ type querier interface {
 
 // callCols is the column list scanCall expects, in its order.
 const callCols = `call_id, principal, idem_key, fingerprint, client_id, seq, tool, args_json, status,
-	result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at`
+	result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at, cancel_requested`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -32,7 +32,7 @@ func scanCall(sc scanner) (store.Call, error) {
 		args, status              string
 	)
 	err := sc.Scan(&c.CallID, &c.Principal, &c.IdemKey, &c.Fingerprint, &clientID, &seq, &c.Tool, &args, &status,
-		&result, &errJSON, &c.Attempt, &lease, &owner, &effectID, &c.CreatedAt, &c.UpdatedAt)
+		&result, &errJSON, &c.Attempt, &lease, &owner, &effectID, &c.CreatedAt, &c.UpdatedAt, &c.CancelRequested)
 	if err != nil {
 		return store.Call{}, err
 	}

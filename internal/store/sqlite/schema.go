@@ -121,6 +121,8 @@ CREATE TABLE calls_v3 (
   effect_id    TEXT,
   created_at   REAL NOT NULL,
   updated_at   REAL NOT NULL,
+  -- a cancel request reached the call while it ran (docs/lifecycle.md, "Cancel")
+  cancel_requested INTEGER NOT NULL DEFAULT 0,
   -- first gate: one key, one logical call, per principal
   UNIQUE (principal, idem_key)
 );

@@ -32,7 +32,8 @@ const (
 
 	// sqlRetryReset returns a failed call to pending (CreateOrGet's reset).
 	sqlRetryReset = `UPDATE calls
-		SET status = 'pending', error_json = NULL, result_json = NULL, lease_until = NULL, owner = NULL, updated_at = ?
+		SET status = 'pending', error_json = NULL, result_json = NULL, lease_until = NULL, owner = NULL,
+		    cancel_requested = 0, updated_at = ?
 		WHERE call_id = ? AND status = 'failed'
 		RETURNING ` + callCols
 
