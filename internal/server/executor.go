@@ -33,9 +33,10 @@ const commitTimeout = 10 * time.Second
 // claimer, and a completion commits only under the (owner, attempt) fencing
 // token the claim returned.
 type executor struct {
-	st    store.Store
-	owner string  // this server's claims, shared by all its workers (see ownerID)
-	self  ownerID // this process, for dead-owner recovery
+	st      store.Store
+	running *runningCalls // tools running here, for cancel (cancel.go)
+	owner   string        // this server's claims, shared by all its workers (see ownerID)
+	self    ownerID       // this process, for dead-owner recovery
 	// deadOwners: this process's identity is complete and /proc shows
 	// every process (procFS.livenessCertain), so a missing pid means a
 	// dead owner. Off, only lease expiry recovers.
@@ -390,10 +391,18 @@ func (e *executor) runTool(c store.Call, log *slog.Logger) (args map[string]any,
 		return nil, tools.Outcome{Err: &tools.ToolError{Code: codeInternal,
 			Message: fmt.Sprintf("stored args unreadable: %v", err)}}, true
 	}
-	out, err = tools.Run(e.workCtx, tools.Invocation{CallID: c.CallID, Tool: c.Tool, Args: args, Attempt: c.Attempt})
+	if c.CancelRequested { // canceled while it ran before (then recovered): never run it again
+		return args, tools.Outcome{Err: canceledError}, true
+	}
+	ctx, untrack := e.running.track(e.workCtx, c.CallID)
+	defer untrack()
+	out, err = tools.Run(ctx, tools.Invocation{CallID: c.CallID, Tool: c.Tool, Args: args, Attempt: c.Attempt})
 	if err != nil && e.workCtx.Err() != nil {
 		e.abandon(c, log)
 		return args, out, false
+	}
+	if err != nil && canceledByRequest(ctx) {
+		return args, tools.Outcome{Err: canceledError}, true
 	}
 	if err != nil {
 		// Validate accepted these args when they were stored; refusing

@@ -41,6 +41,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/tool-calls", s.handleList)
 	mux.HandleFunc("/v1/tool-calls", s.methodNotAllowed("GET, HEAD, POST"))
 	route(http.MethodGet, "/v1/tool-calls/{call_id}", varyPrefer(s.handleGet))
+	mux.HandleFunc("/v1/tool-calls/{call_id}/{action...}", s.handleCallAction)
 	// {key...}: a key may contain '/' (any visible ASCII).
 	route(http.MethodGet, "/v1/tool-calls/by-key/{key...}", varyPrefer(s.handleGetByKey))
 	route(http.MethodGet, "/v1", s.handleService)

@@ -89,6 +89,8 @@ func nonNilJSON(raw json.RawMessage, def string) json.RawMessage {
 // ErrorBody is the JSON shape of every error response.
 type ErrorBody struct {
 	Error ErrorDetail `json:"error"`
+	// Call, on already_final only, is the call as it ended.
+	Call *CallView `json:"call,omitempty"`
 }
 
 // ErrorDetail is the inner object of ErrorBody. Clients branch on Code.

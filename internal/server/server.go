@@ -225,6 +225,7 @@ func New(cfg Config, st store.Store) (*Server, error) {
 		exit:         cfg.Exit,
 		beforeCommit: cfg.beforeCommit,
 		onFinal:      s.waiters.notify,
+		running:      newRunningCalls(),
 		log:          log,
 		m:            s.m,
 	}
