@@ -94,6 +94,7 @@ func newRootCmd(streams *IOStreams) *cobra.Command {
 		newInspectCmd(streams),
 		newTokenCmd(streams),
 		newCallsCmd(streams),
+		newCancelCmd(streams),
 	)
 	return root
 }

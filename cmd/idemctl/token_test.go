@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -192,5 +193,45 @@ func TestCallsListsOwnCallsPageByPage(t *testing.T) {
 	out, errOut, code = cliRun(t, "calls", "--base", base, "--token", tok, "--limit", "2")
 	if code != 0 || len(strings.Split(strings.TrimSpace(out), "\n")) != 2 || !strings.HasPrefix(errOut, "next: ") {
 		t.Fatalf("calls --limit 2: exit %d\n%s\n%s", code, out, errOut)
+	}
+}
+
+// TestCancelCommand: idemctl cancel stops a running call by id and
+// reports an already final one (by key) with exit 1.
+func TestCancelCommand(t *testing.T) {
+	tok := "idem_cancel-test-token-0123456789abcdefg"
+	file := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(file, []byte("alice:"+server.HashToken(tok)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := startServe(t, "--auth-tokens", file)
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/tool-calls", strings.NewReader(`{"tool":"sleep","args":{"seconds":10}}`))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Idempotency-Key", "long")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		CallID string `json:"call_id"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&c); err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	out, errOut, code := cliRun(t, "cancel", c.CallID, "--base", base, "--token", tok)
+	if code != 0 || !strings.Contains(out, c.CallID) {
+		t.Fatalf("cancel: exit %d\n%s\n%s", code, out, errOut)
+	}
+	out, errOut, code = cliRun(t, "poll", "--base", base, "--token", tok, c.CallID)
+	if code == 0 || !strings.Contains(out, `"canceled"`) {
+		t.Fatalf("poll after cancel: exit %d\n%s\n%s; want the failed canceled call", code, out, errOut)
+	}
+	out, errOut, code = cliRun(t, "cancel", "--key", "long", "--base", base, "--token", tok)
+	if code != 1 || !strings.Contains(out, c.CallID) || !strings.Contains(errOut, "already_final") {
+		t.Fatalf("cancel of a final call: exit %d\n%s\n%s; want exit 1 with the call and already_final", code, out, errOut)
+	}
+	if _, _, code := cliRun(t, "cancel", "--base", base); code != 2 {
+		t.Fatalf("cancel without an id or key: exit %d, want 2", code)
 	}
 }
