@@ -32,6 +32,7 @@ type serveOptions struct {
 	AuthTokens     string
 	InsecureNoAuth bool
 	Retention      time.Duration
+	MaxResultBytes int
 
 	level slog.Level // parsed by Validate
 }
@@ -56,6 +57,9 @@ func (o *serveOptions) Validate() error {
 		if err := server.CheckLoopback(o.Addr); err != nil {
 			errs = append(errs, fmt.Errorf("without --auth-tokens anyone who can reach the port can read and replay every call, so only a loopback address is allowed; give --auth-tokens FILE, or --insecure-no-auth: %w", err))
 		}
+	}
+	if o.MaxResultBytes < 1 {
+		errs = append(errs, fmt.Errorf("--max-result-bytes must be at least 1, got %d", o.MaxResultBytes))
 	}
 	if o.Retention < 0 {
 		errs = append(errs, fmt.Errorf("--retention must not be negative (0 keeps calls forever), got %s", o.Retention))
@@ -113,6 +117,7 @@ servers may share one PostgreSQL database.`,
 	f.StringVar(&opts.AuthTokens, "auth-tokens", "", "token file: one PRINCIPAL:SHA256HEX per line (idemctl token new prints them); requests then need Authorization: Bearer TOKEN and see only their principal's calls; re-read on SIGHUP")
 	f.BoolVar(&opts.InsecureNoAuth, "insecure-no-auth", false, "allow a non-loopback --addr without --auth-tokens (anyone who reaches the port can read and replay every call)")
 	f.DurationVar(&opts.Retention, "retention", server.DefaultRetention, "how long a final call is kept after its last update; then it is purged (its effect row stays) and its key is new again; 0 keeps calls forever")
+	f.IntVar(&opts.MaxResultBytes, "max-result-bytes", server.DefaultMaxResultBytes, "largest tool result stored; a larger one fails the call with result_too_large (not retryable, no effect)")
 	f.StringVar(&opts.InstanceHost, "instance-host", "", "host identity in lease owners, for dead-owner recovery (default: hostname + hash of boot id and pid namespace); never give two machines or containers the same value")
 	return cmd
 }
@@ -167,6 +172,7 @@ func serveRun(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 		Auth:           auth,
 		InsecureNoAuth: o.InsecureNoAuth,
 		Retention:      o.Retention,
+		MaxResultBytes: o.MaxResultBytes,
 	}, st)
 	if err != nil {
 		return err

@@ -15,7 +15,7 @@ import (
 func TestServeOptionsValidate(t *testing.T) {
 	good := func() serveOptions {
 		return serveOptions{Addr: "127.0.0.1:0", DB: "x.db", Workers: 1, Lease: time.Second,
-			LogFormat: "text", LogLevel: "info", ShutdownGrace: time.Second}
+			LogFormat: "text", LogLevel: "info", ShutdownGrace: time.Second, MaxResultBytes: 1}
 	}
 	if o := good(); o.Validate() != nil {
 		t.Fatalf("good options refused: %v", o.Validate())
@@ -29,6 +29,7 @@ func TestServeOptionsValidate(t *testing.T) {
 		"log format":       func(o *serveOptions) { o.LogFormat = "xml" },
 		"log level":        func(o *serveOptions) { o.LogLevel = "loud" },
 		"negative grace":   func(o *serveOptions) { o.ShutdownGrace = -1 },
+		"max result 0":     func(o *serveOptions) { o.MaxResultBytes = 0 },
 		"everything wrong": func(o *serveOptions) { *o = serveOptions{} },
 	}
 	for name, mutate := range cases {

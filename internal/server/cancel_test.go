@@ -125,3 +125,20 @@ func TestCancelBeforeToolStarts(t *testing.T) {
 		t.Fatal("a finished tool's context reads as canceled by request")
 	}
 }
+
+// TestResultSizeLimit: a result above MaxResultBytes fails the call with
+// result_too_large, not retryable, and leaves no effect.
+func TestResultSizeLimit(t *testing.T) {
+	b := setup(t, func(c *Config) { c.MaxResultBytes = 10 })
+	c := b.waitFinal(b.post("k-big", `{"tool":"charge","args":{"amount":1}}`).call(t).CallID)
+	if c.Status != "failed" || errorCodeOf(t, c) != codeResultTooLarge {
+		t.Fatalf("call = %s %s, want failed %s", c.Status, c.Error, codeResultTooLarge)
+	}
+	if st := b.stats(); st.Effects != 0 {
+		t.Fatalf("effects = %d, want 0", st.Effects)
+	}
+	ok := setup(t)
+	if c := ok.waitFinal(ok.post("k", `{"tool":"charge","args":{"amount":1}}`).call(t).CallID); c.Status != "succeeded" {
+		t.Fatalf("default limit: %s %s", c.Status, c.Error)
+	}
+}

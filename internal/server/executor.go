@@ -35,8 +35,10 @@ const commitTimeout = 10 * time.Second
 type executor struct {
 	st      store.Store
 	running *runningCalls // tools running here, for cancel (cancel.go)
-	owner   string        // this server's claims, shared by all its workers (see ownerID)
-	self    ownerID       // this process, for dead-owner recovery
+	// maxResult is Config.MaxResultBytes (result.go).
+	maxResult int
+	owner     string  // this server's claims, shared by all its workers (see ownerID)
+	self      ownerID // this process, for dead-owner recovery
 	// deadOwners: this process's identity is complete and /proc shows
 	// every process (procFS.livenessCertain), so a missing pid means a
 	// dead owner. Off, only lease expiry recovers.
@@ -403,6 +405,9 @@ func (e *executor) runTool(c store.Call, log *slog.Logger) (args map[string]any,
 	}
 	if err != nil && canceledByRequest(ctx) {
 		return args, tools.Outcome{Err: canceledError}, true
+	}
+	if err == nil {
+		out = capResult(out, e.maxResult)
 	}
 	if err != nil {
 		// Validate accepted these args when they were stored; refusing

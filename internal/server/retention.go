@@ -84,6 +84,7 @@ type ServiceView struct {
 		MaxWaitSeconds      int64 `json:"max_wait_seconds"`
 		MaxConcurrentBodies int   `json:"max_concurrent_bodies"`
 		MaxHeldWaits        int   `json:"max_held_waits"`
+		MaxResultBytes      int   `json:"max_result_bytes"`
 	} `json:"limits"`
 }
 
@@ -101,6 +102,7 @@ func (s *Server) handleService(w http.ResponseWriter, _ *http.Request) {
 	v.Limits.MaxWaitSeconds = int64(s.cfg.MaxWait / time.Second)
 	v.Limits.MaxConcurrentBodies = s.cfg.MaxConcurrentBodies
 	v.Limits.MaxHeldWaits = s.cfg.MaxHeldWaits
+	v.Limits.MaxResultBytes = s.cfg.MaxResultBytes
 	writeJSON(w, s.log, http.StatusOK, v)
 }
 

@@ -97,6 +97,10 @@ type Config struct {
 	// at once. Beyond it the request is answered at once with the call's
 	// current state, without Preference-Applied (poll, or wait later).
 	MaxHeldWaits int
+	// MaxResultBytes is the largest tool result stored; a larger one
+	// fails the call with result_too_large (not retryable) and no effect.
+	// Zero means DefaultMaxResultBytes.
+	MaxResultBytes int
 	// Auth, if set, requires a bearer token from its token file on every
 	// request but /healthz and /readyz, and scopes calls to the token's
 	// principal (docs/api.md, "Authentication"). Nil: no authentication;
@@ -226,6 +230,7 @@ func New(cfg Config, st store.Store) (*Server, error) {
 		beforeCommit: cfg.beforeCommit,
 		onFinal:      s.waiters.notify,
 		running:      newRunningCalls(),
+		maxResult:    cfg.MaxResultBytes,
 		log:          log,
 		m:            s.m,
 	}
@@ -259,6 +264,9 @@ func (c *Config) fill() error {
 	if c.MaxHeldWaits == 0 {
 		c.MaxHeldWaits = DefaultMaxHeldWaits
 	}
+	if c.MaxResultBytes == 0 {
+		c.MaxResultBytes = DefaultMaxResultBytes
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -274,6 +282,9 @@ func (c *Config) fill() error {
 	}
 	if c.RecoverInterval < 0 || c.ShutdownGrace < 0 || c.MaxWait < 0 {
 		errs = append(errs, errors.New("recover interval, shutdown grace and max wait must not be negative"))
+	}
+	if c.MaxResultBytes < 0 {
+		errs = append(errs, fmt.Errorf("max result bytes must not be negative, got %d", c.MaxResultBytes))
 	}
 	if c.Retention < 0 {
 		errs = append(errs, fmt.Errorf("retention must not be negative (0 keeps calls forever), got %s", c.Retention))
