@@ -24,7 +24,9 @@ type CallsOptions struct {
 
 // CallJSON is one call in `inspect calls --output json`.
 type CallJSON struct {
-	CallID      string          `json:"call_id"`
+	CallID string `json:"call_id"`
+	// Principal is who recorded the call ("" without auth).
+	Principal   string          `json:"principal"`
 	IdemKey     string          `json:"idem_key"`
 	Fingerprint string          `json:"fingerprint"`
 	ClientID    *string         `json:"client_id"`
@@ -49,7 +51,7 @@ func callJSON(c store.Call) CallJSON {
 		args = json.RawMessage("{}")
 	}
 	return CallJSON{
-		CallID: c.CallID, IdemKey: c.IdemKey, Fingerprint: c.Fingerprint,
+		CallID: c.CallID, Principal: c.Principal, IdemKey: c.IdemKey, Fingerprint: c.Fingerprint,
 		ClientID: c.ClientID, Seq: c.Seq, Tool: c.Tool, Args: args,
 		Status: c.Status, Attempt: c.Attempt,
 		Result: rawOrNull(c.ResultJSON), Error: rawOrNull(c.ErrorJSON),
@@ -58,9 +60,8 @@ func callJSON(c store.Call) CallJSON {
 	}
 }
 
-// Calls lists calls newest first: the chapter's
-// `SELECT call_id,status,attempt,effect_id FROM calls` with the key and tool.
-// It returns the calls it printed.
+// Calls lists calls newest first, every principal's ("-" for the default
+// principal of a server without auth), and returns the calls it printed.
 func Calls(ctx context.Context, st store.Store, opts CallsOptions, w io.Writer) ([]store.Call, error) {
 	calls, err := st.ListCalls(ctx, store.ListFilter{Status: opts.Status, Limit: opts.Limit})
 	if err != nil {
@@ -76,12 +77,12 @@ func Calls(ctx context.Context, st store.Store, opts CallsOptions, w io.Writer) 
 	rows := make([][]string, 0, len(calls))
 	for _, c := range calls {
 		rows = append(rows, []string{
-			c.CallID, c.IdemKey, c.Tool, string(c.Status),
+			c.CallID, orDash(c.Principal), c.IdemKey, c.Tool, string(c.Status),
 			strconv.FormatInt(c.Attempt, 10), orDash(deref(c.EffectID)),
 			formatTS(c.CreatedAt), formatTS(c.UpdatedAt),
 		})
 	}
-	t := newTable(w, "call_id", "idem_key", "tool", "status", "attempt", "effect_id", "created", "updated")
+	t := newTable(w, "call_id", "principal", "idem_key", "tool", "status", "attempt", "effect_id", "created", "updated")
 	if err := render(t, rows); err != nil {
 		return nil, err
 	}
