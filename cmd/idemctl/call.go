@@ -91,7 +91,7 @@ Prints one JSON line per attempt, then the final call as one JSON line.
 Exit status 1 when the call failed, the retries ran out, or polling hit
 --poll-timeout.
 
---new-key-on-retry sends attempt n with key K-n: the bug of §12.8.2, kept
+--new-key-on-retry sends attempt n with key K-n: a deliberate bug, kept
 to show that a retry with a new key is a new call and a second charge.`,
 		Example: `  idemctl call --key demo-1 --tool charge --amount 100
   idemctl call --key mail-1 --tool send_email --args '{"to":"a@example.com"}'

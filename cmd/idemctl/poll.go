@@ -43,7 +43,7 @@ func newPollCmd(streams *IOStreams) *cobra.Command {
 JSON line.
 
 --key looks the call up by its idempotency key: for a client whose first
-POST timed out before it ever saw a call_id (§12.8.4). If the key is still
+POST timed out before it ever saw a call_id. If the key is still
 unknown at the deadline the server may never have received the request:
 POST again with the same key, never a new one.
 

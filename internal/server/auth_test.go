@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -326,4 +327,50 @@ func TestRetentionPurge(t *testing.T) {
 	if got := purgeInterval(2 * time.Minute); got != 30*time.Second {
 		t.Fatalf("purgeInterval(2m) = %s, want 30s", got)
 	}
+}
+
+// countingPurge records the size of every purge batch.
+type countingPurge struct {
+	store.Store
+	batches []int
+	longest time.Duration
+}
+
+func (c *countingPurge) Purge(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
+	start := time.Now()
+	n, err := c.Store.Purge(ctx, olderThan, limit)
+	c.longest = max(c.longest, time.Since(start))
+	c.batches = append(c.batches, n)
+	return n, err
+}
+
+// TestPurgeInSmallBatches: the purge never deletes more than PurgeBatch
+// calls in one transaction, so a writer waits for one small batch at
+// most; it goes on until nothing old is left.
+func TestPurgeInSmallBatches(t *testing.T) {
+	b := setup(t)
+	db, err := sql.Open("sqlite", b.dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	const n = 2*PurgeBatch + 100
+	if _, err := db.ExecContext(t.Context(), `PRAGMA busy_timeout = 5000;
+WITH RECURSIVE seq(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM seq WHERE i < ?)
+INSERT INTO calls (call_id, principal, idem_key, fingerprint, tool, args_json, status, created_at, updated_at)
+SELECT printf('c_%016x', i), '', 'bulk-' || i, 'f', 'charge', '{}', 'succeeded', 1, 1 FROM seq`, n); err != nil {
+		t.Fatal(err)
+	}
+	cp := &countingPurge{Store: b.st}
+	srv, err := New(Config{Retention: time.Hour}, cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := srv.purgeOnce(t.Context()); got != n {
+		t.Fatalf("purged %d, want %d", got, n)
+	}
+	if want := []int{PurgeBatch, PurgeBatch, 100}; fmt.Sprint(cp.batches) != fmt.Sprint(want) {
+		t.Fatalf("batches %v, want %v", cp.batches, want)
+	}
+	t.Logf("longest purge batch of %d calls: %s", PurgeBatch, cp.longest)
 }
