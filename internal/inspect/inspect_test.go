@@ -338,7 +338,7 @@ func TestAuditTimeline(t *testing.T) {
 		t.Errorf("recover row lacks its reason:\n%s", out)
 	}
 	if !strings.Contains(row(t, out, "claimed"), f.owner) {
-		t.Errorf("claimed row lacks the owner (docs/lifecycle.md, "Audit events"):\n%s", out)
+		t.Errorf("claimed row lacks the owner (docs/lifecycle.md, Audit events):\n%s", out)
 	}
 
 	buf.Reset()
