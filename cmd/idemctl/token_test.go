@@ -235,3 +235,26 @@ func TestCancelCommand(t *testing.T) {
 		t.Fatalf("cancel without an id or key: exit %d, want 2", code)
 	}
 }
+
+// TestBenchWithToken: bench --token loads a server run with
+// --auth-tokens; without the token every request is refused and a check
+// fails.
+func TestBenchWithToken(t *testing.T) {
+	tok := "idem_bench-test-token-0123456789abcdefgh"
+	file := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(file, []byte("alice:"+server.HashToken(tok)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := startServe(t, "--auth-tokens", file)
+	if out, errOut, code := cliRun(t, "bench", "--base", base, "--token", tok, "-n", "20", "-c", "2"); code != 0 {
+		t.Fatalf("bench --token: exit %d\n%s\n%s", code, out, errOut)
+	} else if strings.Contains(out+errOut, tok) {
+		t.Fatal("bench printed its token")
+	}
+	if _, _, code := cliRun(t, "bench", "--base", base, "-n", "5", "-c", "1"); code == 0 {
+		t.Fatal("bench without a token passed against a server with auth")
+	}
+	if _, _, code := cliRun(t, "bench", "--token", tok, "-n", "5"); code != 2 {
+		t.Fatalf("bench --token without --base: exit %d, want 2", code)
+	}
+}

@@ -31,6 +31,14 @@ type bearerTransport struct {
 	value string
 }
 
+// CloseIdleConnections forwards to the wrapped transport, so
+// http.Client.CloseIdleConnections still reaches it.
+func (t bearerTransport) CloseIdleConnections() {
+	if c, ok := t.next.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
 // RoundTrip sends r with the Authorization header set.
 func (t bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r2 := r.Clone(r.Context())
