@@ -41,7 +41,7 @@ func TestCancelEachState(t *testing.T) {
 	}
 
 	r = b.do(http.MethodPost, CallPath(running.CallID)+"/cancel", nil, nil)
-	if r.status != http.StatusAccepted || r.call(t).Status != "running" {
+	if r.status != http.StatusAccepted || r.call(t).Status != "running" || !r.call(t).CancelRequested {
 		t.Fatalf("cancel running: %d %s, want 202 with the running call", r.status, r.body)
 	}
 	done := b.waitFinal(running.CallID)

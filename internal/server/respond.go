@@ -48,6 +48,8 @@ type CallView struct {
 	CreatedAt   float64         `json:"created_at"`
 	UpdatedAt   float64         `json:"updated_at"`
 	QueryURL    string          `json:"query_url"`
+	// CancelRequested is set when a cancel reached the call while it ran.
+	CancelRequested bool `json:"cancel_requested,omitempty"`
 }
 
 // viewOf renders a stored call. A nil json.RawMessage marshals as null.
@@ -69,6 +71,8 @@ func viewOf(c store.Call) CallView {
 		CreatedAt:   c.CreatedAt,
 		UpdatedAt:   c.UpdatedAt,
 		QueryURL:    CallPath(c.CallID),
+
+		CancelRequested: c.CancelRequested,
 	}
 }
 

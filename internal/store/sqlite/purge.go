@@ -9,6 +9,16 @@ import (
 	"github.com/idemctl/idemctl/internal/store"
 )
 
+// sqlPurgePick is the oldest final calls last updated before ?, at most
+// ? of them, read in order from the partial index idx_calls_final_updated
+// (TestPurgeAndListPlans checks it). INDEXED BY because, without
+// statistics, the planner prefers idx_calls_status's equality and then
+// sorts every final call: a cost growing with the history, under the write
+// lock (as for sqlPickPending).
+const sqlPurgePick = `SELECT call_id FROM calls INDEXED BY idx_calls_final_updated
+	WHERE status IN ('succeeded', 'failed') AND updated_at < ?
+	ORDER BY updated_at LIMIT ?`
+
 // Purge deletes up to limit final calls last updated more than olderThan
 // ago, oldest first, with their audit rows; effects stay. See store.Store.
 //
@@ -34,9 +44,7 @@ func (s *Store) Purge(ctx context.Context, olderThan time.Duration, limit int) (
 	err := s.writeTx(ctx, "purge", func(ctx context.Context, tx *sql.Tx) error {
 		purged = 0
 		cutoff := s.now() - olderThan.Seconds()
-		rows, err := tx.QueryContext(ctx, `SELECT call_id FROM calls
-			WHERE status IN ('succeeded', 'failed') AND updated_at < ?
-			ORDER BY updated_at LIMIT ?`, cutoff, limit)
+		rows, err := tx.QueryContext(ctx, sqlPurgePick, cutoff, limit)
 		if err != nil {
 			return err
 		}
