@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/tools"
@@ -26,18 +27,25 @@ var canceledError = &tools.ToolError{Code: codeCanceled, Message: "canceled by r
 // cancel request (not by shutdown).
 var errCanceledByRequest = errors.New("canceled by request")
 
+// earlyCancelTTL is how long a cancel that found no running tool is kept
+// for a tool about to start. The gap it covers, claim to tool start, is
+// microseconds; a mark older than this belongs to a tool that had already
+// finished (and is committing), and is dropped.
+const earlyCancelTTL = time.Minute
+
 // runningCalls is the executor's side of cancel: the tools running in this
 // process, by call id, with the function that cancels each one's context.
 // A cancel that arrives between the claim and the tool's start is kept
-// and applied when the tool starts.
+// (for earlyCancelTTL) and applied when the tool starts.
 type runningCalls struct {
 	mu      sync.Mutex
 	cancels map[string]context.CancelCauseFunc
-	early   map[string]bool // cancelled before track
+	early   map[string]time.Time // cancelled before track, and when
+	now     func() time.Time
 }
 
 func newRunningCalls() *runningCalls {
-	return &runningCalls{cancels: map[string]context.CancelCauseFunc{}, early: map[string]bool{}}
+	return &runningCalls{cancels: map[string]context.CancelCauseFunc{}, early: map[string]time.Time{}, now: time.Now}
 }
 
 // track returns the context a call's tool runs under and the function to
@@ -46,9 +54,11 @@ func (r *runningCalls) track(parent context.Context, callID string) (context.Con
 	ctx, cancel := context.WithCancelCause(parent)
 	r.mu.Lock()
 	r.cancels[callID] = cancel
-	if r.early[callID] {
+	if at, ok := r.early[callID]; ok {
 		delete(r.early, callID)
-		cancel(errCanceledByRequest)
+		if r.now().Sub(at) < earlyCancelTTL {
+			cancel(errCanceledByRequest)
+		}
 	}
 	r.mu.Unlock()
 	return ctx, func() {
@@ -67,7 +77,13 @@ func (r *runningCalls) cancel(callID string) {
 		c(errCanceledByRequest)
 		return
 	}
-	r.early[callID] = true
+	now := r.now()
+	for id, at := range r.early { // few: only cancels that raced a claim or a commit
+		if now.Sub(at) >= earlyCancelTTL {
+			delete(r.early, id)
+		}
+	}
+	r.early[callID] = now
 }
 
 // canceledByRequest reports whether ctx, a tool's context from track, was

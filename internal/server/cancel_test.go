@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"testing"
+	"time"
 )
 
 func errorCodeOf(t *testing.T, c CallView) string {
@@ -123,6 +124,23 @@ func TestCancelBeforeToolStarts(t *testing.T) {
 	done2()
 	if canceledByRequest(other) {
 		t.Fatal("a finished tool's context reads as canceled by request")
+	}
+
+	// A mark nobody picks up (the tool had finished) does not stay for ever,
+	// and does not cancel a later run of the call.
+	now := time.Now()
+	r.now = func() time.Time { return now }
+	r.cancel("c_stale")
+	now = now.Add(earlyCancelTTL)
+	r.cancel("c_other")
+	if _, ok := r.early["c_stale"]; ok {
+		t.Fatal("a stale early cancel was kept")
+	}
+	now = now.Add(earlyCancelTTL)
+	late, done3 := r.track(context.Background(), "c_other")
+	defer done3()
+	if late.Err() != nil {
+		t.Fatal("an early cancel older than the TTL cancelled a later run")
 	}
 }
 
