@@ -76,6 +76,7 @@ load and the drain. See docs/cli.md, "bench".`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.Base, "base", "", "service base URL (default: start an in-process server on a temp database)")
+	f.StringVar(&opts.Token, "token", "", "bearer token for a --base server run with --auth-tokens (better: IDEMCTL_TOKEN)")
 	f.IntVarP(&opts.N, "requests", "n", bench.DefaultN, "number of requests (ignored with --duration)")
 	f.IntVarP(&opts.Concurrency, "concurrency", "c", bench.DefaultConcurrency, "requests in flight")
 	f.BoolVar(&opts.SameKey, "same-key", false, "send every request with the same idempotency key")

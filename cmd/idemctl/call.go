@@ -18,6 +18,7 @@ import (
 // callOptions are the flags of idemctl call.
 type callOptions struct {
 	Base   string
+	Token  string // bearer token; never printed
 	Key    string
 	Tool   string
 	Amount int64
@@ -121,6 +122,7 @@ See docs/cli.md, "call".`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.Base, "base", "http://127.0.0.1:8081", "server base URL")
+	f.StringVar(&opts.Token, "token", "", "bearer token for a server run with --auth-tokens (better: IDEMCTL_TOKEN, which no process listing shows)")
 	f.StringVar(&opts.Key, "key", "", "idempotency key (required); the same on every retry")
 	f.StringVar(&opts.Tool, "tool", "charge", "tool: charge, send_email, sleep, fail")
 	f.Int64Var(&opts.Amount, "amount", 0, "sets args.amount (charge; 100 when --tool charge has neither --amount nor --args)")
@@ -144,6 +146,7 @@ func runCall(ctx context.Context, opts *callOptions, streams *IOStreams) error {
 	}
 	var printErr error
 	c := &client.Client{
+		HTTP:          client.WithToken(nil, opts.Token),
 		Base:          opts.Base,
 		Timeout:       opts.AttemptTimeout,
 		Retries:       retries,

@@ -15,6 +15,7 @@ import (
 // pollOptions are the flags and argument of idemctl poll.
 type pollOptions struct {
 	Base   string
+	Token  string // bearer token; never printed
 	CallID string
 	Key    string
 	// Deadline is how long to wait for a final state (--deadline;
@@ -74,6 +75,7 @@ See docs/cli.md, "poll", and docs/api.md, "Waiting for the result".`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.Base, "base", "http://127.0.0.1:8081", "server base URL")
+	f.StringVar(&opts.Token, "token", "", "bearer token for a server run with --auth-tokens (better: IDEMCTL_TOKEN, which no process listing shows)")
 	f.StringVar(&opts.Key, "key", "", "look the call up by idempotency key instead of CALL_ID")
 	f.DurationVar(&opts.Deadline, "deadline", client.DefaultPollTimeout, "how long to wait, in all, for the call to become final")
 	addDeprecatedAlias(f, "deadline", "timeout")
@@ -82,7 +84,7 @@ See docs/cli.md, "poll", and docs/api.md, "Waiting for the result".`,
 
 // runPoll waits for the call, prints it and maps its end to the exit status.
 func runPoll(ctx context.Context, opts *pollOptions, streams *IOStreams) error {
-	c := &client.Client{Base: opts.Base}
+	c := &client.Client{Base: opts.Base, HTTP: client.WithToken(nil, opts.Token)}
 	var (
 		call client.Call
 		err  error

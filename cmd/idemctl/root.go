@@ -146,6 +146,9 @@ see docs/cli.md, "Exit codes".`,
 		newBenchCmd(streams),
 		newInspectCmd(streams),
 		newVersionCmd(streams),
+		newTokenCmd(streams),
+		newCallsCmd(streams),
+		newCancelCmd(streams),
 	)
 	return root
 }

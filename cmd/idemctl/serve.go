@@ -29,6 +29,11 @@ type serveOptions struct {
 	InstanceHost  string
 	MaxBodies     int
 	MaxHeldWaits  int
+	// AuthTokens is the token file (--auth-tokens); "" means no auth.
+	AuthTokens     string
+	InsecureNoAuth bool
+	Retention      time.Duration
+	MaxResultBytes int
 
 	level slog.Level // parsed by Validate
 }
@@ -48,6 +53,17 @@ func (o *serveOptions) Validate() error {
 	}
 	if o.DB == "" {
 		errs = append(errs, errors.New("--db must not be empty"))
+	}
+	if o.Addr != "" && o.AuthTokens == "" && !o.InsecureNoAuth {
+		if err := server.CheckLoopback(o.Addr); err != nil {
+			errs = append(errs, fmt.Errorf("without --auth-tokens anyone who can reach the port can read and replay every call, so only a loopback address is allowed; give --auth-tokens FILE, or --insecure-no-auth: %w", err))
+		}
+	}
+	if o.MaxResultBytes < 1 {
+		errs = append(errs, fmt.Errorf("--max-result-bytes must be at least 1, got %d", o.MaxResultBytes))
+	}
+	if o.Retention < 0 {
+		errs = append(errs, fmt.Errorf("--retention must not be negative (0 keeps calls forever), got %s", o.Retention))
 	}
 	if o.Workers < 1 {
 		errs = append(errs, fmt.Errorf("--workers must be at least 1, got %d", o.Workers))
@@ -113,6 +129,10 @@ Passwords in --db are never printed. See docs/cli.md, "serve".`,
 	f.DurationVar(&opts.ShutdownGrace, "shutdown-grace", server.DefaultShutdownGrace, "on SIGINT/SIGTERM, how long running tools may take to finish")
 	f.IntVar(&opts.MaxBodies, "max-concurrent-bodies", server.DefaultMaxConcurrentBodies, "request bodies read at once; beyond, 503 overloaded (bounds memory: up to 1 MiB each)")
 	f.IntVar(&opts.MaxHeldWaits, "max-held-waits", server.DefaultMaxHeldWaits, "Prefer: wait answers held at once; beyond, answered at once with the current state")
+	f.StringVar(&opts.AuthTokens, "auth-tokens", "", "token file: one PRINCIPAL:SHA256HEX per line (idemctl token new prints them); requests then need Authorization: Bearer TOKEN and see only their principal's calls; re-read on SIGHUP")
+	f.BoolVar(&opts.InsecureNoAuth, "insecure-no-auth", false, "allow a non-loopback --addr without --auth-tokens (anyone who reaches the port can read and replay every call)")
+	f.DurationVar(&opts.Retention, "retention", server.DefaultRetention, "how long a final call is kept after its last update; then it is purged (its effect row stays) and its key is new again; 0 keeps calls forever")
+	f.IntVar(&opts.MaxResultBytes, "max-result-bytes", server.DefaultMaxResultBytes, "largest tool result stored; a larger one fails the call with result_too_large (not retryable, no effect)")
 	f.StringVar(&opts.InstanceHost, "instance-host", "", "host identity in lease owners, for dead-owner recovery (default: hostname + hash of boot id and pid namespace); never give two machines or containers the same value")
 	return cmd
 }
@@ -136,6 +156,15 @@ func runServe(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 	// before that (a second Close is harmless).
 	defer ln.Close()
 
+	var auth *server.Auth
+	if o.AuthTokens != "" {
+		if auth, err = server.LoadAuth(o.AuthTokens); err != nil {
+			return err
+		}
+		stopReload := reloadOnSIGHUP(auth, logger)
+		defer stopReload()
+	}
+
 	st, err := backend.Open(ctx, o.DB, store.Options{})
 	if err != nil {
 		return fmt.Errorf("opening database %s: %w", backend.Redact(o.DB), err)
@@ -143,14 +172,18 @@ func runServe(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 	defer st.Close()
 
 	srv, err := server.New(server.Config{
-		Addr:          o.Addr,
-		Workers:       o.Workers,
-		Lease:         o.Lease,
-		MaxPending:    maxPending(o.MaxPending),
-		Chaos:         o.Chaos,
-		ShutdownGrace: o.ShutdownGrace,
-		InstanceHost:  o.InstanceHost,
-		Logger:        logger,
+		Addr:           o.Addr,
+		Workers:        o.Workers,
+		Lease:          o.Lease,
+		MaxPending:     maxPending(o.MaxPending),
+		Chaos:          o.Chaos,
+		ShutdownGrace:  o.ShutdownGrace,
+		InstanceHost:   o.InstanceHost,
+		Logger:         logger,
+		Auth:           auth,
+		InsecureNoAuth: o.InsecureNoAuth,
+		Retention:      o.Retention,
+		MaxResultBytes: o.MaxResultBytes,
 
 		MaxConcurrentBodies: o.MaxBodies,
 		MaxHeldWaits:        o.MaxHeldWaits,
@@ -160,8 +193,12 @@ func runServe(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 	}
 	// Scripts and tests read the real address (with --addr host:0) from
 	// this line.
-	fmt.Fprintf(streams.ErrOut, "idemctl serving on http://%s (db: %s, workers %d, lease %s)\n",
-		ln.Addr(), backend.Redact(o.DB), o.Workers, o.Lease)
+	authNote := "auth off"
+	if auth != nil {
+		authNote = fmt.Sprintf("auth: %d tokens", auth.Len())
+	}
+	fmt.Fprintf(streams.ErrOut, "idemctl serving on http://%s (db: %s, workers %d, lease %s, %s, retention %s)\n",
+		ln.Addr(), backend.Redact(o.DB), o.Workers, o.Lease, authNote, retentionText(o.Retention))
 	return srv.Run(ctx, ln)
 }
 

@@ -17,7 +17,8 @@ import (
 func TestServeOptionsValidate(t *testing.T) {
 	good := func() serveOptions {
 		return serveOptions{Addr: "127.0.0.1:0", DB: "x.db", Workers: 1, Lease: time.Second,
-			LogFormat: "text", LogLevel: "info", ShutdownGrace: time.Second, MaxBodies: 1, MaxHeldWaits: 1}
+			LogFormat: "text", LogLevel: "info", ShutdownGrace: time.Second, MaxBodies: 1, MaxHeldWaits: 1,
+			MaxResultBytes: 1}
 	}
 	if o := good(); o.Validate() != nil {
 		t.Fatalf("good options refused: %v", o.Validate())
@@ -35,6 +36,7 @@ func TestServeOptionsValidate(t *testing.T) {
 		"negative grace":   func(o *serveOptions) { o.ShutdownGrace = -1 },
 		"bodies 0":         func(o *serveOptions) { o.MaxBodies = 0 },
 		"held waits 0":     func(o *serveOptions) { o.MaxHeldWaits = 0 },
+		"max result 0":     func(o *serveOptions) { o.MaxResultBytes = 0 },
 		"everything wrong": func(o *serveOptions) { *o = serveOptions{} },
 	}
 	for name, mutate := range cases {

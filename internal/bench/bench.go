@@ -47,6 +47,9 @@ type Options struct {
 	// Base is the service's base URL; "" starts an in-process server on a
 	// temporary SQLite database.
 	Base string
+	// Token, if set, is sent as "Authorization: Bearer" on every request
+	// to Base (a server run with --auth-tokens). Never printed.
+	Token string
 	// N is the number of requests (ignored when Duration > 0).
 	N int
 	// Concurrency is the number of requests in flight.
@@ -119,6 +122,9 @@ func (o *Options) Validate() error {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			errs = append(errs, fmt.Errorf("--base %q: want an http:// or https:// URL", o.Base))
 		}
+	}
+	if o.Token != "" && o.Base == "" {
+		errs = append(errs, errors.New("--token needs --base: the in-process server runs without auth"))
 	}
 	if o.Duration < 0 || o.Duration > MaxDuration {
 		errs = append(errs, fmt.Errorf("--duration %s: want 0 < D ≤ %s", o.Duration, MaxDuration))

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/inspect"
+
+	idemclient "github.com/idemctl/idemctl/internal/client"
 )
 
 // stopTimeout bounds stopping the in-process server and the ceiling.
@@ -44,6 +46,9 @@ func Run(ctx context.Context, opts Options, out io.Writer) (rep Report, err erro
 		Checks: []Check{},
 	}
 	client := newHTTPClient(opts.Concurrency, opts.Timeout)
+	if opts.Token != "" {
+		client = idemclient.WithToken(client, opts.Token)
+	}
 	defer client.CloseIdleConnections()
 	statsClient := &http.Client{Transport: client.Transport, Timeout: statsTimeout}
 

@@ -28,7 +28,9 @@ type CallsOptions struct {
 
 // CallJSON is one call in `inspect calls --output json`.
 type CallJSON struct {
-	CallID      string          `json:"call_id"`
+	CallID string `json:"call_id"`
+	// Principal is who recorded the call ("" without auth).
+	Principal   string          `json:"principal"`
 	IdemKey     string          `json:"idem_key"`
 	Fingerprint string          `json:"fingerprint"`
 	ClientID    *string         `json:"client_id"`
@@ -53,7 +55,7 @@ func callJSON(c store.Call) CallJSON {
 		args = json.RawMessage("{}")
 	}
 	return CallJSON{
-		CallID: c.CallID, IdemKey: c.IdemKey, Fingerprint: c.Fingerprint,
+		CallID: c.CallID, Principal: c.Principal, IdemKey: c.IdemKey, Fingerprint: c.Fingerprint,
 		ClientID: c.ClientID, Seq: c.Seq, Tool: c.Tool, Args: args,
 		Status: c.Status, Attempt: c.Attempt,
 		Result: rawOrNull(c.ResultJSON), Error: rawOrNull(c.ErrorJSON),
@@ -62,8 +64,9 @@ func callJSON(c store.Call) CallJSON {
 	}
 }
 
-// Calls lists calls newest first, with their key, tool, state, attempt and
-// effect. It returns the calls it printed.
+// Calls lists calls newest first, every principal's ("-" for the default
+// principal of a server without auth), with their key, tool, state, attempt
+// and effect. It returns the calls it printed.
 func Calls(ctx context.Context, st store.Store, opts CallsOptions, w io.Writer) ([]store.Call, error) {
 	calls, err := st.ListCalls(ctx, store.ListFilter{Status: opts.Status, Limit: opts.Limit})
 	if err != nil {
@@ -87,12 +90,12 @@ func Calls(ctx context.Context, st store.Store, opts CallsOptions, w io.Writer) 
 	rows := make([][]string, 0, len(calls))
 	for _, c := range calls {
 		rows = append(rows, []string{
-			c.CallID, c.IdemKey, c.Tool, string(c.Status),
+			c.CallID, orDash(c.Principal), c.IdemKey, c.Tool, string(c.Status),
 			strconv.FormatInt(c.Attempt, 10), orDash(deref(c.EffectID)),
 			formatTS(c.CreatedAt), formatTS(c.UpdatedAt),
 		})
 	}
-	t := newTable(w, "call_id", "idem_key", "tool", "status", "attempt", "effect_id", "created", "updated")
+	t := newTable(w, "call_id", "principal", "idem_key", "tool", "status", "attempt", "effect_id", "created", "updated")
 	if err := render(t, rows); err != nil {
 		return nil, err
 	}

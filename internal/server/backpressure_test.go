@@ -47,7 +47,7 @@ func TestBackPressureRefusesNewKeysOnly(t *testing.T) {
 	if !b.snapshot().equal(before) {
 		t.Fatal("the refused request changed the database")
 	}
-	if _, err := b.st.GetByKey(ctx, "k-new"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := b.st.GetByKey(ctx, store.DefaultPrincipal, "k-new"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("refused key recorded: %v", err)
 	}
 	if v := b.metricValue(`idemctl_limit_refusals_total{limit="pending"}`); v != 1 {

@@ -42,9 +42,12 @@ const commitTimeout = 10 * time.Second
 // a single scheduler goroutine that claims for all of them, so an idle
 // server costs one goroutine and one tick, whatever --workers says.
 type executor struct {
-	st    store.Store
-	owner string  // this server's claims, shared by all its runs (see ownerID)
-	self  ownerID // this process, for dead-owner recovery
+	st      store.Store
+	running *runningCalls // tools running here, for cancel (cancel.go)
+	// maxResult is Config.MaxResultBytes (result.go).
+	maxResult int
+	owner     string  // this server's claims, shared by all its runs (see ownerID)
+	self      ownerID // this process, for dead-owner recovery
 	// deadOwners: this process's identity is complete and /proc shows
 	// every process (procFS.livenessCertain), so a missing pid means a
 	// dead owner. Off, only lease expiry recovers.

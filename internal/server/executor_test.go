@@ -236,7 +236,7 @@ func claimWithOwner(t *testing.T, path, key, owner string, lease time.Duration) 
 		t.Fatal(aerr)
 	}
 	id, _ := newCallID()
-	if _, _, err := st.CreateOrGet(ctx, req.newCall(id, key)); err != nil {
+	if _, _, err := st.CreateOrGet(ctx, req.newCall(id, store.DefaultPrincipal, key)); err != nil {
 		t.Fatal(err)
 	}
 	claimed, err := st.ClaimNext(ctx, owner, lease, 1)
@@ -278,7 +278,7 @@ func TestChaosRefusedOffLoopback(t *testing.T) {
 			t.Errorf("chaos on %q accepted", addr)
 		}
 		if addr != "nonsense" {
-			if _, err := New(Config{Addr: addr}, b.st); err != nil {
+			if _, err := New(Config{Addr: addr, InsecureNoAuth: true}, b.st); err != nil {
 				t.Errorf("non-chaos on %q refused: %v", addr, err)
 			}
 		}

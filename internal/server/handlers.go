@@ -36,10 +36,15 @@ func (s *Server) routes() http.Handler {
 		}
 		mux.HandleFunc(path, s.methodNotAllowed(allow))
 	}
-	route(http.MethodPost, "/v1/tool-calls", varyPrefer(s.handleCreate))
+	// Two methods on one path: registered by hand, with one 405 for both.
+	mux.HandleFunc("POST /v1/tool-calls", varyPrefer(s.handleCreate))
+	mux.HandleFunc("GET /v1/tool-calls", s.handleList)
+	mux.HandleFunc("/v1/tool-calls", s.methodNotAllowed("GET, HEAD, POST"))
 	route(http.MethodGet, "/v1/tool-calls/{call_id}", varyPrefer(s.handleGet))
+	mux.HandleFunc("/v1/tool-calls/{call_id}/{action...}", s.handleCallAction)
 	// {key...}: a key may contain '/' (any visible ASCII).
 	route(http.MethodGet, "/v1/tool-calls/by-key/{key...}", varyPrefer(s.handleGetByKey))
+	route(http.MethodGet, "/v1", s.handleService)
 	route(http.MethodGet, "/stats", s.handleStats)
 	route(http.MethodGet, "/healthz", s.handleHealthz)
 	route(http.MethodGet, "/readyz", s.handleReadyz)
@@ -47,7 +52,11 @@ func (s *Server) routes() http.Handler {
 		ErrorLog: slogPrinter{s.log},
 	}).ServeHTTP)
 	mux.HandleFunc("/", s.handleNotFound)
-	return s.instrument(s.recoverer(mux))
+	// authenticate is outermost: it hands on a copy of the request (with
+	// the principal in its context), and instrument must see the copy the
+	// mux sets the route pattern on. Its 401s are counted in
+	// idemctl_auth_failures_total.
+	return s.authenticate(s.instrument(s.recoverer(mux)))
 }
 
 // varyPrefer marks every response of a route that honours "Prefer: wait"
@@ -83,17 +92,20 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	call, outcome, err := s.st.CreateOrGet(r.Context(), req.newCall(callID, key))
+	principal := principalOf(r.Context())
+	call, outcome, err := s.st.CreateOrGet(r.Context(), req.newCall(callID, principal, key))
 	switch {
 	case errors.Is(err, store.ErrConflict):
 		s.m.calls.WithLabelValues(callsConflict).Inc()
-		attrs := []any{attrKey, key, attrTool, req.Tool}
-		if c, err := s.st.GetByKey(r.Context(), key); err == nil {
-			attrs = append(attrs, attrCallID, c.CallID) // the call the key names
+		detail := ErrorDetail{Code: codeConflict,
+			Message: "idempotency key already used with a different request (same key, different fingerprint)"}
+		var ce *store.ConflictError
+		if errors.As(err, &ce) {
+			detail.CallID = ce.CallID // the call the key names, for the client to read
 		}
-		s.log.Info("idempotency conflict: same key, different fingerprint", attrs...)
-		writeError(w, s.log, http.StatusConflict, codeConflict,
-			"idempotency key already used with a different request (same key, different fingerprint)")
+		s.log.Info("idempotency conflict: same key, different fingerprint",
+			attrKey, key, attrTool, req.Tool, attrCallID, detail.CallID, attrPrincipal, principal)
+		writeJSON(w, s.log, http.StatusConflict, ErrorBody{Error: detail})
 		return
 	case err != nil:
 		s.storeError(w, r, err, attrKey, key)
@@ -108,7 +120,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		s.m.calls.WithLabelValues(callsReplayed).Inc()
 	}
 	s.log.Info("tool call "+outcome.String(), attrCallID, call.CallID, attrKey, key,
-		attrTool, call.Tool, attrStatus, call.Status)
+		attrTool, call.Tool, attrStatus, call.Status, attrPrincipal, principal)
 	if outcome == store.Created || outcome == store.RetryReset {
 		s.exec.queue.added()
 		s.exec.Wake() // start now, not at the next tick
@@ -169,7 +181,7 @@ func (s *Server) readCreate(w http.ResponseWriter, r *http.Request) (req createR
 // nothing to the queue a client is not already owed. It reports whether it
 // answered.
 func (s *Server) refuseNewKey(w http.ResponseWriter, r *http.Request, key string) bool {
-	_, err := s.st.GetByKey(r.Context(), key)
+	_, err := s.st.GetByKey(r.Context(), principalOf(r.Context()), key)
 	switch {
 	case err == nil:
 		return false
@@ -220,6 +232,11 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	call, err := s.st.Get(r.Context(), id)
+	if err == nil && call.Principal != principalOf(r.Context()) {
+		// Another principal's call does not exist for this one: the same
+		// 404 as an unknown id, so ids cannot be probed.
+		err = store.ErrNotFound
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		writeError(w, s.log, http.StatusNotFound, codeNotFound, "no call with id "+strconv.Quote(id))
 		return
@@ -243,7 +260,7 @@ func (s *Server) handleGetByKey(w http.ResponseWriter, r *http.Request) {
 		writeError(w, s.log, http.StatusNotFound, codeNotFound, "no call with idempotency key "+strconv.Quote(key))
 		return
 	}
-	call, err := s.st.GetByKey(r.Context(), key)
+	call, err := s.st.GetByKey(r.Context(), principalOf(r.Context()), key)
 	if errors.Is(err, store.ErrNotFound) {
 		writeError(w, s.log, http.StatusNotFound, codeNotFound, "no call with idempotency key "+strconv.Quote(key))
 		return

@@ -23,6 +23,8 @@ const (
 	attrGrace    = "grace"
 	attrPause    = "pause"
 	attrReason   = "reason"
+	// attrPrincipal is who made the request ("" without auth); never the token.
+	attrPrincipal = "principal"
 )
 
 // durationAttr logs d as text ("30s", "1.5ms"). slog's JSON handler would

@@ -49,6 +49,12 @@ const (
 	recoverDeadOwner = "dead_owner"
 )
 
+// Label values of idemctl_auth_failures_total{reason}.
+const (
+	authMissing = "missing" // no Authorization: Bearer header
+	authUnknown = "unknown" // a token no line of the token file hashes to
+)
+
 // metrics are one Server's Prometheus collectors, in a registry of its own:
 // no global state, so a test process can run many servers.
 type metrics struct {
@@ -71,6 +77,10 @@ type metrics struct {
 	bodiesInFlight prometheus.Gauge
 	waitsHeld      prometheus.Gauge
 	limitRefusals  *prometheus.CounterVec // limit
+
+	authFailures *prometheus.CounterVec // reason
+	purged       prometheus.Counter
+	purgeSeconds prometheus.Histogram
 }
 
 // newMetrics builds the collectors. The queue is read from st at scrape
@@ -143,6 +153,19 @@ func newMetrics(st store.Store, maxPending int64, extra prometheus.Registerer) (
 			Name: "idemctl_limit_refusals_total",
 			Help: "Requests over a limit: bodies (answered 503 overloaded), waits (answered at once, not held), pending (a new key answered 503 overloaded: the queue is full).",
 		}, []string{"limit"}),
+		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemctl_auth_failures_total",
+			Help: "Requests refused 401 unauthenticated: missing (no bearer token) or unknown (no such token).",
+		}, []string{"reason"}),
+		purged: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "idemctl_purged_calls_total",
+			Help: "Final calls deleted by the retention purge (their effects are kept).",
+		}),
+		purgeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "idemctl_purge_batch_duration_seconds",
+			Help:    "Duration of one retention purge batch: the longest a purge holds the write lock (SQLite) or its rows (PostgreSQL).",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+		}),
 	}
 	maxPendingGauge := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "idemctl_queue_max_pending",
@@ -153,6 +176,7 @@ func newMetrics(st store.Store, maxPending int64, extra prometheus.Registerer) (
 		m.requests, m.requestSeconds, m.calls, m.executions, m.attempts,
 		m.recoveries, m.fenced, m.busyWorkers, m.execSeconds, m.heartbeats, m.claimQueries, m.deadOwnerRecovery,
 		m.bodiesInFlight, m.waitsHeld, m.limitRefusals, newQueueCollector(st), maxPendingGauge,
+		m.authFailures, m.purged, m.purgeSeconds,
 	}
 	for _, c := range own {
 		if err := m.reg.Register(c); err != nil {
@@ -179,6 +203,9 @@ func newMetrics(st store.Store, maxPending int64, extra prometheus.Registerer) (
 	}
 	for _, r := range []string{recoverExpired, recoverDeadOwner} {
 		m.recoveries.WithLabelValues(r)
+	}
+	for _, r := range []string{authMissing, authUnknown} {
+		m.authFailures.WithLabelValues(r)
 	}
 	for _, l := range []string{limitBodies, limitWaits, limitPending} {
 		m.limitRefusals.WithLabelValues(l)

@@ -88,7 +88,7 @@ func TestProcessCrashBeforeCommitRecoveredByDeadOwner(t *testing.T) {
 	}
 
 	st := openDB(t, db)
-	c, err := st.GetByKey(context.Background(), key)
+	c, err := st.GetByKey(context.Background(), store.DefaultPrincipal, key)
 	if err != nil {
 		t.Fatalf("the call was not recorded before the crash: %v", err)
 	}
@@ -195,7 +195,7 @@ func TestProcessAcknowledgedCallsSurviveKill(t *testing.T) {
 		t.Fatalf("only %d acknowledged calls", len(acked))
 	}
 	for key, id := range acked {
-		c, err := st.GetByKey(ctx, key)
+		c, err := st.GetByKey(ctx, store.DefaultPrincipal, key)
 		if err != nil || c.CallID != id {
 			t.Fatalf("acknowledged %s (%s) lost after kill -9: %+v %v", key, id, c, err)
 		}
@@ -245,7 +245,7 @@ func TestProcessSigtermGraceful(t *testing.T) {
 	if err != nil || code != 0 {
 		t.Fatalf("SIGTERM: exit %d %v\n%s", code, err, p.Stderr())
 	}
-	c, err := openDB(t, db).GetByKey(context.Background(), "k-term")
+	c, err := openDB(t, db).GetByKey(context.Background(), store.DefaultPrincipal, "k-term")
 	if err != nil || c.Status != store.StatusSucceeded {
 		t.Fatalf("the running tool did not finish before exit: %+v %v", c, err)
 	}

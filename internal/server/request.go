@@ -189,9 +189,10 @@ func parseCreate(body []byte, chaos bool) (createRequest, *apiError) {
 }
 
 // newCall turns a checked request into the row CreateOrGet records.
-func (r createRequest) newCall(callID, key string) store.NewCall {
+func (r createRequest) newCall(callID, principal, key string) store.NewCall {
 	return store.NewCall{
 		CallID:      callID,
+		Principal:   principal,
 		IdemKey:     key,
 		Fingerprint: r.Fingerprint,
 		ClientID:    r.ClientID,

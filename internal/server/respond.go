@@ -21,6 +21,7 @@ const (
 	codeUnavailable      = "unavailable"
 	codeOverloaded       = "overloaded"
 	codeInternal         = "internal"
+	codeUnauthenticated  = "unauthenticated"
 )
 
 // CallPath is the path of a call's resource; Location and query_url use it.
@@ -29,7 +30,10 @@ func CallPath(callID string) string { return "/v1/tool-calls/" + callID }
 // CallView is the JSON shape of a call (docs/api.md, "The call object"). Result and Error are the
 // stored JSON, or null. Times are Unix seconds.
 type CallView struct {
-	CallID      string          `json:"call_id"`
+	CallID string `json:"call_id"`
+	// Principal is who recorded the call; omitted for the default
+	// principal (a server without auth).
+	Principal   string          `json:"principal,omitempty"`
 	IdemKey     string          `json:"idem_key"`
 	Tool        string          `json:"tool"`
 	Args        json.RawMessage `json:"args"`
@@ -44,12 +48,15 @@ type CallView struct {
 	CreatedAt   float64         `json:"created_at"`
 	UpdatedAt   float64         `json:"updated_at"`
 	QueryURL    string          `json:"query_url"`
+	// CancelRequested is set when a cancel reached the call while it ran.
+	CancelRequested bool `json:"cancel_requested,omitempty"`
 }
 
 // viewOf renders a stored call. A nil json.RawMessage marshals as null.
 func viewOf(c store.Call) CallView {
 	return CallView{
 		CallID:      c.CallID,
+		Principal:   c.Principal,
 		IdemKey:     c.IdemKey,
 		Tool:        c.Tool,
 		Args:        nonNilJSON(c.ArgsJSON, "{}"),
@@ -64,6 +71,8 @@ func viewOf(c store.Call) CallView {
 		CreatedAt:   c.CreatedAt,
 		UpdatedAt:   c.UpdatedAt,
 		QueryURL:    CallPath(c.CallID),
+
+		CancelRequested: c.CancelRequested,
 	}
 }
 
@@ -84,12 +93,17 @@ func nonNilJSON(raw json.RawMessage, def string) json.RawMessage {
 // ErrorBody is the JSON shape of every error response.
 type ErrorBody struct {
 	Error ErrorDetail `json:"error"`
+	// Call, on already_final only, is the call as it ended.
+	Call *CallView `json:"call,omitempty"`
 }
 
 // ErrorDetail is the inner object of ErrorBody. Clients branch on Code.
 type ErrorDetail struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// CallID, on idempotency_conflict only, is the call that already holds
+	// the key, so a client can read it (GET /v1/tool-calls/{call_id}).
+	CallID string `json:"call_id,omitempty"`
 }
 
 // StatsView is the /stats body: logical calls against side effects, and

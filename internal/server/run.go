@@ -141,10 +141,17 @@ func (e *executor) runTool(ctx context.Context, c store.Call, log *slog.Logger) 
 		return nil, tools.Outcome{Err: &tools.ToolError{Code: codeInternal,
 			Message: fmt.Sprintf("stored args unreadable: %v", err)}}, true
 	}
+	if c.CancelRequested { // canceled while it ran before (then recovered): never run it again
+		return args, tools.Outcome{Err: canceledError}, true
+	}
+	ctx, untrack := e.running.track(ctx, c.CallID)
+	defer untrack()
 	out, err = tools.Run(ctx, tools.Invocation{CallID: c.CallID, Tool: c.Tool, Args: args, Attempt: c.Attempt})
 	switch {
 	case err == nil:
-		return args, out, true
+		return args, capResult(out, e.maxResult), true
+	case canceledByRequest(ctx):
+		return args, tools.Outcome{Err: canceledError}, true
 	case errors.Is(context.Cause(ctx), errLeaseLost):
 		return args, tools.Outcome{Err: &tools.ToolError{Code: codeInternal,
 			Message: errLeaseLost.Error(), Retryable: true}}, true

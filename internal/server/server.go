@@ -71,6 +71,15 @@ const (
 	// DefaultMaxHeldWaits bounds "Prefer: wait" requests held at once
 	// (each costs a goroutine pair and some 50 KB).
 	DefaultMaxHeldWaits = 512
+	// DefaultRetention is idemctl serve's --retention: how long a final
+	// call is kept after its last update (docs/operations.md, "Retention").
+	// Config's zero Retention keeps calls forever.
+	DefaultRetention = 24 * time.Hour
+	// PurgeBatch is how many calls one purge transaction deletes at most:
+	// small, so the write lock is held for milliseconds at a time.
+	PurgeBatch = 500
+	// maxPurgeInterval caps the purge task's period (retention/4 otherwise).
+	maxPurgeInterval = time.Minute
 )
 
 // Config configures a Server. Zero values take the defaults above.
@@ -113,6 +122,26 @@ type Config struct {
 	// at once. Beyond it the request is answered at once with the call's
 	// current state, without Preference-Applied (poll, or wait later).
 	MaxHeldWaits int
+	// MaxResultBytes is the largest tool result stored; a larger one
+	// fails the call with result_too_large (not retryable) and no effect.
+	// Zero means DefaultMaxResultBytes.
+	MaxResultBytes int
+	// Auth, if set, requires a bearer token from its token file on every
+	// request but /healthz and /readyz, and scopes calls to the token's
+	// principal (docs/api.md, "Authentication"). Nil: no authentication;
+	// every call belongs to store.DefaultPrincipal.
+	Auth *Auth
+	// InsecureNoAuth allows a server without Auth on an address that is
+	// not loopback. Without it, New and Run refuse such an address:
+	// anyone who can reach the port could read and replay every call.
+	InsecureNoAuth bool
+	// Retention is how long a final call is kept after its last update
+	// before the background purge deletes it with its audit rows (its
+	// effect row stays). Zero keeps calls forever.
+	Retention time.Duration
+	// Version is reported by GET /v1; empty means the module version
+	// from the build information.
+	Version string
 	// Logger receives structured logs; nil discards them.
 	Logger *slog.Logger
 	// Registry, if set, also receives the idemctl_* collectors. The
@@ -156,6 +185,7 @@ type Server struct {
 	started   atomic.Bool
 	closing   chan struct{} // closed when a stop begins: waits return, readyz fails
 	closeOnce sync.Once
+	purgeDone chan struct{} // closed when the purge task has ended (nil if none)
 }
 
 // instances numbers the executors of this process, so two servers in one
@@ -226,6 +256,8 @@ func New(cfg Config, st store.Store) (*Server, error) {
 		exit:         cfg.Exit,
 		beforeCommit: cfg.beforeCommit,
 		onFinal:      s.waiters.notify,
+		running:      newRunningCalls(),
+		maxResult:    cfg.MaxResultBytes,
 		log:          log,
 		m:            s.m,
 	}
@@ -262,6 +294,9 @@ func (c *Config) fill() error {
 	if c.MaxHeldWaits == 0 {
 		c.MaxHeldWaits = DefaultMaxHeldWaits
 	}
+	if c.MaxResultBytes == 0 {
+		c.MaxResultBytes = DefaultMaxResultBytes
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -277,6 +312,17 @@ func (c *Config) fill() error {
 	}
 	if c.RecoverInterval < 0 || c.ShutdownGrace < 0 || c.MaxWait < 0 {
 		errs = append(errs, errors.New("recover interval, shutdown grace and max wait must not be negative"))
+	}
+	if c.MaxResultBytes < 0 {
+		errs = append(errs, fmt.Errorf("max result bytes must not be negative, got %d", c.MaxResultBytes))
+	}
+	if c.Retention < 0 {
+		errs = append(errs, fmt.Errorf("retention must not be negative (0 keeps calls forever), got %s", c.Retention))
+	}
+	if c.Auth == nil && !c.InsecureNoAuth {
+		if err := CheckLoopback(c.Addr); err != nil {
+			errs = append(errs, fmt.Errorf("without auth tokens anyone who can reach the port can read and replay every call, so only a loopback address is allowed (give auth tokens, or say insecure-no-auth): %w", err))
+		}
 	}
 	if c.MaxConcurrentBodies < 0 || c.MaxHeldWaits < 0 {
 		errs = append(errs, fmt.Errorf("max concurrent bodies and max held waits must not be negative, got %d and %d",
@@ -345,6 +391,10 @@ func (s *Server) Start(ctx context.Context) error {
 			"dead_owner_recovery", false, attrReason, s.whyNoDeadOwners)
 	}
 	s.exec.start(ctx)
+	if s.cfg.Retention > 0 {
+		s.purgeDone = make(chan struct{})
+		go s.purgeLoop(ctx)
+	}
 	return nil
 }
 
@@ -357,7 +407,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if !s.started.Load() {
 		return nil
 	}
-	return s.exec.shutdown(ctx, s.cfg.ShutdownGrace)
+	err := s.exec.shutdown(ctx, s.cfg.ShutdownGrace)
+	if s.purgeDone != nil {
+		// A purge batch is short and the loop checks closing between
+		// batches; waiting keeps it from using a store about to close.
+		select {
+		case <-s.purgeDone:
+		case <-ctx.Done():
+		}
+	}
+	return err
 }
 
 // beginClose marks the server as stopping.
@@ -376,6 +435,11 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	if s.cfg.Chaos {
 		if err := CheckLoopback(ln.Addr().String()); err != nil {
 			return fmt.Errorf("server: --chaos is only allowed on a loopback address: %w", err)
+		}
+	}
+	if s.cfg.Auth == nil && !s.cfg.InsecureNoAuth {
+		if err := CheckLoopback(ln.Addr().String()); err != nil {
+			return fmt.Errorf("server: without auth tokens only a loopback address is allowed: %w", err)
 		}
 	}
 	if err := s.Start(ctx); err != nil {

@@ -107,7 +107,7 @@ func TestBadInputStoresNothing(t *testing.T) {
 		{name: "body over 1 MiB", body: big, status: 413, code: codePayloadTooLarge},
 		{name: "body over 1 MiB chunked", body: big, chunked: true, status: 413, code: codePayloadTooLarge},
 		// method and path
-		{name: "GET collection", method: http.MethodGet, body: ``, status: 405, code: codeMethodNotAllowed},
+		{name: "DELETE collection", method: http.MethodDelete, body: ``, status: 405, code: codeMethodNotAllowed},
 		{name: "PUT collection", method: http.MethodPut, body: ok, status: 405, code: codeMethodNotAllowed},
 		{name: "DELETE call", method: http.MethodDelete, path: "/v1/tool-calls/" + existing.CallID, status: 405, code: codeMethodNotAllowed},
 		{name: "POST call", method: http.MethodPost, path: "/v1/tool-calls/" + existing.CallID, body: ok, status: 405, code: codeMethodNotAllowed},

@@ -27,6 +27,8 @@ import (
 // succeeded, failed and fenced end with "; lease extended N time(s)" when
 // the worker's heartbeats extended the attempt's lease (DetailExtensions):
 // heartbeats write no audit row of their own.
+//	canceled     "code: message" of the error stored    DetailCanceled
+//	cancel_requested  "owner O attempt N"               DetailCancelRequested
 
 // DetailCreated is the created event's detail: the tool.
 func DetailCreated(tool string) string { return tool }
@@ -60,6 +62,16 @@ func DetailExtensions(n int64) string {
 		return "; lease extended 1 time"
 	}
 	return fmt.Sprintf("; lease extended %d times", n)
+}
+
+// DetailCanceled is the canceled event's detail: the summary of the
+// canceled error stored. A pending call has no attempt and no extensions.
+func DetailCanceled(errJSON json.RawMessage) string { return ErrorSummary(errJSON) }
+
+// DetailCancelRequested is the cancel_requested event's detail: who runs
+// the call that is asked to stop.
+func DetailCancelRequested(owner string, attempt int64) string {
+	return fmt.Sprintf("owner %s attempt %d", owner, attempt)
 }
 
 // DetailRetryReset is the retry_reset event's detail: the failure reset.

@@ -1,6 +1,9 @@
 package store
 
-import "errors"
+import (
+	"errors"
+	"strconv"
+)
 
 // Sentinel errors. Backends return these (possibly wrapped) and never their
 // driver's own error for these situations; which method returns which is
@@ -29,6 +32,24 @@ var (
 	// as a *RefusedError, which errors.Is matches against ErrRefused.
 	ErrRefused = errors.New("store: write refused by the database")
 )
+
+// ConflictError is how a backend returns ErrConflict: it names the call
+// that already holds the key, so the server can tell the client which one
+// (docs/api.md, "Errors"). errors.Is(err, ErrConflict) matches it.
+type ConflictError struct {
+	// CallID is the existing call recorded under the key.
+	CallID string
+	// Key is the idempotency key, for the log.
+	Key string
+}
+
+// Error names the key and the existing call.
+func (e *ConflictError) Error() string {
+	return "store: idempotency key " + strconv.Quote(e.Key) + " reused with a different fingerprint (call " + e.CallID + ")"
+}
+
+// Is makes errors.Is(err, ErrConflict) true for a *ConflictError.
+func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
 
 // sentinels lists every sentinel, for IsSentinel.
 var sentinels = []error{ErrNotFound, ErrConflict, ErrNotHeld, ErrFenced, ErrUnavailable, ErrReadOnly, ErrRefused}

@@ -30,16 +30,17 @@ import (
 const dbNow = `extract(epoch FROM clock_timestamp())::double precision`
 
 // callColumns lists the calls columns in the order scanCall reads them.
-const callColumns = `call_id, idem_key, fingerprint, client_id, seq, tool, args_json, status,
-  result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at`
+const callColumns = `call_id, principal, idem_key, fingerprint, client_id, seq, tool, args_json, status,
+  result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at, cancel_requested`
 
 // callColumnsOf is callColumns qualified by a table alias, for statements
 // that join calls with other relations.
 func callColumnsOf(alias string) string {
-	return alias + `.call_id, ` + alias + `.idem_key, ` + alias + `.fingerprint, ` + alias + `.client_id, ` +
+	return alias + `.call_id, ` + alias + `.principal, ` + alias + `.idem_key, ` + alias + `.fingerprint, ` + alias + `.client_id, ` +
 		alias + `.seq, ` + alias + `.tool, ` + alias + `.args_json, ` + alias + `.status, ` +
 		alias + `.result_json, ` + alias + `.error_json, ` + alias + `.attempt, ` + alias + `.lease_until, ` +
-		alias + `.owner, ` + alias + `.effect_id, ` + alias + `.created_at, ` + alias + `.updated_at`
+		alias + `.owner, ` + alias + `.effect_id, ` + alias + `.created_at, ` + alias + `.updated_at, ` +
+		alias + `.cancel_requested`
 }
 
 // scanCall reads one row of callColumns.
@@ -50,8 +51,8 @@ func scanCall(row pgx.Row) (store.Call, error) {
 		status         string
 		result, errObj *string
 	)
-	err := row.Scan(&c.CallID, &c.IdemKey, &c.Fingerprint, &c.ClientID, &c.Seq, &c.Tool, &args, &status,
-		&result, &errObj, &c.Attempt, &c.LeaseUntil, &c.Owner, &c.EffectID, &c.CreatedAt, &c.UpdatedAt)
+	err := row.Scan(&c.CallID, &c.Principal, &c.IdemKey, &c.Fingerprint, &c.ClientID, &c.Seq, &c.Tool, &args, &status,
+		&result, &errObj, &c.Attempt, &c.LeaseUntil, &c.Owner, &c.EffectID, &c.CreatedAt, &c.UpdatedAt, &c.CancelRequested)
 	if err != nil {
 		return store.Call{}, err
 	}
@@ -88,7 +89,8 @@ func insertAudit(ctx context.Context, tx pgx.Tx, ts float64, callID, event, deta
 }
 
 // errWinnerVanished: the key's row was gone between the conflicting INSERT
-// and the SELECT. Impossible without deletes; CreateOrGet retries on it.
+// and the SELECT: the retention purge deleted it in between (a final call
+// past the retention). CreateOrGet retries on it, and then inserts.
 var errWinnerVanished = errors.New("postgres: conflicting call row vanished")
 
 // createOrGetTries bounds CreateOrGet's retries on errWinnerVanished.
@@ -129,13 +131,13 @@ func (s *Store) createOrGetOnce(ctx context.Context, n store.NewCall) (store.Cal
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
 		call, err = scanCall(tx.QueryRow(ctx, `
-INSERT INTO calls (call_id, idem_key, fingerprint, client_id, seq, tool, args_json,
+INSERT INTO calls (call_id, principal, idem_key, fingerprint, client_id, seq, tool, args_json,
                    status, attempt, created_at, updated_at)
-SELECT $1, $2, $3, $4, $5, $6, $7, 'pending', 0, clock.now, clock.now
+SELECT $1, $8, $2, $3, $4, $5, $6, $7, 'pending', 0, clock.now, clock.now
 FROM (SELECT `+dbNow+` AS now) AS clock
-ON CONFLICT (idem_key) DO NOTHING
+ON CONFLICT (principal, idem_key) DO NOTHING
 RETURNING `+callColumns,
-			n.CallID, n.IdemKey, n.Fingerprint, n.ClientID, n.Seq, n.Tool, args))
+			n.CallID, n.IdemKey, n.Fingerprint, n.ClientID, n.Seq, n.Tool, args, n.Principal))
 		if err == nil {
 			out = store.Created
 			// Same transaction as the insert: a call never exists unaudited.
@@ -152,7 +154,7 @@ RETURNING `+callColumns,
 		// would instead make the scheduler's SKIP LOCKED pass over a hot
 		// key's call for as long as its clients keep retrying.
 		call, err = scanCall(tx.QueryRow(ctx,
-			`SELECT `+callColumns+` FROM calls WHERE idem_key = $1`, n.IdemKey))
+			`SELECT `+callColumns+` FROM calls WHERE principal = $1 AND idem_key = $2`, n.Principal, n.IdemKey))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return errWinnerVanished
 		}
@@ -161,7 +163,7 @@ RETURNING `+callColumns,
 		}
 		if call.Fingerprint != n.Fingerprint {
 			// Same key, different request: refuse, write nothing (409).
-			return fmt.Errorf("postgres create: key %q: %w", n.IdemKey, store.ErrConflict)
+			return fmt.Errorf("postgres create: %w", &store.ConflictError{CallID: call.CallID, Key: n.IdemKey})
 		}
 		if call.Status != store.StatusFailed {
 			out = store.Existing
@@ -187,7 +189,7 @@ RETURNING `+callColumns,
 		call, err = scanCall(tx.QueryRow(ctx, `
 UPDATE calls
 SET status = 'pending', result_json = NULL, error_json = NULL,
-    lease_until = NULL, owner = NULL, updated_at = clock.now
+    lease_until = NULL, owner = NULL, cancel_requested = false, updated_at = clock.now
 FROM (SELECT `+dbNow+` AS now) AS clock
 WHERE call_id = $1 AND status = 'failed'
 RETURNING `+callColumnsOf("calls"), call.CallID))

@@ -136,31 +136,47 @@ func TestClaimOldestAcrossPendingAndExpired(t *testing.T) {
 	}
 }
 
-// TestMigratesFromVersion1: a database at schema version 1 (no
-// idx_calls_pending) is read as it is by a read-only store and migrated,
-// calls kept, by a read-write one.
-func TestMigratesFromVersion1(t *testing.T) {
+// TestMigratesFromVersion2: a database at schema version 2 (a global
+// unique key, effects referencing calls) is refused by a read-only store
+// and migrated by a read-write one: calls kept under the default
+// principal, effects kept, keys unique per principal from then on.
+func TestMigratesFromVersion2(t *testing.T) {
 	u := pgtest.Schema(t)
-	s := open(t, u, store.Options{})
-	c := create(t, s, "k1")
-	for _, q := range []string{`DROP INDEX idx_calls_pending`, `DELETE FROM schema_version WHERE version > 1`} {
-		if _, err := s.pool.Exec(t.Context(), q); err != nil {
-			t.Fatal(err)
-		}
+	pgtest.Exec(t, u, `CREATE TABLE schema_version (version integer NOT NULL, applied_at double precision NOT NULL)`)
+	for _, m := range migrations[:2] {
+		pgtest.Exec(t, u, m)
 	}
-	ro := open(t, u, store.Options{ReadOnly: true})
-	if got, err := ro.Get(t.Context(), c.CallID); err != nil || got.IdemKey != "k1" {
-		t.Fatalf("read-only Get on version 1 = %+v, %v", got, err)
+	pgtest.Exec(t, u, `INSERT INTO schema_version VALUES (1, 0), (2, 0);
+INSERT INTO calls (call_id, idem_key, fingerprint, tool, args_json, status, created_at, updated_at)
+  VALUES ('c_0000000000000001', 'k1', 'f', 'charge', '{}', 'pending', 1, 1),
+         ('c_0000000000000002', 'k2', 'f', 'charge', '{}', 'succeeded', 2, 2);
+INSERT INTO effects VALUES ('eff_2', 'c_0000000000000002', 'charge', 1, 2)`)
+
+	if ro, err := Open(t.Context(), u, store.Options{ReadOnly: true}); err == nil {
+		ro.Close()
+		t.Fatal("read-only open of schema version 2 succeeded; its reads need calls.principal")
 	}
 	rw := open(t, u, store.Options{})
 	if v := scalar[int](t, rw, `SELECT max(version) FROM schema_version`); v != schemaVersion {
 		t.Fatalf("schema version after reopen = %d, want %d", v, schemaVersion)
 	}
-	if n := scalar[int64](t, rw, `SELECT count(*) FROM pg_indexes WHERE indexname = 'idx_calls_pending' AND schemaname = current_schema()`); n != 1 {
-		t.Fatalf("idx_calls_pending after migrating: %d, want 1", n)
+	if c, err := rw.GetByKey(t.Context(), store.DefaultPrincipal, "k1"); err != nil || c.CallID != "c_0000000000000001" {
+		t.Fatalf("old call under the default principal = %+v, %v", c, err)
 	}
-	if got, err := rw.ClaimNext(t.Context(), "w", time.Minute, 1); err != nil || len(got) != 1 || got[0].CallID != c.CallID {
-		t.Fatalf("claim after migrating = %v, %v; want %s", got, err, c.CallID)
+	n := newCall(t, "k1")
+	n.Principal = "p"
+	if _, out, err := rw.CreateOrGet(t.Context(), n); err != nil || out != store.Created {
+		t.Fatalf("another principal, an old key: %v, %v; want created", out, err)
+	}
+	if got, err := rw.ClaimNext(t.Context(), "w", time.Minute, 1); err != nil || len(got) != 1 || got[0].CallID != "c_0000000000000001" {
+		t.Fatalf("claim after migrating = %v, %v; want c_0000000000000001", got, err)
+	}
+	// The effect outlives its call now.
+	if _, err := rw.pool.Exec(t.Context(), `DELETE FROM calls WHERE call_id = 'c_0000000000000002'`); err != nil {
+		t.Fatalf("deleting a call with an effect after migrating: %v", err)
+	}
+	if e, err := rw.ListEffects(t.Context(), 0); err != nil || len(e) != 1 {
+		t.Fatalf("effects = %v, %v; want the one", e, err)
 	}
 }
 

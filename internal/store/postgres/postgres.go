@@ -13,7 +13,7 @@
 //     and skips the row if it no longer matches. That is why none of these
 //     statements can fail with a serialization error (40001 only exists at
 //     REPEATABLE READ and above), and why no retry loop is needed around them.
-//   - The idempotency key is guarded by the UNIQUE index on calls.idem_key,
+//   - The idempotency key is guarded by the UNIQUE index on calls (principal, idem_key),
 //     and the at-most-one effect by the UNIQUE index on effects.call_id: the
 //     same last gates as SQLite, now shared by every instance.
 //   - "Now" is always the database server's clock, read inside the statement

@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,15 +20,28 @@ func (s *Store) Get(ctx context.Context, callID string) (store.Call, error) {
 	return c, interpret(ctx, err)
 }
 
-// GetByKey returns the call for an idempotency key, or ErrNotFound.
-func (s *Store) GetByKey(ctx context.Context, key string) (store.Call, error) {
-	c, err := scanCall(s.pool.QueryRow(ctx, `SELECT `+callColumns+` FROM calls WHERE idem_key = $1`, key))
+// GetByKey returns principal's call for an idempotency key, or ErrNotFound.
+func (s *Store) GetByKey(ctx context.Context, principal, key string) (store.Call, error) {
+	c, err := scanCall(s.pool.QueryRow(ctx,
+		`SELECT `+callColumns+` FROM calls WHERE principal = $1 AND idem_key = $2`, principal, key))
 	return c, interpret(ctx, err)
 }
 
 // ListCalls returns calls newest first, optionally of one status and at
 // most f.Limit of them.
 func (s *Store) ListCalls(ctx context.Context, f store.ListFilter) ([]store.Call, error) {
+	if f.Keyset() {
+		if f.Status != "" && !f.Status.Valid() {
+			return []store.Call{}, nil
+		}
+		query, args := keysetSQL(f)
+		rows, err := s.pool.Query(ctx, query, args...)
+		if err != nil {
+			return nil, interpret(ctx, err)
+		}
+		calls, err := collectCalls(rows)
+		return calls, interpret(ctx, err)
+	}
 	query, ok := listCallsSQL(f.Status)
 	if !ok {
 		return []store.Call{}, nil // no call has an unknown status (CHECK)
@@ -38,6 +53,38 @@ func (s *Store) ListCalls(ctx context.Context, f store.ListFilter) ([]store.Call
 	}
 	calls, err := collectCalls(rows)
 	return calls, interpret(ctx, err)
+}
+
+// keysetSQL is ListCalls' statement for a keyset listing (see
+// store.ListFilter.Keyset). A principal's listing reads
+// idx_calls_principal_created (principal, created_at, call_id) backwards;
+// the cursor is a row comparison, which that index serves directly.
+func keysetSQL(f store.ListFilter) (string, []any) {
+	var (
+		where []string
+		args  []any
+	)
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	if f.Principal != nil {
+		where = append(where, "principal = "+arg(*f.Principal))
+	}
+	if f.Status != "" {
+		where = append(where, "status = "+arg(string(f.Status)))
+	}
+	if f.Tool != "" {
+		where = append(where, "tool = "+arg(f.Tool))
+	}
+	if f.After != nil {
+		where = append(where, "(created_at, call_id) < ("+arg(f.After.CreatedAt)+"::double precision, "+arg(f.After.CallID)+"::text)")
+	}
+	q := `SELECT ` + callColumns + ` FROM calls`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	return q + ` ORDER BY created_at DESC, call_id DESC LIMIT ` + arg(limitParam(f.Limit)), args
 }
 
 // listCallsSQL is ListCalls' statement for status ("" = every status), or

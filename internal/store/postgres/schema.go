@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -76,15 +77,43 @@ CREATE INDEX idx_audit_call ON audit (call_id, id);
 	`
 CREATE INDEX IF NOT EXISTS idx_calls_pending ON calls (created_at, call_id) WHERE status = 'pending';
 `,
+	// 3: principals and retention (migrationPrincipals).
+	migrationPrincipals,
 }
+
+// migrationPrincipals scopes keys per principal and lets final calls be
+// purged while their effects stay (docs/design.md, "Why the key is
+// unique", "Why effects are unique per call"):
+//
+//   - calls gains principal text NOT NULL DEFAULT ” (store.DefaultPrincipal,
+//     which every existing row gets), and UNIQUE (idem_key) becomes
+//     UNIQUE (principal, idem_key).
+//   - effects loses its foreign key to calls, so a purged call's effect row
+//     stays; effects.call_id keeps its own UNIQUE, which is what makes a
+//     second effect for a purged call id impossible.
+//   - idx_calls_final_updated serves the purge (final calls by age) and
+//     idx_calls_principal_created the listing of one principal's calls.
+//
+// The constraint names are PostgreSQL's defaults for version 1's inline
+// constraints; no IF EXISTS, so a database whose names differ fails the
+// migration loudly instead of keeping a global key.
+const migrationPrincipals = `
+ALTER TABLE calls ADD COLUMN principal text NOT NULL DEFAULT '';
+ALTER TABLE calls ADD COLUMN cancel_requested boolean NOT NULL DEFAULT false;
+ALTER TABLE calls DROP CONSTRAINT calls_idem_key_key;
+ALTER TABLE calls ADD CONSTRAINT calls_principal_idem_key_key UNIQUE (principal, idem_key);
+ALTER TABLE effects DROP CONSTRAINT effects_call_id_fkey;
+CREATE INDEX idx_calls_final_updated ON calls (updated_at) WHERE status IN ('succeeded', 'failed');
+CREATE INDEX idx_calls_principal_created ON calls (principal, created_at, call_id);
+`
 
 // schemaVersion is the version this binary writes and understands.
 var schemaVersion = len(migrations)
 
-// minReadVersion is the oldest schema a read-only store accepts: the
-// migrations after 1 only add indexes, so inspect can read a database that
-// an older server still runs on (a read-only store cannot migrate it).
-const minReadVersion = 1
+// minReadVersion is the oldest schema a read-only store accepts: the one
+// that added calls.principal, which every read selects (a read-only store
+// cannot migrate: start a server on the database once).
+var minReadVersion = slices.Index(migrations, migrationPrincipals) + 1
 
 // migrate creates or upgrades the schema in one transaction. The advisory
 // lock makes instances that start together take turns: the first applies

@@ -36,9 +36,9 @@ func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, s
 	if err := s.closedErr("create"); err != nil {
 		return store.Call{}, 0, err
 	}
-	if c, err := scanCall(s.rq.callByKey.QueryRowContext(ctx, n.IdemKey)); err == nil {
+	if c, err := scanCall(s.rq.callByKey.QueryRowContext(ctx, n.Principal, n.IdemKey)); err == nil {
 		if c.Fingerprint != n.Fingerprint {
-			return store.Call{}, 0, conflict(n.IdemKey)
+			return store.Call{}, 0, conflict(c)
 		}
 		if !(c.Status == store.StatusFailed && store.Retryable(c.ErrorJSON)) {
 			return c, store.Existing, nil
@@ -57,7 +57,7 @@ func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, s
 	// idem_key is the backstop.
 	err := s.writeTx(ctx, "create", func(ctx context.Context, tx *sql.Tx) error {
 		now := s.now()
-		c, err := queryCall(ctx, tx, s.wq.callByKey, n.IdemKey)
+		c, err := queryCall(ctx, tx, s.wq.callByKey, n.Principal, n.IdemKey)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			args := string(n.ArgsJSON)
@@ -65,7 +65,7 @@ func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, s
 				args = "{}"
 			}
 			call, err = queryCall(ctx, tx, s.wq.insertCall,
-				n.CallID, n.IdemKey, n.Fingerprint, n.ClientID, n.Seq, n.Tool, args, now, now)
+				n.CallID, n.Principal, n.IdemKey, n.Fingerprint, n.ClientID, n.Seq, n.Tool, args, now, now)
 			if err != nil {
 				return err
 			}
@@ -75,7 +75,7 @@ func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, s
 			return err
 		case c.Fingerprint != n.Fingerprint:
 			// Same key, different request: refuse, write nothing (409).
-			return conflict(n.IdemKey)
+			return conflict(c)
 		case c.Status == store.StatusFailed && store.Retryable(c.ErrorJSON):
 			// Only a same-key request resets a retryable failure; the
 			// server never retries on its own. attempt is kept:
@@ -99,8 +99,10 @@ func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, s
 	return call, out, nil
 }
 
-func conflict(key string) error {
-	return fmt.Errorf("sqlite create: key %q: %w", key, store.ErrConflict)
+// conflict is CreateOrGet's ErrConflict, naming existing, the call that
+// holds the key.
+func conflict(existing store.Call) error {
+	return fmt.Errorf("sqlite create: %w", &store.ConflictError{CallID: existing.CallID, Key: existing.IdemKey})
 }
 
 // claimable is the condition under which a call may be claimed: pending, or

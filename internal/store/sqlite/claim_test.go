@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"fmt"
+	"net/url"
 	"reflect"
 	"strings"
 	"testing"
@@ -196,38 +197,39 @@ func TestOldestMerge(t *testing.T) {
 	}
 }
 
-// TestMigratesVersion1 opens a database as the previous build left it
-// (user_version 1, no idx_calls_pending, calls queued): a read-only open
-// reads it as it is, a read-write open adds the index, moves to the current
-// version and keeps every call, and the claim still takes the oldest first.
-func TestMigratesVersion1(t *testing.T) {
+// TestMigratesVersion2: a database at schema version 2 (a global unique
+// key, effects referencing calls) is refused by a read-only store and
+// migrated by a read-write one: every call kept, belonging to the default
+// principal, its effect kept, keys unique per principal from then on, and
+// the claim still takes the oldest first.
+func TestMigratesVersion2(t *testing.T) {
 	path := tempPath(t)
-	s, err := Open(t.Context(), path, store.Options{})
+	old, err := openPool(path, url.Values{"_pragma": {"foreign_keys(1)"}}, 1)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, m := range migrations[:2] {
+		if _, err := old.Exec(m); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var ids []string
 	for i := range 5 {
 		id := fmt.Sprintf("c_%016x", i)
-		if _, _, err := s.CreateOrGet(t.Context(), store.NewCall{
-			CallID: id, IdemKey: id, Fingerprint: "f", Tool: "charge", ArgsJSON: []byte(`{}`),
-		}); err != nil {
+		if _, err := old.Exec(`INSERT INTO calls (call_id, idem_key, fingerprint, tool, args_json, status, created_at, updated_at)
+			VALUES (?, ?, 'f', 'charge', '{}', 'pending', ?, ?)`, id, id, float64(i+1), float64(i+1)); err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, id)
-		time.Sleep(2 * time.Millisecond) // distinct created_at
 	}
-	// Back to what schema version 1 was.
-	if _, err := s.w.ExecContext(t.Context(), `DROP INDEX idx_calls_pending; PRAGMA user_version = 1`); err != nil {
+	if _, err := old.Exec(`INSERT INTO effects VALUES ('eff_4', 'c_0000000000000004', 'charge', 1, 1.0); PRAGMA user_version = 2`); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
+	old.Close()
 
-	ro := openAt(t, path, store.Options{ReadOnly: true})
-	if st, err := ro.Stats(t.Context()); err != nil || st.Calls != 5 {
-		t.Fatalf("read-only on version 1: stats %+v, %v; want 5 calls", st, err)
+	if ro, err := Open(t.Context(), path, store.Options{ReadOnly: true}); err == nil {
+		ro.Close()
+		t.Fatal("read-only open of schema version 2 succeeded; its reads need calls.principal")
 	}
 
 	rw := openAt(t, path, store.Options{})
@@ -236,8 +238,20 @@ func TestMigratesVersion1(t *testing.T) {
 		t.Fatalf("user_version after migrating = %d (%v), want %d", v, err, schemaVersion)
 	}
 	if err := rw.r.QueryRowContext(t.Context(),
-		`SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'idx_calls_pending'`).Scan(&idx); err != nil || idx != 1 {
-		t.Fatalf("idx_calls_pending after migrating: %d (%v), want 1", idx, err)
+		`SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name IN ('idx_calls_pending', 'idx_calls_final_updated')`).Scan(&idx); err != nil || idx != 2 {
+		t.Fatalf("partial indexes after migrating: %d (%v), want 2", idx, err)
+	}
+	if c, err := rw.GetByKey(t.Context(), store.DefaultPrincipal, ids[4]); err != nil || c.Principal != store.DefaultPrincipal {
+		t.Fatalf("old call under the default principal = %+v, %v", c, err)
+	}
+	if e, err := rw.ListEffects(t.Context(), 0); err != nil || len(e) != 1 {
+		t.Fatalf("effects after migrating = %v, %v; want the one", e, err)
+	}
+	// The key constraint is per principal now.
+	if _, out, err := rw.CreateOrGet(t.Context(), store.NewCall{
+		CallID: "c_00000000000000ff", Principal: "p", IdemKey: ids[0], Fingerprint: "g", Tool: "charge", ArgsJSON: []byte(`{}`),
+	}); err != nil || out != store.Created {
+		t.Fatalf("another principal, an old key: %v, %v; want created", out, err)
 	}
 	got, err := rw.ClaimNext(t.Context(), "w", time.Minute, 3)
 	if err != nil {

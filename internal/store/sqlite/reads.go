@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"strings"
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
@@ -17,8 +18,8 @@ type querier interface {
 }
 
 // callCols is the column list scanCall expects, in its order.
-const callCols = `call_id, idem_key, fingerprint, client_id, seq, tool, args_json, status,
-	result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at`
+const callCols = `call_id, principal, idem_key, fingerprint, client_id, seq, tool, args_json, status,
+	result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at, cancel_requested`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -31,8 +32,8 @@ func scanCall(sc scanner) (store.Call, error) {
 		lease                     sql.NullFloat64
 		args, status              string
 	)
-	err := sc.Scan(&c.CallID, &c.IdemKey, &c.Fingerprint, &clientID, &seq, &c.Tool, &args, &status,
-		&result, &errJSON, &c.Attempt, &lease, &owner, &effectID, &c.CreatedAt, &c.UpdatedAt)
+	err := sc.Scan(&c.CallID, &c.Principal, &c.IdemKey, &c.Fingerprint, &clientID, &seq, &c.Tool, &args, &status,
+		&result, &errJSON, &c.Attempt, &lease, &owner, &effectID, &c.CreatedAt, &c.UpdatedAt, &c.CancelRequested)
 	if err != nil {
 		return store.Call{}, err
 	}
@@ -94,12 +95,13 @@ func (s *Store) Get(ctx context.Context, callID string) (store.Call, error) {
 	return c, mapErr(ctx, "get "+callID, err)
 }
 
-// GetByKey returns the call for an idempotency key, or store.ErrNotFound.
-func (s *Store) GetByKey(ctx context.Context, key string) (store.Call, error) {
+// GetByKey returns principal's call for an idempotency key, or
+// store.ErrNotFound.
+func (s *Store) GetByKey(ctx context.Context, principal, key string) (store.Call, error) {
 	if err := s.closedErr("get by key"); err != nil {
 		return store.Call{}, err
 	}
-	c, err := scanCall(s.rq.callByKey.QueryRowContext(ctx, key))
+	c, err := scanCall(s.rq.callByKey.QueryRowContext(ctx, principal, key))
 	return c, mapErr(ctx, "get by key", err)
 }
 
@@ -121,7 +123,13 @@ func (s *Store) ListCalls(ctx context.Context, f store.ListFilter) ([]store.Call
 		rows *sql.Rows
 		err  error
 	)
-	if f.Status != "" {
+	if f.Keyset() {
+		if f.Status != "" && !f.Status.Valid() {
+			return []store.Call{}, nil
+		}
+		query, args := keysetQuery(f)
+		rows, err = s.r.QueryContext(ctx, query, args...)
+	} else if f.Status != "" {
 		st := s.rq.listStatus(f.Status)
 		if st == nil {
 			return []store.Call{}, nil // no call has an unknown status
@@ -144,6 +152,34 @@ func (s *Store) ListCalls(ctx context.Context, f store.ListFilter) ([]store.Call
 		out = append(out, c)
 	}
 	return out, mapErr(ctx, "list calls", rows.Err())
+}
+
+// keysetQuery is ListCalls' statement for a keyset listing (see
+// store.ListFilter.Keyset). A principal's listing reads
+// idx_calls_principal_created (principal, created_at, call_id) backwards.
+func keysetQuery(f store.ListFilter) (string, []any) {
+	var (
+		where []string
+		args  []any
+	)
+	if f.Principal != nil {
+		where, args = append(where, "principal = ?"), append(args, *f.Principal)
+	}
+	if f.Status != "" {
+		where, args = append(where, "status = ?"), append(args, string(f.Status))
+	}
+	if f.Tool != "" {
+		where, args = append(where, "tool = ?"), append(args, f.Tool)
+	}
+	if f.After != nil {
+		where = append(where, "(created_at < ? OR (created_at = ? AND call_id < ?))")
+		args = append(args, f.After.CreatedAt, f.After.CreatedAt, f.After.CallID)
+	}
+	q := `SELECT ` + callCols + ` FROM calls`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	return q + ` ORDER BY created_at DESC, call_id DESC LIMIT ?`, append(args, limitArg(f.Limit))
 }
 
 // ListEffects returns effects newest first (limit 0 = all).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 )
 
 // migrations[i] brings the schema from user_version i to i+1. Append only;
@@ -65,16 +66,89 @@ CREATE INDEX IF NOT EXISTS idx_audit_call ON audit(call_id, id);
 	`
 CREATE INDEX IF NOT EXISTS idx_calls_pending ON calls(created_at) WHERE status = 'pending';
 `,
+	// 3: principals and retention (migrationPrincipals).
+	migrationPrincipals,
 }
+
+// migrationPrincipals scopes keys per principal and lets final calls be
+// purged while their effects stay (docs/design.md, "Why the key is
+// unique", "Why effects are unique per call"):
+//
+//   - calls gains principal TEXT NOT NULL DEFAULT ” (store.DefaultPrincipal,
+//     which every existing row gets), and UNIQUE(idem_key) becomes
+//     UNIQUE(principal, idem_key). SQLite cannot drop a column constraint,
+//     so calls is rebuilt (rowids kept: they order ties in listings).
+//   - effects loses its foreign key to calls, so a purged call's effect
+//     row stays; effects.call_id keeps its own UNIQUE, which is what makes a
+//     second effect for a purged call id impossible. effects is rebuilt
+//     first: with foreign_keys on, calls cannot be dropped while it is
+//     referenced.
+//   - idx_calls_final_updated serves the purge (final calls by age) and
+//     idx_calls_principal_created the listing of one principal's calls.
+//
+// The whole step runs in migrate's one transaction.
+const migrationPrincipals = `
+CREATE TABLE effects_v3 (
+  effect_id   TEXT PRIMARY KEY,
+  -- last gate: at most one effect per call, whatever the leases did; no
+  -- foreign key, so it outlives a purged call and still refuses a second effect
+  call_id     TEXT NOT NULL UNIQUE,
+  tool        TEXT NOT NULL,
+  amount      INTEGER,
+  created_at  REAL NOT NULL
+);
+INSERT INTO effects_v3 (rowid, effect_id, call_id, tool, amount, created_at)
+  SELECT rowid, effect_id, call_id, tool, amount, created_at FROM effects;
+DROP TABLE effects;
+ALTER TABLE effects_v3 RENAME TO effects;
+CREATE INDEX idx_effects_created ON effects(created_at);
+
+CREATE TABLE calls_v3 (
+  call_id      TEXT PRIMARY KEY,
+  principal    TEXT NOT NULL DEFAULT '',
+  idem_key     TEXT NOT NULL,
+  fingerprint  TEXT NOT NULL,
+  client_id    TEXT,
+  seq          INTEGER,
+  tool         TEXT NOT NULL,
+  args_json    TEXT NOT NULL,
+  status       TEXT NOT NULL CHECK (status IN ('pending', 'running', 'succeeded', 'failed')),
+  result_json  TEXT,
+  error_json   TEXT,
+  attempt      INTEGER NOT NULL DEFAULT 0,
+  lease_until  REAL,
+  owner        TEXT,
+  effect_id    TEXT,
+  created_at   REAL NOT NULL,
+  updated_at   REAL NOT NULL,
+  -- a cancel request reached the call while it ran (docs/lifecycle.md, "Cancel")
+  cancel_requested INTEGER NOT NULL DEFAULT 0,
+  -- first gate: one key, one logical call, per principal
+  UNIQUE (principal, idem_key)
+);
+INSERT INTO calls_v3 (rowid, call_id, principal, idem_key, fingerprint, client_id, seq, tool, args_json,
+                      status, result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at)
+  SELECT rowid, call_id, '', idem_key, fingerprint, client_id, seq, tool, args_json,
+         status, result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at
+  FROM calls;
+DROP TABLE calls;
+ALTER TABLE calls_v3 RENAME TO calls;
+CREATE INDEX idx_calls_status ON calls(status, lease_until);
+CREATE INDEX idx_calls_client_seq ON calls(client_id, seq);
+CREATE INDEX idx_calls_created ON calls(created_at);
+CREATE INDEX idx_calls_pending ON calls(created_at) WHERE status = 'pending';
+CREATE INDEX idx_calls_final_updated ON calls(updated_at) WHERE status IN ('succeeded', 'failed');
+CREATE INDEX idx_calls_principal_created ON calls(principal, created_at, call_id);
+`
 
 // schemaVersion is the user_version this build creates and understands.
 var schemaVersion = len(migrations)
 
-// minReadVersion is the oldest schema a read-only store accepts. Migrations
-// after 1 only add indexes, which change no query's result, so inspect can
-// read a database that an older server still runs on without migrating it
-// (a read-only store cannot migrate).
-const minReadVersion = 1
+// minReadVersion is the oldest schema a read-only store accepts: the one
+// that added calls.principal, which every read selects. A read-only store
+// cannot migrate, so inspect asks for a server to be started on an older
+// database first.
+var minReadVersion = slices.Index(migrations, migrationPrincipals) + 1
 
 // migrate brings the database to schemaVersion in one IMMEDIATE transaction,
 // so two servers starting on one file at once migrate it once.

@@ -222,7 +222,7 @@ func TestReadOnlyAfterWriterClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	ro := openAt(t, path, store.Options{ReadOnly: true})
-	if c, err := ro.GetByKey(t.Context(), "k"); err != nil || c.CallID != "c_0000000000000001" {
+	if c, err := ro.GetByKey(t.Context(), store.DefaultPrincipal, "k"); err != nil || c.CallID != "c_0000000000000001" {
 		t.Fatalf("GetByKey = %+v, %v", c, err)
 	}
 }
@@ -315,7 +315,7 @@ func TestAdoptsReferenceSchema(t *testing.T) {
 	}
 	ref.Close()
 	s := openAt(t, path, store.Options{})
-	if c, err := s.GetByKey(t.Context(), "old"); err != nil || c.CallID != "c_00000000000000aa" {
+	if c, err := s.GetByKey(t.Context(), store.DefaultPrincipal, "old"); err != nil || c.CallID != "c_00000000000000aa" {
 		t.Fatalf("GetByKey(old) = %+v, %v", c, err)
 	}
 }

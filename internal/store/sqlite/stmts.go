@@ -21,18 +21,19 @@ import (
 const (
 	// sqlCallByID and sqlCallByKey read one call (scanCall's columns).
 	sqlCallByID  = `SELECT ` + callCols + ` FROM calls WHERE call_id = ?`
-	sqlCallByKey = `SELECT ` + callCols + ` FROM calls WHERE idem_key = ?`
+	sqlCallByKey = `SELECT ` + callCols + ` FROM calls WHERE principal = ? AND idem_key = ?`
 
 	// sqlInsertCall inserts a new pending call and returns it as stored,
 	// so CreateOrGet needs no read after its write.
 	sqlInsertCall = `INSERT INTO calls
-		(call_id, idem_key, fingerprint, client_id, seq, tool, args_json, status, attempt, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?)
+		(call_id, principal, idem_key, fingerprint, client_id, seq, tool, args_json, status, attempt, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?)
 		RETURNING ` + callCols
 
 	// sqlRetryReset returns a failed call to pending (CreateOrGet's reset).
 	sqlRetryReset = `UPDATE calls
-		SET status = 'pending', error_json = NULL, result_json = NULL, lease_until = NULL, owner = NULL, updated_at = ?
+		SET status = 'pending', error_json = NULL, result_json = NULL, lease_until = NULL, owner = NULL,
+		    cancel_requested = 0, updated_at = ?
 		WHERE call_id = ? AND status = 'failed'
 		RETURNING ` + callCols
 

@@ -95,7 +95,7 @@ func TestNoReprepare(t *testing.T) {
 			}); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.GetByKey(ctx, id); err != nil {
+			if _, err := s.GetByKey(ctx, store.DefaultPrincipal, id); err != nil {
 				t.Fatal(err)
 			}
 		}

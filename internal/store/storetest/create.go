@@ -123,7 +123,7 @@ func testCreateOrGet(t *testing.T, open func(t *testing.T) store.Store) {
 		n.CallID = first.CallID
 		_, _, err := s.CreateOrGet(t.Context(), n)
 		wantErr(t, "CreateOrGet reusing another key's call id", err, store.ErrRefused)
-		if _, err := s.GetByKey(t.Context(), "k2"); !errors.Is(err, store.ErrNotFound) {
+		if _, err := s.GetByKey(t.Context(), store.DefaultPrincipal, "k2"); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("the refused key exists (err=%v)", err)
 		}
 		if st := stats(t, s); st.Calls != 1 {

@@ -311,7 +311,7 @@ func testClosedStore(t *testing.T, su suite) {
 		"ExtendLease":    func() error { return s.ExtendLease(ctx, c.CallID, "w1", 1, longLease) },
 		"Queue":          func() error { _, err := s.Queue(ctx); return err },
 		"Get":            func() error { _, err := s.Get(ctx, c.CallID); return err },
-		"GetByKey":       func() error { _, err := s.GetByKey(ctx, "k1"); return err },
+		"GetByKey":       func() error { _, err := s.GetByKey(ctx, store.DefaultPrincipal, "k1"); return err },
 		"ListCalls":      func() error { _, err := s.ListCalls(ctx, store.ListFilter{}); return err },
 		"ListEffects":    func() error { _, err := s.ListEffects(ctx, 0); return err },
 		"Audit":          func() error { _, err := s.Audit(ctx, "", 0); return err },

@@ -15,7 +15,7 @@ import (
 func testGet(t *testing.T, open func(t *testing.T) store.Store) {
 	s := open(t)
 	c := create(t, s, "k1")
-	byKey, err := s.GetByKey(t.Context(), "k1")
+	byKey, err := s.GetByKey(t.Context(), store.DefaultPrincipal, "k1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,10 +24,10 @@ func testGet(t *testing.T, open func(t *testing.T) store.Store) {
 	}
 	_, err = s.Get(t.Context(), newCallID(t))
 	wantErr(t, "Get of an unknown id", err, store.ErrNotFound)
-	_, err = s.GetByKey(t.Context(), "nope")
+	_, err = s.GetByKey(t.Context(), store.DefaultPrincipal, "nope")
 	wantErr(t, "GetByKey of an unknown key", err, store.ErrNotFound)
 	// Keys are compared exactly (no case folding, no trimming).
-	_, err = s.GetByKey(t.Context(), "K1")
+	_, err = s.GetByKey(t.Context(), store.DefaultPrincipal, "K1")
 	wantErr(t, "GetByKey with other case", err, store.ErrNotFound)
 }
 
@@ -298,7 +298,7 @@ func testReadOnly(t *testing.T, su suite) {
 	if g, err := ro.Get(t.Context(), c.CallID); err != nil || g.Status != store.StatusRunning {
 		t.Fatalf("read-only Get = %+v, %v", g, err)
 	}
-	if _, err := ro.GetByKey(t.Context(), "k1"); err != nil {
+	if _, err := ro.GetByKey(t.Context(), store.DefaultPrincipal, "k1"); err != nil {
 		t.Fatalf("read-only GetByKey: %v", err)
 	}
 	if st, err := ro.Stats(t.Context()); err != nil || st.Calls != 1 {

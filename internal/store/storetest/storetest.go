@@ -118,6 +118,12 @@ func Run(t *testing.T, f Factory) {
 	t.Run("ReadOnly", func(t *testing.T) { testReadOnly(t, su) })
 	// audit.go
 	t.Run("AuditDetails", func(t *testing.T) { testAuditDetails(t, open) })
+	// principals.go
+	t.Run("PrincipalScoping", func(t *testing.T) { testPrincipalScoping(t, open) })
+	t.Run("Purge", func(t *testing.T) { testPurge(t, su) })
+	t.Run("ListKeyset", func(t *testing.T) { testListKeyset(t, su) })
+	// cancel.go
+	t.Run("Cancel", func(t *testing.T) { testCancel(t, open) })
 	// instances.go
 	t.Run("Instances", func(t *testing.T) { testInstances(t, su) })
 	t.Run("ClosedStore", func(t *testing.T) { testClosedStore(t, su) })

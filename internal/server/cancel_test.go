@@ -1,0 +1,162 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+)
+
+func errorCodeOf(t *testing.T, c CallView) string {
+	t.Helper()
+	var e struct {
+		Code      string `json:"code"`
+		Retryable bool   `json:"retryable"`
+	}
+	if err := json.Unmarshal(c.Error, &e); err != nil {
+		t.Fatalf("call error %s: %v", c.Error, err)
+	}
+	if e.Retryable {
+		t.Fatalf("call error %s is retryable", c.Error)
+	}
+	return e.Code
+}
+
+// TestCancelEachState: a pending call is failed canceled at once (200), a
+// running one is stopped (202, then failed canceled: its tool's context is
+// cancelled in this process), a final one is 409 already_final with the
+// call, and a canceled key replays the canceled call.
+func TestCancelEachState(t *testing.T) {
+	b := setup(t, func(c *Config) { c.Workers = 1 })
+	running := b.post("k-sleep", `{"tool":"sleep","args":{"seconds":10}}`).call(t)
+	eventuallyStatus(t, b, running.CallID, "running")
+	pending := b.post("k-pending", `{"tool":"charge","args":{"amount":1}}`).call(t)
+
+	r := b.do(http.MethodPost, CallPath(pending.CallID)+"/cancel", nil, nil)
+	if r.status != http.StatusOK {
+		t.Fatalf("cancel pending: %d %s", r.status, r.body)
+	}
+	if c := r.call(t); c.Status != "failed" || errorCodeOf(t, c) != codeCanceled {
+		t.Fatalf("canceled pending call = %s %s", c.Status, c.Error)
+	}
+
+	r = b.do(http.MethodPost, CallPath(running.CallID)+"/cancel", nil, nil)
+	if r.status != http.StatusAccepted || r.call(t).Status != "running" || !r.call(t).CancelRequested {
+		t.Fatalf("cancel running: %d %s, want 202 with the running call", r.status, r.body)
+	}
+	done := b.waitFinal(running.CallID)
+	if done.Status != "failed" || errorCodeOf(t, done) != codeCanceled {
+		t.Fatalf("running call after cancel = %s %s, want failed canceled", done.Status, done.Error)
+	}
+
+	r = b.do(http.MethodPost, CallPath(running.CallID)+"/cancel", nil, nil)
+	var body ErrorBody
+	if err := json.Unmarshal(r.body, &body); err != nil {
+		t.Fatal(err)
+	}
+	if r.status != http.StatusConflict || body.Error.Code != codeAlreadyFinal || body.Error.CallID != running.CallID ||
+		body.Call == nil || body.Call.Status != "failed" {
+		t.Fatalf("cancel final: %d %s, want 409 already_final with the call", r.status, r.body)
+	}
+
+	again := b.post("k-pending", `{"tool":"charge","args":{"amount":1}}`)
+	if c := again.call(t); c.CallID != pending.CallID || c.Status != "failed" {
+		t.Fatalf("same key after cancel: %s %s, want the canceled call", c.CallID, c.Status)
+	}
+	if st := b.stats(); st.Effects != 0 {
+		t.Fatalf("effects = %d, want 0", st.Effects)
+	}
+
+	for _, tc := range []struct {
+		method, path string
+		status       int
+	}{
+		{http.MethodPost, CallPath("c_ffffffffffffffff") + "/cancel", http.StatusNotFound},
+		{http.MethodPost, "/v1/tool-calls/nonsense/cancel", http.StatusNotFound},
+		{http.MethodGet, CallPath(pending.CallID) + "/cancel", http.StatusMethodNotAllowed},
+		{http.MethodPost, CallPath(pending.CallID) + "/other", http.StatusNotFound},
+	} {
+		if r := b.do(tc.method, tc.path, nil, nil); r.status != tc.status {
+			t.Errorf("%s %s: %d %s, want %d", tc.method, tc.path, r.status, r.body, tc.status)
+		}
+	}
+}
+
+func eventuallyStatus(t *testing.T, b *bundle, id, status string) {
+	t.Helper()
+	eventually(t, "call "+id+" is "+status, func() bool {
+		r := b.get(CallPath(id))
+		return r.status == http.StatusOK && string(r.call(t).Status) == status
+	})
+}
+
+// TestCancelOtherPrincipal: another principal's call cannot be canceled,
+// and is not changed.
+func TestCancelOtherPrincipal(t *testing.T) {
+	b, _ := setupAuth(t, func(c *Config) { c.Workers = 1 })
+	c := b.post("k", `{"tool":"sleep","args":{"seconds":10}}`, "Authorization", bearer(aliceToken)).call(t)
+	r := b.do(http.MethodPost, CallPath(c.CallID)+"/cancel", nil, map[string]string{"Authorization": bearer(bobToken)})
+	if r.status != http.StatusNotFound {
+		t.Fatalf("bob cancels alice's call: %d %s, want 404", r.status, r.body)
+	}
+	got, err := b.st.Get(t.Context(), c.CallID)
+	if err != nil || got.Status.Final() || got.CancelRequested {
+		t.Fatalf("alice's call after bob's cancel: %+v, %v", got, err)
+	}
+	r = b.do(http.MethodPost, CallPath(c.CallID)+"/cancel", nil, map[string]string{"Authorization": bearer(aliceToken)})
+	if r.status != http.StatusOK && r.status != http.StatusAccepted {
+		t.Fatalf("alice cancels her call: %d %s", r.status, r.body)
+	}
+}
+
+// TestCancelBeforeToolStarts: a cancel that reaches this process between
+// the claim and the tool's start still cancels the tool.
+func TestCancelBeforeToolStarts(t *testing.T) {
+	r := newRunningCalls()
+	r.cancel("c_1")
+	ctx, done := r.track(context.Background(), "c_1")
+	defer done()
+	if ctx.Err() == nil || !canceledByRequest(ctx) {
+		t.Fatal("an early cancel was lost")
+	}
+	other, done2 := r.track(context.Background(), "c_2")
+	done2()
+	if canceledByRequest(other) {
+		t.Fatal("a finished tool's context reads as canceled by request")
+	}
+
+	// A mark nobody picks up (the tool had finished) does not stay for ever,
+	// and does not cancel a later run of the call.
+	now := time.Now()
+	r.now = func() time.Time { return now }
+	r.cancel("c_stale")
+	now = now.Add(earlyCancelTTL)
+	r.cancel("c_other")
+	if _, ok := r.early["c_stale"]; ok {
+		t.Fatal("a stale early cancel was kept")
+	}
+	now = now.Add(earlyCancelTTL)
+	late, done3 := r.track(context.Background(), "c_other")
+	defer done3()
+	if late.Err() != nil {
+		t.Fatal("an early cancel older than the TTL cancelled a later run")
+	}
+}
+
+// TestResultSizeLimit: a result above MaxResultBytes fails the call with
+// result_too_large, not retryable, and leaves no effect.
+func TestResultSizeLimit(t *testing.T) {
+	b := setup(t, func(c *Config) { c.MaxResultBytes = 10 })
+	c := b.waitFinal(b.post("k-big", `{"tool":"charge","args":{"amount":1}}`).call(t).CallID)
+	if c.Status != "failed" || errorCodeOf(t, c) != codeResultTooLarge {
+		t.Fatalf("call = %s %s, want failed %s", c.Status, c.Error, codeResultTooLarge)
+	}
+	if st := b.stats(); st.Effects != 0 {
+		t.Fatalf("effects = %d, want 0", st.Effects)
+	}
+	ok := setup(t)
+	if c := ok.waitFinal(ok.post("k", `{"tool":"charge","args":{"amount":1}}`).call(t).CallID); c.Status != "succeeded" {
+		t.Fatalf("default limit: %s %s", c.Status, c.Error)
+	}
+}

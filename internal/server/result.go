@@ -1,0 +1,27 @@
+package server
+
+import (
+	"fmt"
+
+	"github.com/idemctl/idemctl/internal/tools"
+)
+
+// DefaultMaxResultBytes is Config.MaxResultBytes's default: the largest
+// tool result stored (1 MiB, as the request body).
+const DefaultMaxResultBytes = 1 << 20
+
+// codeResultTooLarge is the error code of a call whose tool returned a
+// result above MaxResultBytes.
+const codeResultTooLarge = "result_too_large"
+
+// capResult turns a success whose result exceeds max bytes into a
+// failure, not retryable (the same tool would return the same result),
+// and drops its effect with it: the call fails instead of bloating the
+// database (docs/api.md, "Limits").
+func capResult(out tools.Outcome, max int) tools.Outcome {
+	if out.Err != nil || len(out.Result) <= max {
+		return out
+	}
+	return tools.Outcome{Err: &tools.ToolError{Code: codeResultTooLarge,
+		Message: fmt.Sprintf("the tool's result is %d bytes; this server stores at most %d", len(out.Result), max)}}
+}

@@ -1,0 +1,116 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"runtime/debug"
+	"time"
+)
+
+// purgeInterval is how often the purge task runs: a quarter of the
+// retention, at most a minute, so a call outlives its retention by at most
+// that much.
+func purgeInterval(retention time.Duration) time.Duration {
+	return min(maxPurgeInterval, retention/4)
+}
+
+// purgeLoop deletes final calls older than the retention, every
+// purgeInterval, until ctx ends or the server stops. Every instance on a
+// shared database may run it: batches are conditional deletes, so two
+// purgers never delete a call twice or a call that is not final.
+func (s *Server) purgeLoop(ctx context.Context) {
+	defer close(s.purgeDone)
+	t := time.NewTicker(purgeInterval(s.cfg.Retention))
+	defer t.Stop()
+	for {
+		s.purgeOnce(ctx)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		case <-s.closing:
+			return
+		}
+	}
+}
+
+// purgeOnce runs purge batches until one comes back short (nothing older
+// is left), the server stops or a batch fails (logged; the next tick tries
+// again). Each batch is one short transaction, so writers wait for one
+// batch at most, never for the whole purge.
+func (s *Server) purgeOnce(ctx context.Context) int {
+	total := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return total
+		case <-s.closing:
+			return total
+		default:
+		}
+		start := time.Now()
+		n, err := s.st.Purge(ctx, s.cfg.Retention, PurgeBatch)
+		s.m.purgeSeconds.Observe(time.Since(start).Seconds())
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("retention purge failed; retrying at the next tick", attrErr, err)
+			}
+			return total
+		}
+		total += n
+		s.m.purged.Add(float64(n))
+		if n < PurgeBatch {
+			if total > 0 {
+				s.log.Info("retention purge", "purged", total, durationAttr("retention", s.cfg.Retention))
+			}
+			return total
+		}
+	}
+}
+
+// ServiceView is the body of GET /v1: what a client may rely on from this
+// server (docs/api.md, "Service information").
+type ServiceView struct {
+	Version string `json:"version"`
+	// Auth is true when requests need a bearer token.
+	Auth bool `json:"auth"`
+	// RetentionSeconds is how long a final call is kept after its last
+	// update; 0 means forever. After it, the key is unknown again.
+	RetentionSeconds int64 `json:"retention_seconds"`
+	Limits           struct {
+		MaxBodyBytes        int   `json:"max_body_bytes"`
+		MaxKeyLength        int   `json:"max_key_length"`
+		MaxClientIDLength   int   `json:"max_client_id_length"`
+		MaxWaitSeconds      int64 `json:"max_wait_seconds"`
+		MaxConcurrentBodies int   `json:"max_concurrent_bodies"`
+		MaxHeldWaits        int   `json:"max_held_waits"`
+		MaxResultBytes      int   `json:"max_result_bytes"`
+	} `json:"limits"`
+}
+
+// handleService is GET /v1: version, auth, retention and limits. It needs
+// a token when auth is on, like every path but the probes.
+func (s *Server) handleService(w http.ResponseWriter, _ *http.Request) {
+	v := ServiceView{Version: s.cfg.Version, Auth: s.cfg.Auth != nil,
+		RetentionSeconds: int64(s.cfg.Retention / time.Second)}
+	if v.Version == "" {
+		v.Version = buildVersion()
+	}
+	v.Limits.MaxBodyBytes = MaxBodyBytes
+	v.Limits.MaxKeyLength = MaxKeyLength
+	v.Limits.MaxClientIDLength = MaxClientIDLength
+	v.Limits.MaxWaitSeconds = int64(s.cfg.MaxWait / time.Second)
+	v.Limits.MaxConcurrentBodies = s.cfg.MaxConcurrentBodies
+	v.Limits.MaxHeldWaits = s.cfg.MaxHeldWaits
+	v.Limits.MaxResultBytes = s.cfg.MaxResultBytes
+	writeJSON(w, s.log, http.StatusOK, v)
+}
+
+// buildVersion is the main module's version from the build information,
+// "(devel)" for a build from a work tree.
+func buildVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}
