@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"github.com/idemctl/idemctl/internal/exitcode"
 	"io"
 	"net/http"
 	"os"
@@ -38,7 +39,7 @@ func TestTokenNew(t *testing.T) {
 		t.Fatal("two tokens are the same")
 	}
 	for _, bad := range []string{"a:b", "", "has space"} {
-		if _, _, code := cliRun(t, "token", "new", bad); code == 0 {
+		if _, _, code := cliRun(t, "token", "new", bad); code == exitcode.OK {
 			t.Errorf("principal %q accepted", bad)
 		}
 	}
@@ -46,7 +47,7 @@ func TestTokenNew(t *testing.T) {
 
 func TestServeOptionsAuth(t *testing.T) {
 	o := serveOptions{Addr: "0.0.0.0:8081", DB: "x.db", Workers: 1, Lease: time.Second,
-		LogFormat: "text", LogLevel: "info", MaxResultBytes: 1}
+		LogFormat: "text", LogLevel: "info", MaxResultBytes: 1, MaxBodies: 1, MaxHeldWaits: 1}
 	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "--auth-tokens") {
 		t.Fatalf("non-loopback without auth: %v, want a refusal naming --auth-tokens", err)
 	}
@@ -128,7 +129,7 @@ func TestServeAuthTokensAndSIGHUP(t *testing.T) {
 	if got := getStatus(t, base+"/healthz", ""); got != http.StatusOK {
 		t.Fatalf("healthz without a token: %d, want 200", got)
 	}
-	if _, errOut, code := cliRun(t, "call", "--base", base, "--key", "k1", "--retries", "0"); code == 0 {
+	if _, errOut, code := cliRun(t, "call", "--base", base, "--key", "k1", "--retries", "0"); code == exitcode.OK {
 		t.Fatalf("call without a token succeeded: %s", errOut)
 	}
 	out, errOut, code := cliRun(t, "call", "--base", base, "--key", "k1", "--token", tok1)
@@ -251,7 +252,7 @@ func TestBenchWithToken(t *testing.T) {
 	} else if strings.Contains(out+errOut, tok) {
 		t.Fatal("bench printed its token")
 	}
-	if _, _, code := cliRun(t, "bench", "--base", base, "-n", "5", "-c", "1"); code == 0 {
+	if _, _, code := cliRun(t, "bench", "--base", base, "-n", "5", "-c", "1"); code == exitcode.OK {
 		t.Fatal("bench without a token passed against a server with auth")
 	}
 	if _, _, code := cliRun(t, "bench", "--token", tok, "-n", "5"); code != 2 {

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"github.com/idemctl/idemctl/internal/store"
 	"net/http"
 	"testing"
 	"time"
@@ -158,5 +159,27 @@ func TestResultSizeLimit(t *testing.T) {
 	ok := setup(t)
 	if c := ok.waitFinal(ok.post("k", `{"tool":"charge","args":{"amount":1}}`).call(t).CallID); c.Status != "succeeded" {
 		t.Fatalf("default limit: %s %s", c.Status, c.Error)
+	}
+}
+
+// TestCancelThroughAnotherInstanceAtHeartbeat: a cancel recorded in the
+// row by another instance (here: the store directly, so this process's
+// running-call map never hears of it) reaches the tool at its next
+// heartbeat: the 10 s sleep ends failed canceled long before it would
+// have finished, with no effect.
+func TestCancelThroughAnotherInstanceAtHeartbeat(t *testing.T) {
+	b := setup(t, func(c *Config) { c.Workers = 1; c.Lease = MinLease })
+	running := b.post("k-sleep", `{"tool":"sleep","args":{"seconds":10}}`).call(t)
+	eventuallyStatus(t, b, running.CallID, "running")
+	errJSON := json.RawMessage(`{"code":"canceled","message":"canceled by request","retryable":false}`)
+	if _, out, err := b.st.Cancel(t.Context(), running.CallID, errJSON); err != nil || out != store.CancelRequested {
+		t.Fatalf("Cancel in the store = %v, %v; want CancelRequested", out, err)
+	}
+	done := b.waitFinal(running.CallID)
+	if done.Status != "failed" || errorCodeOf(t, done) != codeCanceled {
+		t.Fatalf("call after a cancel through another instance = %s %s, want failed canceled", done.Status, done.Error)
+	}
+	if done.Attempt != 1 {
+		t.Fatalf("attempt = %d, want 1: the tool was stopped, not re-run", done.Attempt)
 	}
 }

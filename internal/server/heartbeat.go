@@ -67,6 +67,14 @@ func (e *executor) startHeartbeat(c store.Call, log *slog.Logger, lose context.C
 				e.m.heartbeats.WithLabelValues(beatExtended).Inc()
 			case ctx.Err() != nil:
 				return // stopped: the tool returned meanwhile
+			case errors.Is(err, store.ErrCancelRequested):
+				// Extended, and canceled through some instance: stop the
+				// tool; runTool records the call canceled.
+				h.extended.Add(1)
+				e.m.heartbeats.WithLabelValues(beatExtended).Inc()
+				log.Info("cancel requested through another instance; cancelling the tool")
+				lose(errCanceledByRequest)
+				return
 			case errors.Is(err, store.ErrNotHeld), errors.Is(err, store.ErrNotFound):
 				e.m.heartbeats.WithLabelValues(beatLost).Inc()
 				log.Warn("lease extension refused: the call was taken over; cancelling the tool",

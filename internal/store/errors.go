@@ -26,6 +26,11 @@ var (
 	ErrUnavailable = errors.New("store: database unavailable")
 	// ErrReadOnly: a write was attempted on a store opened read-only.
 	ErrReadOnly = errors.New("store: opened read-only")
+	// ErrCancelRequested: ExtendLease extended the lease, and a cancel was
+	// requested for the call meanwhile (by a request to any instance): the
+	// worker should stop the tool and record the call canceled. It is how
+	// a cancel reaches a tool running on another instance.
+	ErrCancelRequested = errors.New("store: cancel requested for the running call")
 	// ErrRefused: the database refused this write for good (a constraint,
 	// a value it cannot store, a row too big). The same write would be
 	// refused every time, so retrying it is pointless. Backends return it
@@ -52,7 +57,7 @@ func (e *ConflictError) Error() string {
 func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
 
 // sentinels lists every sentinel, for IsSentinel.
-var sentinels = []error{ErrNotFound, ErrConflict, ErrNotHeld, ErrFenced, ErrUnavailable, ErrReadOnly, ErrRefused}
+var sentinels = []error{ErrNotFound, ErrConflict, ErrNotHeld, ErrFenced, ErrUnavailable, ErrReadOnly, ErrRefused, ErrCancelRequested}
 
 // IsSentinel reports whether err already is (wraps) one of the store's
 // sentinel errors, so a backend's error translation leaves it alone.

@@ -350,7 +350,9 @@ type Store interface {
 	// owner and attempt (completed, recovered or taken over meanwhile):
 	// nothing changes, and the worker has lost the call for good (its
 	// completion will be fenced). ErrNotFound if there is no such call. A
-	// plain error for a lease <= 0 (nothing changes).
+	// plain error for a lease <= 0 (nothing changes). ErrCancelRequested
+	// if the lease was extended but the call has cancel_requested set
+	// (docs/lifecycle.md, "Cancel"): the worker stops the tool.
 	ExtendLease(ctx context.Context, callID, owner string, attempt int64, lease time.Duration) error
 
 	// Queue counts the pending calls and measures the age of the oldest.

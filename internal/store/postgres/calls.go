@@ -548,9 +548,10 @@ WITH extended AS (
   WHERE call_id = $1
     -- Same token as a completion: only the exact lease this worker holds.
     AND status = 'running' AND owner = $2 AND attempt = $3
-  RETURNING 1
+  RETURNING cancel_requested
 )
-SELECT EXISTS (SELECT 1 FROM extended), EXISTS (SELECT 1 FROM calls WHERE call_id = $1)`
+SELECT EXISTS (SELECT 1 FROM extended), EXISTS (SELECT 1 FROM calls WHERE call_id = $1),
+       COALESCE((SELECT cancel_requested FROM extended), false)`
 
 // ExtendLease moves the lease of a call still held by owner at attempt to
 // the database's now + lease, without an audit row (a heartbeat).
@@ -561,11 +562,13 @@ func (s *Store) ExtendLease(ctx context.Context, callID, owner string, attempt i
 	if lease <= 0 {
 		return fmt.Errorf("postgres extend lease: lease must be positive, got %v", lease)
 	}
-	var extended, exists bool
-	err := s.pool.QueryRow(ctx, extendLeaseSQL, callID, owner, attempt, lease.Seconds()).Scan(&extended, &exists)
+	var extended, exists, cancel bool
+	err := s.pool.QueryRow(ctx, extendLeaseSQL, callID, owner, attempt, lease.Seconds()).Scan(&extended, &exists, &cancel)
 	switch {
 	case err != nil:
 		return interpret(ctx, err)
+	case extended && cancel:
+		return fmt.Errorf("postgres extend lease %s: %w", callID, store.ErrCancelRequested)
 	case extended:
 		return nil
 	case !exists:

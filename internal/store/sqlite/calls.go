@@ -452,16 +452,14 @@ func (s *Store) ExtendLease(ctx context.Context, callID, owner string, attempt i
 	if lease <= 0 {
 		return fmt.Errorf("sqlite extend lease: lease must be positive, got %v", lease)
 	}
-	return s.writeTx(ctx, "extend lease", func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.StmtContext(ctx, s.wq.extendLease).ExecContext(ctx,
-			s.now()+lease.Seconds(), callID, owner, attempt)
-		if err != nil {
+	// The cancel flag is reported after the commit: an error from the
+	// transaction's function would roll the extension back.
+	var cancel bool
+	err := s.writeTx(ctx, "extend lease", func(ctx context.Context, tx *sql.Tx) error {
+		err := tx.StmtContext(ctx, s.wq.extendLease).QueryRowContext(ctx,
+			s.now()+lease.Seconds(), callID, owner, attempt).Scan(&cancel)
+		if err == nil || !errors.Is(err, sql.ErrNoRows) {
 			return err
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return err
-		} else if n == 1 {
-			return nil
 		}
 		var one int
 		if err := tx.StmtContext(ctx, s.wq.callExists).QueryRowContext(ctx, callID).Scan(&one); err != nil {
@@ -469,4 +467,8 @@ func (s *Store) ExtendLease(ctx context.Context, callID, owner string, attempt i
 		}
 		return fmt.Errorf("sqlite extend lease %s (owner %s, attempt %d): %w", callID, owner, attempt, store.ErrNotHeld)
 	})
+	if err == nil && cancel {
+		return fmt.Errorf("sqlite extend lease %s: %w", callID, store.ErrCancelRequested)
+	}
+	return err
 }

@@ -99,7 +99,9 @@ const (
 	// sqlExtendLease is a heartbeat: the fencing token of a completion,
 	// and only lease_until changes (updated_at is the time of the last
 	// change of state, which a heartbeat is not).
-	sqlExtendLease = `UPDATE calls SET lease_until = ? WHERE ` + fencing
+	// sqlExtendLease returns the cancel flag, so a cancel requested through
+	// another instance reaches this worker at its next heartbeat.
+	sqlExtendLease = `UPDATE calls SET lease_until = ? WHERE ` + fencing + ` RETURNING cancel_requested`
 
 	// sqlCallExists tells a refused heartbeat's "not held" from "no such
 	// call".

@@ -166,3 +166,28 @@ func testQueue(t *testing.T, open func(t *testing.T) store.Store) {
 		t.Fatalf("Queue.Pending = %d, Stats says %d pending", q.Pending, st.ByStatus[store.StatusPending])
 	}
 }
+
+// testExtendLeaseCancelRequested: a heartbeat of a call whose cancel was
+// requested (through any instance: the flag is in the row) still extends
+// the lease, and answers ErrCancelRequested, so the worker stops the tool
+// and keeps the lease while it records the cancel.
+func testExtendLeaseCancelRequested(t *testing.T, open func(t *testing.T) store.Store) {
+	s := open(t)
+	ctx := t.Context()
+	c := createAndClaim(t, s, "k", "w1", shortLease)
+	if err := s.ExtendLease(ctx, c.CallID, "w1", c.Attempt, longLease); err != nil {
+		t.Fatalf("ExtendLease before any cancel: %v", err)
+	}
+	if _, outcome, err := s.Cancel(ctx, c.CallID, canceledErr); err != nil || outcome != store.CancelRequested {
+		t.Fatalf("Cancel of a running call = %v, %v; want CancelRequested", outcome, err)
+	}
+	before := get(t, s, c.CallID)
+	time.Sleep(10 * time.Millisecond) // the database's clock moves on
+	wantErr(t, "extension after a cancel request", s.ExtendLease(ctx, c.CallID, "w1", c.Attempt, longLease), store.ErrCancelRequested)
+	after := get(t, s, c.CallID)
+	if after.Status != store.StatusRunning || after.LeaseUntil == nil || *after.LeaseUntil <= *before.LeaseUntil {
+		t.Fatalf("extension with a cancel requested: %+v (lease was %v); want still running, lease extended", after, *before.LeaseUntil)
+	}
+	// A stale holder is told it lost the call, not that it was canceled.
+	wantErr(t, "stale extension of a canceled call", s.ExtendLease(ctx, c.CallID, "w2", c.Attempt, longLease), store.ErrNotHeld)
+}

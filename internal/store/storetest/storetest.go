@@ -106,6 +106,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("Release", func(t *testing.T) { testRelease(t, open) })
 	// lease.go
 	t.Run("ExtendLease", func(t *testing.T) { testExtendLease(t, open) })
+	t.Run("ExtendLeaseCancelRequested", func(t *testing.T) { testExtendLeaseCancelRequested(t, open) })
 	t.Run("ExtendLeaseFencing", func(t *testing.T) { testExtendLeaseFencing(t, open) })
 	t.Run("Queue", func(t *testing.T) { testQueue(t, open) })
 	// reads.go
