@@ -19,10 +19,9 @@ const (
 	callsConflict   = "conflict"
 )
 
-// Label values of idemctl_executions_total{outcome}.
+// Label values of idemctl_executions_total{outcome}, besides the final
+// status a committed completion reports (succeeded, failed).
 const (
-	execSucceeded = "succeeded"
-	execFailed    = "failed"
 	execFenced    = "fenced"    // the commit was refused: the lease had moved on
 	execAbandoned = "abandoned" // shutdown cancelled the tool; the call was released
 	execCrashed   = "crashed"   // a chaos hook ended the process (in tests: the exit hook)
