@@ -40,6 +40,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/toolreg"
 )
 
 // Defaults of Config's zero values.
@@ -88,6 +89,10 @@ type Config struct {
 	// at once. Beyond it the request is answered at once with the call's
 	// current state, without Preference-Applied (poll, or wait later).
 	MaxHeldWaits int
+	// Tools is the tool registry: which tools calls may name, how their
+	// args are checked at accept time, what GET /v1/tools lists. nil means
+	// the four built-in tools (toolreg.Builtins).
+	Tools *toolreg.Registry
 	// Logger receives structured logs; nil discards them.
 	Logger *slog.Logger
 	// Registry, if set, also receives the idemctl_* collectors. The
@@ -231,6 +236,9 @@ func (c *Config) fill() error {
 	}
 	if c.MaxHeldWaits == 0 {
 		c.MaxHeldWaits = DefaultMaxHeldWaits
+	}
+	if c.Tools == nil {
+		c.Tools = toolreg.Builtins()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
