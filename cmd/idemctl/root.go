@@ -145,6 +145,7 @@ see docs/cli.md, "Exit codes".`,
 		newFaultCmd(streams),
 		newBenchCmd(streams),
 		newInspectCmd(streams),
+		newDemoDownstreamCmd(streams),
 		newVersionCmd(streams),
 	)
 	return root

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -13,6 +14,7 @@ import (
 	"github.com/idemctl/idemctl/internal/server"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/backend"
+	"github.com/idemctl/idemctl/internal/toolreg"
 )
 
 // serveOptions are the flags of idemctl serve.
@@ -28,8 +30,10 @@ type serveOptions struct {
 	InstanceHost  string
 	MaxBodies     int
 	MaxHeldWaits  int
+	Tools         string
 
-	level slog.Level // parsed by Validate
+	level slog.Level        // parsed by Validate
+	tools *toolreg.Registry // loaded by Validate (nil: the built-ins)
 }
 
 // Validate checks the flags. The loopback rule for --chaos is enforced by
@@ -66,6 +70,16 @@ func (o *serveOptions) Validate() error {
 	level, logErrs := checkLogFlags(o.LogFormat, o.LogLevel)
 	o.level = level
 	errs = append(errs, logErrs...)
+	// The tools file is read here, before the port is bound or the
+	// database opened: a bad file is a usage error (exit 2) naming the tool
+	// and the field, and nothing was started.
+	if o.Tools != "" {
+		reg, err := toolreg.Load(o.Tools, nil)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--tools: %w", err))
+		}
+		o.tools = reg
+	}
 	return errors.Join(errs...)
 }
 
@@ -104,6 +118,7 @@ Passwords in --db are never printed. See docs/cli.md, "serve".`,
 	f.DurationVar(&opts.ShutdownGrace, "shutdown-grace", server.DefaultShutdownGrace, "on SIGINT/SIGTERM, how long running tools may take to finish")
 	f.IntVar(&opts.MaxBodies, "max-concurrent-bodies", server.DefaultMaxConcurrentBodies, "request bodies read at once; beyond, 503 overloaded (bounds memory: up to 1 MiB each)")
 	f.IntVar(&opts.MaxHeldWaits, "max-held-waits", server.DefaultMaxHeldWaits, "Prefer: wait answers held at once; beyond, answered at once with the current state")
+	f.StringVar(&opts.Tools, "tools", "", "tools file (YAML or JSON): http tools and the built-ins' policy; ${VAR} in header values comes from the environment (docs/tools.md, \"The tool registry\")")
 	f.StringVar(&opts.InstanceHost, "instance-host", "", "host identity in lease owners, for dead-owner recovery (default: hostname + hash of boot id and pid namespace); never give two machines or containers the same value")
 	return cmd
 }
@@ -140,6 +155,7 @@ func runServe(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 		Chaos:         o.Chaos,
 		ShutdownGrace: o.ShutdownGrace,
 		InstanceHost:  o.InstanceHost,
+		Tools:         o.tools,
 		Logger:        logger,
 
 		MaxConcurrentBodies: o.MaxBodies,
@@ -147,6 +163,9 @@ func runServe(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 	}, st)
 	if err != nil {
 		return err
+	}
+	if o.tools != nil {
+		logger.Info("tools file loaded", "file", o.Tools, "tools", strings.Join(o.tools.Names(), ","))
 	}
 	// Scripts and tests read the real address (with --addr host:0) from
 	// this line.

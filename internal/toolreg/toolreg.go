@@ -330,7 +330,7 @@ func Load(path string, getenv func(string) (string, bool)) (*Registry, error) {
 	}
 	r, err := Parse(data, getenv)
 	if err != nil {
-		return nil, fmt.Errorf("tools file %s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return r, nil
 }
