@@ -67,7 +67,11 @@ func TestServeToolsFileErrors(t *testing.T) {
 		{"serve", "--addr", "127.0.0.1:0", "--db", db, "--tools", tools},
 		{"serve", "--addr", "127.0.0.1:0", "--db", db, "--config", config},
 	} {
-		_, errOut, code := cliRun(t, args...)
+		// A timeout, so that a server that starts anyway fails the test
+		// instead of hanging it.
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		_, errOut, code := cliRunCtx(ctx, t, args...)
+		cancel()
 		want := `tools[0] (create_refund): timeout: "abc" is not a duration`
 		if code != exitcode.Usage || !strings.Contains(errOut, want) || !strings.Contains(errOut, "--tools") {
 			t.Errorf("%v: exit %d, stderr %q; want exit 2 and …%s…", args, code, errOut, want)
@@ -117,7 +121,10 @@ func TestServeToolsListed(t *testing.T) {
 // one charge; a non-loopback --listen is refused (exit 2) unless
 // --allow-remote.
 func TestDemoDownstream(t *testing.T) {
-	if _, errOut, code := cliRun(t, "demo-downstream", "--listen", "0.0.0.0:0"); code != exitcode.Usage || !strings.Contains(errOut, "--allow-remote") {
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	_, errOut, code := cliRunCtx(ctx, t, "demo-downstream", "--listen", "0.0.0.0:0")
+	cancel()
+	if code != exitcode.Usage || !strings.Contains(errOut, "--allow-remote") {
 		t.Fatalf("non-loopback: exit %d, stderr %q", code, errOut)
 	}
 	for _, ignore := range []bool{false, true} {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -258,7 +259,10 @@ func TestSecretRedacts(t *testing.T) {
 	s := NewSecret("hunter2")
 	js, _ := json.Marshal(map[string]any{"s": s})
 	txt, _ := s.MarshalText()
-	for _, out := range []string{fmt.Sprint(s), fmt.Sprintf("%v %+v %#v %s %q %x %d", s, s, s, s, s, s, s), string(js), string(txt),
+	var logBuf strings.Builder
+	slog.New(slog.NewJSONHandler(&logBuf, nil)).Info("m", "secret", s, "header", Header{Name: "A", Value: s})
+	slog.New(slog.NewTextHandler(&logBuf, nil)).Info("m", "secret", s, "header", Header{Name: "A", Value: s})
+	for _, out := range []string{logBuf.String(), fmt.Sprint(s), fmt.Sprintf("%v %+v %#v %s %q %x %d", s, s, s, s, s, s, s), string(js), string(txt),
 		fmt.Sprintf("%+v %#v", Header{Name: "A", Value: s}, Config{Headers: []Header{{Name: "A", Value: s}}})} {
 		if strings.Contains(out, "hunter2") || strings.Contains(out, fmt.Sprintf("%x", "hunter2")) {
 			t.Fatalf("secret shown: %s", out)
