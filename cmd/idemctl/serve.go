@@ -89,7 +89,12 @@ func newServeCmd(streams *IOStreams) *cobra.Command {
 		Use:   "serve",
 		Short: "Run the HTTP service: record tool calls under idempotency keys and execute them once",
 		Long: `Run the idemctl HTTP service (POST /v1/tool-calls, GET /v1/tool-calls/{id},
-GET /v1/tool-calls/by-key/{key}, /stats, /healthz, /readyz, /metrics).
+GET /v1/tool-calls/by-key/{key}, GET /v1/tools, /stats, /healthz, /readyz,
+/metrics).
+
+--tools FILE (YAML or JSON) declares http tools and tunes the built-ins;
+a bad file stops the start with an error naming the tool and the field
+(docs/tools.md, "The tool registry").
 
 Calls are executed by a pool of --workers under leases of --lease; a call whose
 worker crashed is recovered when its lease expires, or at once when its owner
