@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -13,6 +14,7 @@ import (
 	"github.com/idemctl/idemctl/internal/server"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/backend"
+	"github.com/idemctl/idemctl/internal/toolreg"
 )
 
 // serveOptions are the flags of idemctl serve.
@@ -34,8 +36,11 @@ type serveOptions struct {
 	InsecureNoAuth bool
 	Retention      time.Duration
 	MaxResultBytes int
+	// Tools is the tools file (--tools); "" means the built-ins only.
+	Tools string
 
-	level slog.Level // parsed by Validate
+	level slog.Level        // parsed by Validate
+	tools *toolreg.Registry // loaded by Validate (nil: the built-ins)
 }
 
 // Validate checks the flags. The loopback rule for --chaos is enforced by
@@ -86,6 +91,16 @@ func (o *serveOptions) Validate() error {
 	level, logErrs := checkLogFlags(o.LogFormat, o.LogLevel)
 	o.level = level
 	errs = append(errs, logErrs...)
+	// The tools file is read here, before the port is bound or the
+	// database opened: a bad file is a usage error (exit 2) naming the tool
+	// and the field, and nothing was started.
+	if o.Tools != "" {
+		reg, err := toolreg.Load(o.Tools, nil)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--tools: %w", err))
+		}
+		o.tools = reg
+	}
 	return errors.Join(errs...)
 }
 
@@ -95,7 +110,12 @@ func newServeCmd(streams *IOStreams) *cobra.Command {
 		Use:   "serve",
 		Short: "Run the HTTP service: record tool calls under idempotency keys and execute them once",
 		Long: `Run the idemctl HTTP service (POST /v1/tool-calls, GET /v1/tool-calls/{id},
-GET /v1/tool-calls/by-key/{key}, /stats, /healthz, /readyz, /metrics).
+GET /v1/tool-calls/by-key/{key}, GET /v1/tools, /stats, /healthz, /readyz,
+/metrics).
+
+--tools FILE (YAML or JSON) declares http tools and tunes the built-ins;
+a bad file stops the start with an error naming the tool and the field
+(docs/tools.md, "The tool registry").
 
 Up to --workers tool calls run at once. Each holds a lease of --lease that its
 heartbeat extends every lease/3 while the tool runs, so a tool may run longer
@@ -133,6 +153,7 @@ Passwords in --db are never printed. See docs/cli.md, "serve".`,
 	f.BoolVar(&opts.InsecureNoAuth, "insecure-no-auth", false, "allow a non-loopback --addr without --auth-tokens (anyone who reaches the port can read and replay every call)")
 	f.DurationVar(&opts.Retention, "retention", server.DefaultRetention, "how long a final call is kept after its last update; then it is purged (its effect row stays) and its key is new again; 0 keeps calls forever")
 	f.IntVar(&opts.MaxResultBytes, "max-result-bytes", server.DefaultMaxResultBytes, "largest tool result stored; a larger one fails the call with result_too_large (not retryable, no effect)")
+	f.StringVar(&opts.Tools, "tools", "", "tools file (YAML or JSON): http tools and the built-ins' policy; ${VAR} in header values comes from the environment (docs/tools.md, \"The tool registry\")")
 	f.StringVar(&opts.InstanceHost, "instance-host", "", "host identity in lease owners, for dead-owner recovery (default: hostname + hash of boot id and pid namespace); never give two machines or containers the same value")
 	return cmd
 }
@@ -179,6 +200,7 @@ func runServe(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 		Chaos:          o.Chaos,
 		ShutdownGrace:  o.ShutdownGrace,
 		InstanceHost:   o.InstanceHost,
+		Tools:          o.tools,
 		Logger:         logger,
 		Auth:           auth,
 		InsecureNoAuth: o.InsecureNoAuth,
@@ -190,6 +212,9 @@ func runServe(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 	}, st)
 	if err != nil {
 		return err
+	}
+	if o.tools != nil {
+		logger.Info("tools file loaded", "file", o.Tools, "tools", strings.Join(o.tools.Names(), ","))
 	}
 	// Scripts and tests read the real address (with --addr host:0) from
 	// this line.

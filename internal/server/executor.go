@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"github.com/idemctl/idemctl/internal/tools"
 	"log/slog"
 	"sync"
 	"time"
@@ -44,6 +45,7 @@ const commitTimeout = 10 * time.Second
 type executor struct {
 	st      store.Store
 	running *runningCalls // tools running here, for cancel (cancel.go)
+	tools   tools.Runner  // the registry (Config.Tools): runs a tool of any kind
 	// maxResult is Config.MaxResultBytes (result.go).
 	maxResult int
 	owner     string  // this server's claims, shared by all its runs (see ownerID)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/sqlite"
+	"github.com/idemctl/idemctl/internal/toolreg"
 )
 
 // TestLeaseTakeoverFencesStaleWorker: a worker paused past its lease (a GC
@@ -231,7 +232,7 @@ func claimWithOwner(t *testing.T, path, key, owner string, lease time.Duration) 
 		t.Fatal(err)
 	}
 	defer st.Close()
-	req, aerr := parseCreate([]byte(`{"tool":"charge","args":{"amount":1}}`), false)
+	req, aerr := parseCreate([]byte(`{"tool":"charge","args":{"amount":1}}`), false, toolreg.Builtins())
 	if aerr != nil {
 		t.Fatal(aerr)
 	}

@@ -45,6 +45,7 @@ func (s *Server) routes() http.Handler {
 	// {key...}: a key may contain '/' (any visible ASCII).
 	route(http.MethodGet, "/v1/tool-calls/by-key/{key...}", varyPrefer(s.handleGetByKey))
 	route(http.MethodGet, "/v1", s.handleService)
+	route(http.MethodGet, "/v1/tools", s.handleTools)
 	route(http.MethodGet, "/stats", s.handleStats)
 	route(http.MethodGet, "/healthz", s.handleHealthz)
 	route(http.MethodGet, "/readyz", s.handleReadyz)
@@ -166,7 +167,7 @@ func (s *Server) readCreate(w http.ResponseWriter, r *http.Request) (req createR
 		s.bodyReadError(w, r, err)
 		return req, false
 	}
-	req, aerr := parseCreate(body, s.cfg.Chaos)
+	req, aerr := parseCreate(body, s.cfg.Chaos, s.cfg.Tools)
 	if aerr != nil {
 		writeAPIError(w, s.log, aerr)
 		return req, false

@@ -12,7 +12,7 @@ import (
 
 	"github.com/idemctl/idemctl/internal/fingerprint"
 	"github.com/idemctl/idemctl/internal/store"
-	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/toolreg"
 )
 
 // Request limits (docs/api.md, "Limits").
@@ -103,8 +103,9 @@ type createRequest struct {
 var bodyFields = map[string]bool{"tool": true, "args": true, "client_id": true, "seq": true}
 
 // parseCreate checks a POST body completely — syntax, members, tool,
-// arguments, fingerprint — so that a refused request stores nothing.
-func parseCreate(body []byte, chaos bool) (createRequest, *apiError) {
+// arguments (by the tool registry reg), fingerprint — so that a refused
+// request stores nothing.
+func parseCreate(body []byte, chaos bool, reg *toolreg.Registry) (createRequest, *apiError) {
 	var req createRequest
 	v, err := fingerprint.ParseJSON(body) // refuses duplicate members and trailing data
 	if err != nil {
@@ -134,8 +135,8 @@ func parseCreate(body []byte, chaos bool) (createRequest, *apiError) {
 		return req, badRequest("body: tool is required")
 	case !ok:
 		return req, badRequest("body: tool must be a string")
-	case !tools.Known(tool):
-		return req, badRequest("body: unknown tool %q (known: %s)", tool, strings.Join(tools.Names(), ", "))
+	case !knownTool(reg, tool):
+		return req, badRequest("body: unknown tool %q (known: %s)", tool, strings.Join(reg.Names(), ", "))
 	}
 	req.Tool = tool
 
@@ -176,8 +177,8 @@ func parseCreate(body []byte, chaos bool) (createRequest, *apiError) {
 		return req, badRequest("args: %v", err)
 	}
 	req.Args = norm.(map[string]any)
-	if err := tools.Validate(tool, req.Args, chaos); err != nil {
-		return req, badRequest("%v", err)
+	if err := validateArgs(reg, tool, req.Args, chaos); err != nil {
+		return req, err
 	}
 	if req.Fingerprint, err = fingerprint.Of(tool, req.Args); err != nil {
 		return req, badRequest("args: %v", err)

@@ -146,7 +146,7 @@ func (e *executor) runTool(ctx context.Context, c store.Call, log *slog.Logger) 
 	}
 	ctx, untrack := e.running.track(ctx, c.CallID)
 	defer untrack()
-	out, err = tools.Run(ctx, tools.Invocation{CallID: c.CallID, Tool: c.Tool, Args: args, Attempt: c.Attempt})
+	out, err = e.tools.Run(ctx, tools.Invocation{CallID: c.CallID, Tool: c.Tool, Args: args, Attempt: c.Attempt})
 	switch {
 	case err == nil:
 		return args, capResult(out, e.maxResult), true

@@ -41,6 +41,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/toolreg"
 )
 
 // Defaults of Config's zero values.
@@ -142,6 +143,10 @@ type Config struct {
 	// Version is reported by GET /v1; empty means the module version
 	// from the build information.
 	Version string
+	// Tools is the tool registry: which tools calls may name, how their
+	// args are checked at accept time, what GET /v1/tools lists. nil means
+	// the four built-in tools (toolreg.Builtins).
+	Tools *toolreg.Registry
 	// Logger receives structured logs; nil discards them.
 	Logger *slog.Logger
 	// Registry, if set, also receives the idemctl_* collectors. The
@@ -257,6 +262,7 @@ func New(cfg Config, st store.Store) (*Server, error) {
 		beforeCommit: cfg.beforeCommit,
 		onFinal:      s.waiters.notify,
 		running:      newRunningCalls(),
+		tools:        cfg.Tools,
 		maxResult:    cfg.MaxResultBytes,
 		log:          log,
 		m:            s.m,
@@ -296,6 +302,9 @@ func (c *Config) fill() error {
 	}
 	if c.MaxResultBytes == 0 {
 		c.MaxResultBytes = DefaultMaxResultBytes
+	}
+	if c.Tools == nil {
+		c.Tools = toolreg.Builtins()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

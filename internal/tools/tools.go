@@ -92,6 +92,12 @@ type ToolError struct {
 	Code      string `json:"code"`
 	Message   string `json:"message"`
 	Retryable bool   `json:"retryable"`
+	// Status is the downstream HTTP status of an http tool's failure
+	// (docs/tools.md, "The http kind"); 0 (omitted) otherwise.
+	Status int `json:"status,omitempty"`
+	// Body is the downstream's answer to a rejected request: its JSON, or
+	// a JSON string when it is not JSON. Omitted when empty.
+	Body json.RawMessage `json:"body,omitempty"`
 }
 
 // Error makes a ToolError usable as an error value.
@@ -106,7 +112,27 @@ type Outcome struct {
 	Effect *store.Effect
 	// Err is the tool's failure; the call becomes failed.
 	Err *ToolError
+	// RetryAfter is how long the downstream asked to be left alone before
+	// a retry (its Retry-After header), 0 when it did not say. Only set
+	// with a retryable Err.
+	RetryAfter time.Duration
 }
+
+// Runner runs one attempt of a validated call: Run below for the built-in
+// tools, the tool registry for every kind of tool. The executor needs
+// nothing else, whatever the tool's kind.
+type Runner interface {
+	Run(ctx context.Context, inv Invocation) (Outcome, error)
+}
+
+// RunnerFunc adapts a function to Runner.
+type RunnerFunc func(ctx context.Context, inv Invocation) (Outcome, error)
+
+// Run calls f.
+func (f RunnerFunc) Run(ctx context.Context, inv Invocation) (Outcome, error) { return f(ctx, inv) }
+
+// Builtin is Run as a Runner.
+var Builtin Runner = RunnerFunc(Run)
 
 var names = []string{Charge, Fail, SendEmail, Sleep} // sorted
 
@@ -128,8 +154,23 @@ func Validate(tool string, args map[string]any, chaos bool) error {
 	if !Known(tool) {
 		return fmt.Errorf("%w %q (known tools: %s)", ErrUnknownTool, tool, strings.Join(names, ", "))
 	}
+	if err := ValidateChaos(tool, args, chaos); err != nil {
+		return err
+	}
+	_, err := parse(tool, args)
+	return err
+}
+
+// IsChaosArg reports whether an argument name is reserved for the chaos
+// hooks: every name starting with "_" (docs/tools.md, "Chaos hooks").
+func IsChaosArg(name string) bool { return strings.HasPrefix(name, "_") }
+
+// ValidateChaos checks only the reserved "_" arguments of a call to tool, by
+// the rules Validate applies to them; other arguments are ignored. Tools
+// declared in a registry use it so the hooks behave the same on every tool.
+func ValidateChaos(tool string, args map[string]any, chaos bool) error {
 	for _, name := range sortedKeys(args) {
-		if !strings.HasPrefix(name, "_") {
+		if !IsChaosArg(name) {
 			continue
 		}
 		if !chaos {
@@ -151,8 +192,7 @@ func Validate(tool string, args map[string]any, chaos bool) error {
 				ArgCrashAfterCommit, ArgCrashBeforeCommit, ArgPauseBeforeCommit)
 		}
 	}
-	_, err := parse(tool, args)
-	return err
+	return nil
 }
 
 // Chaos is which chaos hooks a call asked for (docs/tools.md, "Chaos hooks"). The server acts

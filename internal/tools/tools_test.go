@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -353,7 +354,7 @@ func TestRunFail(t *testing.T) {
 				continue
 			}
 			wantErr := ToolError{Code: "tool_failed", Message: w.message, Retryable: w.retryable}
-			if out.Result != nil || out.Err == nil || *out.Err != wantErr {
+			if out.Result != nil || out.Err == nil || !reflect.DeepEqual(*out.Err, wantErr) {
 				t.Errorf("%s attempt %d: got %s %+v, want error %+v", c.args, attempt, out.Result, out.Err, wantErr)
 			}
 		}

@@ -1,0 +1,353 @@
+// Package httptool runs the http kind of tool (docs/tools.md, "The http
+// kind"): one attempt of a call is one HTTP request to a configured URL,
+// carrying the call's args as the JSON body and its effect id as the
+// Idempotency-Key, so a downstream that honours keys performs the effect
+// once however often the call is attempted. The answer is mapped to a
+// tools.Outcome: a success with its result (and effect row), or a tool
+// error that says whether a retry may help.
+package httptool
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/textproto"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemctl/idemctl/internal/fingerprint"
+	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/tools"
+)
+
+// DefaultMaxBody caps the response body read from the downstream (1 MiB).
+const DefaultMaxBody = 1 << 20
+
+// Error codes of http tool failures (docs/tools.md, "The http kind").
+const (
+	// CodeDownstreamError: the downstream answered 408, 425, 429 or 5xx
+	// (retryable), or something idemctl cannot use: a redirect, a body
+	// over the cap, a status outside 2xx–5xx (not retryable).
+	CodeDownstreamError = "downstream_error"
+	// CodeDownstreamUnreachable: no answer (connection refused or reset,
+	// DNS, TLS); retryable.
+	CodeDownstreamUnreachable = "downstream_unreachable"
+	// CodeDownstreamTimeout: no complete answer within the tool's timeout;
+	// retryable.
+	CodeDownstreamTimeout = "downstream_timeout"
+	// CodeDownstreamRejected: any other 4xx; not retryable, since the same
+	// request would be rejected again.
+	CodeDownstreamRejected = "downstream_rejected"
+)
+
+// Headers idemctl sets on every request; configured headers may not
+// replace them.
+const (
+	HeaderIdempotencyKey = "Idempotency-Key"
+	HeaderCallID         = "Idemctl-Call-Id"
+	HeaderAttempt        = "Idemctl-Attempt"
+)
+
+// reserved are the header names a configuration may not set: idemctl's own
+// and the ones net/http derives from the request.
+var reserved = []string{HeaderIdempotencyKey, HeaderCallID, HeaderAttempt,
+	"Content-Type", "Content-Length", "Host", "Transfer-Encoding", "Connection"}
+
+// Methods allowed for an http tool; the body always carries the args.
+var Methods = []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+
+// Header is one configured request header.
+type Header struct {
+	Name  string
+	Value Secret
+}
+
+// Config describes one http tool.
+type Config struct {
+	// Name is the tool's name, written into effect rows.
+	Name string
+	// URL is the absolute http or https URL the request goes to.
+	URL string
+	// Method is one of Methods; "" means POST.
+	Method string
+	// Headers are sent on every request, after ${VAR} expansion.
+	Headers []Header
+	// Timeout bounds one attempt, from connecting to the last byte of
+	// the answer; 0 means no bound beyond the caller's context.
+	Timeout time.Duration
+	// Effect: a success records an effect row under the call's effect id.
+	Effect bool
+	// MaxBody caps the response body; 0 means DefaultMaxBody.
+	MaxBody int64
+	// Transport, if set, replaces the default transport (tests).
+	Transport http.RoundTripper
+}
+
+// Tool is a ready http tool. It implements tools.Runner.
+type Tool struct {
+	cfg    Config
+	client *http.Client
+}
+
+// New checks cfg and builds the tool. Errors name the field ("url: …").
+func New(cfg Config) (*Tool, error) {
+	if cfg.Method == "" {
+		cfg.Method = http.MethodPost
+	}
+	if !slices.Contains(Methods, cfg.Method) {
+		return nil, fmt.Errorf("method: %q is not one of %s", cfg.Method, strings.Join(Methods, ", "))
+	}
+	if err := CheckURL(cfg.URL); err != nil {
+		return nil, fmt.Errorf("url: %w", err)
+	}
+	for _, h := range cfg.Headers {
+		if err := checkHeader(h); err != nil {
+			return nil, fmt.Errorf("headers.%s: %w", h.Name, err)
+		}
+	}
+	if cfg.Timeout < 0 {
+		return nil, fmt.Errorf("timeout: must not be negative, got %s", cfg.Timeout)
+	}
+	if cfg.MaxBody == 0 {
+		cfg.MaxBody = DefaultMaxBody
+	}
+	rt := cfg.Transport
+	if rt == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		// Workers call the same downstream at once; the default of 2 idle
+		// connections per host would open a new one for most calls.
+		tr.MaxIdleConnsPerHost = 64
+		rt = tr
+	}
+	return &Tool{cfg: cfg, client: &http.Client{
+		Transport: rt,
+		// A redirect is answered as it is (downstream_error): following it
+		// would send the args and the configured headers (credentials) to
+		// an address nobody configured.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}}, nil
+}
+
+// CheckURL accepts an absolute http or https URL with a host and without
+// credentials (those belong in a header, where they are kept secret).
+func CheckURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("%q is not a URL", raw)
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("%q must start with http:// or https://", raw)
+	case u.Host == "":
+		return fmt.Errorf("%q has no host", raw)
+	case u.User != nil:
+		return errors.New("must not contain credentials (user:password@); send them in a header, e.g. Authorization: \"Bearer ${TOKEN}\"")
+	case u.Fragment != "":
+		return fmt.Errorf("%q must not have a #fragment", raw)
+	}
+	return nil
+}
+
+// checkHeader refuses names idemctl sets itself and values that cannot be
+// sent. The value is never quoted: it may hold a secret.
+func checkHeader(h Header) error {
+	if h.Name == "" || strings.ContainsFunc(h.Name, func(r rune) bool {
+		return r <= ' ' || r >= 0x7f || strings.ContainsRune(`"(),/:;<=>?@[\]{}`, r)
+	}) {
+		return errors.New("not a valid header name")
+	}
+	if slices.Contains(reserved, textproto.CanonicalMIMEHeaderKey(h.Name)) {
+		return fmt.Errorf("idemctl sets this header itself (reserved: %s)", strings.Join(reserved, ", "))
+	}
+	if strings.ContainsAny(h.Value.Reveal(), "\r\n\x00") {
+		return errors.New("the value (after ${VAR} expansion) contains CR, LF or NUL")
+	}
+	return nil
+}
+
+// String describes the tool without its headers' values.
+func (t *Tool) String() string {
+	return fmt.Sprintf("http tool %s (%s %s)", t.cfg.Name, t.cfg.Method, t.cfg.URL)
+}
+
+// GoString is String (%#v must not dump the headers' storage either).
+func (t *Tool) GoString() string { return t.String() }
+
+// Run sends one attempt of inv and maps the answer (docs/tools.md, "The
+// http kind"). A non-nil error means no outcome: ctx ended first (the
+// attempt is abandoned; the call runs again), or the args cannot be encoded.
+func (t *Tool) Run(ctx context.Context, inv tools.Invocation) (tools.Outcome, error) {
+	if err := ctx.Err(); err != nil {
+		return tools.Outcome{}, err
+	}
+	body, err := RequestBody(inv.Args)
+	if err != nil {
+		return tools.Outcome{}, err
+	}
+	effectID := tools.EffectID(inv.CallID)
+
+	actx, cancel := ctx, context.CancelFunc(func() {})
+	if t.cfg.Timeout > 0 {
+		actx, cancel = context.WithTimeout(ctx, t.cfg.Timeout)
+	}
+	defer cancel()
+	req, err := http.NewRequestWithContext(actx, t.cfg.Method, t.cfg.URL, bytes.NewReader(body))
+	if err != nil {
+		return tools.Outcome{}, fmt.Errorf("httptool: %s: building the request: %w", t.cfg.Name, err)
+	}
+	for _, h := range t.cfg.Headers {
+		req.Header.Set(h.Name, h.Value.Reveal())
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(HeaderIdempotencyKey, effectID)
+	req.Header.Set(HeaderCallID, inv.CallID)
+	req.Header.Set(HeaderAttempt, strconv.FormatInt(inv.Attempt, 10))
+
+	resp, err := t.client.Do(req)
+	if err != nil {
+		return t.transportFailure(ctx, actx, "", err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, t.cfg.MaxBody+1))
+	if err != nil {
+		return t.transportFailure(ctx, actx, "reading the answer: ", err)
+	}
+	return t.outcome(resp, data, inv.CallID, effectID)
+}
+
+// transportFailure maps a request that got no complete answer.
+func (t *Tool) transportFailure(ctx, actx context.Context, what string, err error) (tools.Outcome, error) {
+	if ctx.Err() != nil {
+		return tools.Outcome{}, ctx.Err() // shutdown, not the downstream's fault
+	}
+	if errors.Is(actx.Err(), context.DeadlineExceeded) {
+		return failure(CodeDownstreamTimeout, true, 0,
+			fmt.Sprintf("%sno complete answer within the tool's timeout of %s", what, t.cfg.Timeout)), nil
+	}
+	// The *url.Error wrapper repeats the method and URL; the cause alone
+	// ("dial tcp 127.0.0.1:9000: connect: connection refused") says it.
+	var uerr *url.Error
+	if errors.As(err, &uerr) {
+		err = uerr.Err
+	}
+	return failure(CodeDownstreamUnreachable, true, 0, what+err.Error()), nil
+}
+
+// outcome maps a complete answer.
+func (t *Tool) outcome(resp *http.Response, data []byte, callID, effectID string) (tools.Outcome, error) {
+	code := resp.StatusCode
+	over := int64(len(data)) > t.cfg.MaxBody
+	switch {
+	case code >= 200 && code <= 299:
+		if over {
+			return failure(CodeDownstreamError, false, code,
+				fmt.Sprintf("downstream answered %d with a body over %d bytes", code, t.cfg.MaxBody)), nil
+		}
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false) // the body is stored as the downstream sent it
+		if err := enc.Encode(result{Status: code, Body: bodyJSON(data), EffectID: effectID}); err != nil {
+			return tools.Outcome{}, fmt.Errorf("httptool: encoding the result: %w", err)
+		}
+		out := tools.Outcome{Result: bytes.TrimRight(buf.Bytes(), "\n")}
+		if t.cfg.Effect {
+			out.Effect = &store.Effect{EffectID: effectID, CallID: callID, Tool: t.cfg.Name}
+		}
+		return out, nil
+	case code == http.StatusRequestTimeout, code == http.StatusTooEarly, code == http.StatusTooManyRequests,
+		code >= 500 && code <= 599:
+		out := failure(CodeDownstreamError, true, code, fmt.Sprintf("downstream answered %d", code))
+		out.RetryAfter = RetryAfter(resp.Header.Get("Retry-After"), time.Now())
+		return out, nil
+	case code >= 300 && code <= 399:
+		return failure(CodeDownstreamError, false, code,
+			fmt.Sprintf("downstream answered %d; redirects are not followed (configure the final URL)", code)), nil
+	case code >= 400 && code <= 499:
+		out := failure(CodeDownstreamRejected, false, code, fmt.Sprintf("downstream rejected the request with %d", code))
+		if over {
+			out.Err.Message += fmt.Sprintf(" (body over %d bytes not kept)", t.cfg.MaxBody)
+		} else if len(data) > 0 {
+			out.Err.Body = bodyJSON(data)
+		}
+		return out, nil
+	}
+	return failure(CodeDownstreamError, false, code, fmt.Sprintf("downstream answered with status %d", code)), nil
+}
+
+// result is a successful call's result. A struct, so the member order is
+// fixed.
+type result struct {
+	Status   int             `json:"status"`
+	Body     json.RawMessage `json:"body"`
+	EffectID string          `json:"effect_id"`
+}
+
+func failure(code string, retryable bool, status int, msg string) tools.Outcome {
+	return tools.Outcome{Err: &tools.ToolError{Code: code, Message: msg, Retryable: retryable, Status: status}}
+}
+
+// bodyJSON is the body as JSON: compacted if it is JSON, null if empty,
+// otherwise a JSON string of it (invalid UTF-8 becomes U+FFFD).
+func bodyJSON(data []byte) json.RawMessage {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return json.RawMessage("null")
+	}
+	if json.Valid(data) {
+		var buf bytes.Buffer
+		if json.Compact(&buf, data) == nil {
+			return buf.Bytes()
+		}
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(string(data)) // a string always encodes
+	return bytes.TrimRight(buf.Bytes(), "\n")
+}
+
+// RequestBody is the JSON body of a call's request: its args without the
+// chaos hook arguments (they are for idemctl, not the downstream), in
+// canonical form, so every attempt sends the same bytes.
+func RequestBody(args map[string]any) ([]byte, error) {
+	clean := make(map[string]any, len(args))
+	for k, v := range args {
+		if !tools.IsChaosArg(k) {
+			clean[k] = v
+		}
+	}
+	body, err := fingerprint.Canonical(clean)
+	if err != nil {
+		return nil, fmt.Errorf("httptool: encoding args: %w", err)
+	}
+	return body, nil
+}
+
+// RetryAfter parses a Retry-After header value (delay-seconds or an
+// HTTP-date, RFC 9110 §10.2.3) relative to now. Missing, malformed and past
+// values give 0.
+func RetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n <= 0 {
+			return 0
+		}
+		if n > int64(time.Duration(1<<63-1)/time.Second) {
+			return time.Duration(1<<63 - 1)
+		}
+		return time.Duration(n) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}

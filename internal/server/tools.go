@@ -1,0 +1,33 @@
+package server
+
+import (
+	"net/http"
+
+	"github.com/idemctl/idemctl/internal/toolreg"
+)
+
+// The tool registry's part in the API (docs/api.md, "Tools"): checking a
+// call's args at accept time and listing the tools. Kept in one place so
+// the handlers need nothing else of the registry.
+
+// knownTool reports whether reg has a tool of that name.
+func knownTool(reg *toolreg.Registry, tool string) bool {
+	_, ok := reg.Lookup(tool)
+	return ok
+}
+
+// validateArgs checks a call's (normalized) args against its tool in reg:
+// a refusal is 400 bad_request naming the failing argument (for a schema,
+// its JSON Pointer in the body, "/args/amount").
+func validateArgs(reg *toolreg.Registry, tool string, args map[string]any, chaos bool) *apiError {
+	if err := reg.Validate(tool, args, chaos); err != nil {
+		return badRequest("%v", err)
+	}
+	return nil
+}
+
+// handleTools answers GET /v1/tools: {"tools": [...]}, each tool with its
+// kind, description, args schema and policy. Never a URL or a header.
+func (s *Server) handleTools(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, s.log, http.StatusOK, s.cfg.Tools)
+}
