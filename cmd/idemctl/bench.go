@@ -80,7 +80,7 @@ load and the drain. See docs/cli.md, "bench".`,
 	f.IntVarP(&opts.N, "requests", "n", bench.DefaultN, "number of requests (ignored with --duration)")
 	f.IntVarP(&opts.Concurrency, "concurrency", "c", bench.DefaultConcurrency, "requests in flight")
 	f.BoolVar(&opts.SameKey, "same-key", false, "send every request with the same idempotency key")
-	f.StringVar(&opts.Tool, "tool", bench.DefaultTool, "tool to call: charge, send_email, sleep, fail")
+	f.StringVar(&opts.Tool, "tool", bench.DefaultTool, "tool to call: charge, send_email, sleep, fail, or a tool of the server's --tools file (with --args); its effect is read from GET /v1/tools")
 	f.StringVar(&opts.args, "args", "", `tool args as JSON (default per tool, e.g. {"amount":1})`)
 	f.DurationVar(&opts.Duration, "duration", 0, fmt.Sprintf("run for this long instead of -n requests (at most %s)", bench.MaxDuration))
 	f.DurationVar(&opts.Timeout, "request-timeout", bench.DefaultTimeout, "timeout of each request")

@@ -166,10 +166,6 @@ var defaultArgs = map[string]string{
 	"fail":       `{"retryable":false}`,
 }
 
-// effectTools leave one effect row per successful call (docs/tools.md,
-// "charge"; docs/design.md, "Why effects are unique per call").
-var effectTools = map[string]bool{"charge": true, "send_email": true}
-
 // requestBody is the POST body for the tool and args.
 func (o *Options) requestBody() ([]byte, error) {
 	args := o.Args

@@ -74,6 +74,10 @@ func Run(ctx context.Context, opts Options, out io.Writer) (rep Report, err erro
 	if rep.StatsBefore, err = fetchStats(ctx, statsClient, rep.Base); err != nil {
 		return Report{}, err
 	}
+	effectTool, err := toolEffect(ctx, statsClient, rep.Base, opts.Tool)
+	if err != nil {
+		return Report{}, err
+	}
 
 	key := func(i int) string { return fmt.Sprintf("bench-%s-%d", runID, i) }
 	keysSent := func(r loadResult) int { return r.N }
@@ -148,7 +152,7 @@ func Run(ctx context.Context, opts Options, out io.Writer) (rep Report, err erro
 
 	rep.Checks = checks(checkInput{
 		sameKey:      opts.SameKey,
-		effectTool:   effectTools[opts.Tool],
+		effectTool:   effectTool,
 		requests:     res.N,
 		answered2xx:  res.answered2xx,
 		unexpected:   res.unexpected,
