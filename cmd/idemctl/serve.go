@@ -30,7 +30,10 @@ type serveOptions struct {
 	ShutdownGrace time.Duration
 	InstanceHost  string
 	MaxBodies     int
-	MaxHeldWaits  int
+	// Pprof is the loopback address of the profiling server (--pprof);
+	// "" means off.
+	Pprof        string
+	MaxHeldWaits int
 	// AuthTokens is the token file (--auth-tokens); "" means no auth.
 	AuthTokens     string
 	InsecureNoAuth bool
@@ -78,6 +81,11 @@ func (o *serveOptions) Validate() error {
 	}
 	if o.MaxPending < 0 {
 		errs = append(errs, fmt.Errorf("--max-pending must not be negative (0 = unlimited), got %d", o.MaxPending))
+	}
+	if o.Pprof != "" {
+		if err := server.CheckLoopback(o.Pprof); err != nil {
+			errs = append(errs, fmt.Errorf("--pprof serves the process's profiles, so it is only allowed on a loopback address: %w", err))
+		}
 	}
 	if o.MaxBodies < 1 {
 		errs = append(errs, fmt.Errorf("--max-concurrent-bodies must be at least 1, got %d", o.MaxBodies))
@@ -147,6 +155,7 @@ Passwords in --db are never printed. See docs/cli.md, "serve".`,
 	f.BoolVar(&opts.Chaos, "chaos", false, "enable the test-only args _crash_after_commit, _crash_before_commit and _pause_before_commit (loopback addresses only)")
 	addLogFlags(f, &opts.LogFormat, &opts.LogLevel)
 	f.DurationVar(&opts.ShutdownGrace, "shutdown-grace", server.DefaultShutdownGrace, "on SIGINT/SIGTERM, how long running tools may take to finish")
+	f.StringVar(&opts.Pprof, "pprof", "", "serve Go's profiles (/debug/pprof/) on this loopback address, e.g. 127.0.0.1:6060; off when empty")
 	f.IntVar(&opts.MaxBodies, "max-concurrent-bodies", server.DefaultMaxConcurrentBodies, "request bodies read at once; beyond, 503 overloaded (bounds memory: up to 1 MiB each)")
 	f.IntVar(&opts.MaxHeldWaits, "max-held-waits", server.DefaultMaxHeldWaits, "Prefer: wait answers held at once; beyond, answered at once with the current state")
 	f.StringVar(&opts.AuthTokens, "auth-tokens", "", "token file: one PRINCIPAL:SHA256HEX per line (idemctl token new prints them); requests then need Authorization: Bearer TOKEN and see only their principal's calls; re-read on SIGHUP")
@@ -176,6 +185,17 @@ func runServe(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 	// Run's http.Server closes ln when it stops; this covers every return
 	// before that (a second Close is harmless).
 	defer ln.Close()
+
+	if o.Pprof != "" {
+		pctx, stopPprof := context.WithCancel(ctx)
+		wait, err := startPprof(pctx, o.Pprof, streams.ErrOut)
+		if err != nil {
+			stopPprof()
+			return err
+		}
+		defer wait()
+		defer stopPprof()
+	}
 
 	var auth *server.Auth
 	if o.AuthTokens != "" {
