@@ -1,18 +1,14 @@
 package main
 
 import (
-	"context"
+	"github.com/idemctl/idemctl/internal/server/apitest"
 	"net/http"
-	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/idemctl/idemctl/internal/client"
 	"github.com/idemctl/idemctl/internal/exitcode"
 	"github.com/idemctl/idemctl/internal/server"
-	"github.com/idemctl/idemctl/internal/store"
-	"github.com/idemctl/idemctl/internal/store/sqlite"
 	"github.com/idemctl/idemctl/internal/tools"
 )
 
@@ -79,31 +75,9 @@ func TestPollOptionsValidate(t *testing.T) {
 	}
 }
 
-// pollRealServer runs the real HTTP API in process on a temp SQLite
-// database: the by-key tests are about what the server's router makes of
-// the path the client builds, which a scripted fake cannot tell.
 func pollRealServer(t *testing.T) string {
 	t.Helper()
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "idem.db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := server.New(server.Config{Addr: "127.0.0.1:0"}, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := srv.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		ts.Close()
-		cancel()
-		_ = srv.Shutdown(context.Background())
-		_ = st.Close()
-	})
-	return ts.URL
+	return apitest.Start(t, server.Config{})
 }
 
 // TestPollByKeyDotKeys: "." and ".." are valid keys; poll --key must find

@@ -1,42 +1,16 @@
 package client
 
 import (
-	"context"
-	"net/http/httptest"
-	"path/filepath"
+	"github.com/idemctl/idemctl/internal/server/apitest"
 	"testing"
 
 	"github.com/idemctl/idemctl/internal/server"
-	"github.com/idemctl/idemctl/internal/store"
-	"github.com/idemctl/idemctl/internal/store/sqlite"
 	"github.com/idemctl/idemctl/internal/tools"
 )
 
-// realServer runs the real HTTP API (in process, on a temp SQLite database)
-// for tests whose point is what the server's router makes of the client's
-// requests.
 func realServer(t *testing.T) string {
 	t.Helper()
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "idem.db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := server.New(server.Config{Addr: "127.0.0.1:0"}, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := srv.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		ts.Close()
-		cancel()
-		_ = srv.Shutdown(context.Background())
-		_ = st.Close()
-	})
-	return ts.URL
+	return apitest.Start(t, server.Config{})
 }
 
 // TestKeysWithDotsReachTheByKeyRoute: the keys "." and ".." (and keys with
