@@ -15,7 +15,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -91,15 +90,6 @@ func distinctHosts(extra ...string) func(i int) []string {
 	return func(i int) []string {
 		return append([]string{"--instance-host", fmt.Sprintf("mi-node-%c", 'a'+i)}, extra...)
 	}
-}
-
-func randomHex(t *testing.T, n int) string {
-	t.Helper()
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b)
 }
 
 // withURLParams sets query parameters of a postgres:// URL; pgx sends the
