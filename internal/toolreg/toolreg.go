@@ -232,6 +232,35 @@ func firstLeaf(e *jsonschema.ValidationError) (path, msg string) {
 	return best.path, best.msg
 }
 
+// leafMessages returns the smallest instance location among the
+// validator's innermost errors (a JSON Pointer, "" for the root) and every
+// message at it, sorted: the same bad document is always reported the same
+// way.
+func leafMessages(e *jsonschema.ValidationError) (path string, msgs []string) {
+	type leaf struct{ path, msg string }
+	var leaves []leaf
+	var walk func(*jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) == 0 {
+			p := strings.TrimPrefix(pointer(e.InstanceLocation), "/args")
+			leaves = append(leaves, leaf{p, e.ErrorKind.LocalizedString(printer)})
+			return
+		}
+		for _, c := range e.Causes {
+			walk(c)
+		}
+	}
+	walk(e)
+	path = slices.MinFunc(leaves, func(a, b leaf) int { return strings.Compare(a.path, b.path) }).path
+	for _, l := range leaves {
+		if l.path == path {
+			msgs = append(msgs, l.msg)
+		}
+	}
+	slices.Sort(msgs)
+	return path, slices.Compact(msgs)
+}
+
 func pointer(loc []string) string {
 	var b strings.Builder
 	b.WriteString("/args")
@@ -305,6 +334,18 @@ func compileSchema(name string, doc []byte) (*jsonschema.Schema, json.RawMessage
 	}
 	sch, err := c.Compile(loc)
 	if err != nil {
+		// The metaschema's verdict is a tree of causes; one line naming
+		// the place in the schema reads better in a start-up error.
+		// (SchemaValidationError has no Unwrap: its Err is read by hand.)
+		var serr *jsonschema.SchemaValidationError
+		var verr *jsonschema.ValidationError
+		if errors.As(err, &serr) && errors.As(serr.Err, &verr) {
+			path, msgs := leafMessages(verr)
+			if path == "" {
+				path = "/"
+			}
+			return nil, nil, fmt.Errorf("not a valid JSON Schema: at %s: %s", path, strings.Join(msgs, "; "))
+		}
 		return nil, nil, errors.New(strings.ReplaceAll(err.Error(), loc, "schema"))
 	}
 	var buf bytes.Buffer
