@@ -9,9 +9,10 @@
 //
 // Where it applies, a scenario also runs its contrast: the same fault with a
 // client that takes a new key per retry, which ends with two calls and two
-// effects (docs/design.md, "What a retry with a new key does"). That is
-// reported as the expected demonstration of the bug, neither a pass nor a
-// failure.
+// effects (docs/design.md, "What a retry with a new key does"); for the
+// downstream scenario, a downstream that ignores Idempotency-Key, which
+// charges twice (docs/tools.md, "The demo downstream"). That is reported as
+// the expected demonstration of the bug, neither a pass nor a failure.
 package fault
 
 import (
@@ -95,7 +96,8 @@ type Options struct {
 	// Concurrency is the number of clients of the concurrent scenario;
 	// zero means 20.
 	Concurrency int
-	// NoContrast skips the new-key-per-retry contrast runs.
+	// NoContrast skips the contrast runs (a new key per retry; a
+	// downstream that ignores Idempotency-Key).
 	NoContrast bool
 	// KeepDir keeps each scenario's temporary directory (database and
 	// server logs) instead of removing it.
