@@ -72,7 +72,7 @@ func (e *env) startDownstream(ignoreKeys bool) (*downstream.Server, string, erro
 	base := "http://" + ln.Addr().String()
 	mode := "honours Idempotency-Key"
 	if ignoreKeys {
-		mode = "IGNORES Idempotency-Key (--ignore-keys)"
+		mode = "IGNORES Idempotency-Key, --ignore-keys"
 	}
 	e.logf("downstream: %s (the demo downstream, in-process; %s)", base, mode)
 	return ds, base, nil
