@@ -151,6 +151,9 @@ func TestDownstreamChargesOnceAndIgnoreKeysContrast(t *testing.T) {
 	if !strings.Contains(out.String(), "exit status 3") || !strings.Contains(out.String(), "--tools ") {
 		t.Fatalf("no crash, or no --tools server, in the narration:\n%s", out)
 	}
+	if !strings.Contains(out.String(), "PASS downstream: calls=1 effects=1 downstream charges=1,") {
+		t.Fatalf("no verdict line with the ledger count:\n%s", out)
+	}
 	if !strings.Contains(out.String(), `"idempotency_key":"eff_`) {
 		t.Fatalf("the ledger with the effect key is missing from the evidence:\n%s", out)
 	}
@@ -247,6 +250,16 @@ func TestDryRunStartsNothing(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "nothing was started") {
 		t.Errorf("output:\n%s", out.String())
+	}
+	// The downstream scenario's contrast is a downstream ignoring keys,
+	// not the new-key client of the others.
+	var ds bytes.Buffer
+	if err := DryRun(&ds, "downstream"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(ds.String(), "then, unless --no-contrast: the same fault against a downstream that ignores Idempotency-Key") ||
+		strings.Contains(ds.String(), "--new-key-on-retry") {
+		t.Errorf("downstream plan:\n%s", ds.String())
 	}
 	if err := DryRun(&out, "explode"); err == nil {
 		t.Error("unknown scenario accepted")
