@@ -68,10 +68,13 @@ invariant that broke. Everything is cleaned up afterwards, also on Ctrl-C.
   --crash-before-commit  the server dies after the tool, before commit
   --lease-expiry         a worker paused past its lease; another server commits, the stale commit is fenced
   --duplicate-request    the proxy delivers the request twice
+  --downstream           an http tool charges the demo downstream, the server
+                         dies before commit; restart; the downstream charges once
 
-Where it applies (drop-response), a contrast follows: the same fault
-with --new-key-on-retry, which ends with two calls and two charges — the
-expected demonstration of the bug, neither a pass nor a failure.
+Where it applies, a contrast follows — the expected demonstration of the
+bug, neither a pass nor a failure: drop-response with --new-key-on-retry
+ends with two calls and two charges; downstream against a downstream that
+ignores Idempotency-Key ends with one call but two charges in its ledger.
 
 Exit status 1 when any scenario broke an invariant, 2 for a usage error. See
 docs/cli.md, "fault".`,
@@ -92,7 +95,7 @@ docs/cli.md, "fault".`,
 		opts.Selected[name] = f.Bool(name, false, "run the "+name+" scenario")
 	}
 	f.BoolVar(&opts.All, "all", false, "run every scenario")
-	f.BoolVar(&opts.NoContrast, "no-contrast", false, "skip the new-key-per-retry contrast runs")
+	f.BoolVar(&opts.NoContrast, "no-contrast", false, "skip the contrast runs (new key per retry; a downstream ignoring keys)")
 	f.BoolVar(&opts.Keep, "keep", false, "keep each scenario's temp directory (database, server logs) for idemctl inspect")
 	f.StringVar(&opts.Binary, "binary", "", "idemctl binary to start as the server (default: this executable)")
 	f.DurationVar(&opts.Timeout, "attempt-timeout", time.Second, "the client's timeout for one attempt")

@@ -40,7 +40,7 @@ func TestFaultOptionsAllSelectsEveryScenario(t *testing.T) {
 	if err := opts.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(opts.names, fault.Names()) || len(opts.names) != 6 {
+	if !slices.Equal(opts.names, fault.Names()) || len(opts.names) != 7 || !slices.Contains(opts.names, "downstream") {
 		t.Fatalf("names = %v", opts.names)
 	}
 	opts.All, opts.Concurrency = false, 1

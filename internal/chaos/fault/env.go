@@ -88,6 +88,8 @@ type serverOpts struct {
 	// instanceHost is --instance-host, the host part of the server's lease
 	// owner ("": derived from this machine).
 	instanceHost string
+	// tools is --tools, the server's tools file ("": the built-ins only).
+	tools string
 }
 
 // serverProc is one `idemctl serve` subprocess on the scenario's database,
@@ -106,6 +108,9 @@ func (e *env) startServer(ctx context.Context, o serverOpts) (*serverProc, error
 	}
 	if o.workers > 0 {
 		args = append(args, "--workers", strconv.Itoa(o.workers))
+	}
+	if o.tools != "" {
+		args = append(args, "--tools", o.tools)
 	}
 	if o.instanceHost != "" {
 		args = append(args, "--instance-host", o.instanceHost)

@@ -9,9 +9,10 @@
 //
 // Where it applies, a scenario also runs its contrast: the same fault with a
 // client that takes a new key per retry, which ends with two calls and two
-// effects (docs/design.md, "What a retry with a new key does"). That is
-// reported as the expected demonstration of the bug, neither a pass nor a
-// failure.
+// effects (docs/design.md, "What a retry with a new key does"); for the
+// downstream scenario, a downstream that ignores Idempotency-Key, which
+// charges twice (docs/tools.md, "The demo downstream"). That is reported as
+// the expected demonstration of the bug, neither a pass nor a failure.
 package fault
 
 import (
@@ -64,13 +65,18 @@ type Report struct {
 	Fenced, Recovered int
 	// Attempts are the client's attempt lines (of all clients).
 	Attempts int
-	// Contrast is the run with a new key per retry, if any.
+	// Charges is the demo downstream's ledger count at the end (the
+	// downstream scenario only; 0 elsewhere).
+	Charges int
+	// Contrast is the scenario's contrast run, if any.
 	Contrast *Report
 	// PIDs are the server processes the scenario started (restarts
 	// included); all are gone when the run returns.
 	PIDs []int
 	// Elapsed is the scenario's wall time.
 	Elapsed time.Duration
+
+	demo string // what a DEMO verdict demonstrated; "" for the new-key contrast
 }
 
 // Failed reports whether the scenario (not its contrast) broke an invariant.
@@ -90,7 +96,8 @@ type Options struct {
 	// Concurrency is the number of clients of the concurrent scenario;
 	// zero means 20.
 	Concurrency int
-	// NoContrast skips the new-key-per-retry contrast runs.
+	// NoContrast skips the contrast runs (a new key per retry; a
+	// downstream that ignores Idempotency-Key).
 	NoContrast bool
 	// KeepDir keeps each scenario's temporary directory (database and
 	// server logs) instead of removing it.
@@ -194,8 +201,12 @@ type scenario struct {
 	title string   // the headline
 	plan  []string // what it does, for --dry-run
 	run   func(ctx context.Context, e *env, rep *Report) error
-	// contrast, if set, runs the same fault with a new key per retry.
+	// contrast, if set, runs the same fault with the safeguard taken away
+	// (by default: a client that takes a new key per retry).
 	contrast func(ctx context.Context, e *env, rep *Report) error
+	// contrastTitle and contrastPlan describe a contrast other than the
+	// new-key one ("" for that).
+	contrastTitle, contrastPlan string
 }
 
 // scenarios in the order --all runs them.
@@ -206,6 +217,7 @@ var scenarios = []scenario{
 	crashBeforeCommit,
 	leaseExpiry,
 	duplicateRequest,
+	downstreamScenario,
 }
 
 // Names lists the scenarios in the order All runs them.
@@ -245,7 +257,7 @@ func DryRun(w io.Writer, names ...string) error {
 			fmt.Fprintf(w, "  %d. %s\n", j+1, step)
 		}
 		if s.contrast != nil {
-			fmt.Fprintf(w, "  then, unless --no-contrast: the same fault with --new-key-on-retry on a fresh database, expected calls=2 effects=2\n")
+			fmt.Fprintf(w, "  then, unless --no-contrast: %s\n", s.contrastPlanLine())
 		}
 	}
 	fmt.Fprintln(w, "\n(dry run: nothing was started)")
@@ -284,14 +296,25 @@ func (r *Runner) RunScenario(ctx context.Context, name string) (Report, error) {
 		return rep, err
 	}
 	if s.contrast != nil && !r.opts.NoContrast {
-		c, err := r.runOnce(ctx, s.name+" (contrast)",
-			"contrast: the same fault, but the client takes a new key per retry (--new-key-on-retry)", s.contrast)
+		title := s.contrastTitle
+		if title == "" {
+			title = "contrast: the same fault, but the client takes a new key per retry (--new-key-on-retry)"
+		}
+		c, err := r.runOnce(ctx, s.name+" (contrast)", title, s.contrast)
 		rep.Contrast = &c
 		if err != nil {
 			return rep, err
 		}
 	}
 	return rep, nil
+}
+
+// contrastPlanLine is the contrast's --dry-run line.
+func (s scenario) contrastPlanLine() string {
+	if s.contrastPlan != "" {
+		return s.contrastPlan
+	}
+	return "the same fault with --new-key-on-retry on a fresh database, expected calls=2 effects=2"
 }
 
 // runOnce runs one body in a fresh environment and prints its verdict.
@@ -330,6 +353,9 @@ func (r *Runner) runOnce(ctx context.Context, name, title string, body func(cont
 // verdictLine prints the scenario's last line.
 func (r *Runner) verdictLine(rep Report) {
 	counts := fmt.Sprintf("calls=%d effects=%d", rep.Calls, rep.Effects)
+	if rep.Scenario == downstreamName || strings.HasPrefix(rep.Scenario, downstreamName+" ") {
+		counts += fmt.Sprintf(" downstream charges=%d", rep.Charges)
+	}
 	switch rep.Verdict {
 	case Pass:
 		fmt.Fprintf(r.out, "PASS %s: %s, call %s %s after %d claim(s)\n", rep.Scenario, counts, rep.CallID, rep.Status, rep.Attempt)
@@ -337,8 +363,11 @@ func (r *Runner) verdictLine(rep Report) {
 		fmt.Fprintf(r.out, "FAIL: %s\n", strings.Join(rep.Failures, "; "))
 		fmt.Fprintf(r.out, "FAIL %s: %s\n", rep.Scenario, counts)
 	case Demo:
-		fmt.Fprintf(r.out, "DEMO %s: %s — expected demonstration of the bug: a retry with a new key is a new logical call, and charges again\n",
-			rep.Scenario, counts)
+		demo := rep.demo
+		if demo == "" {
+			demo = "a retry with a new key is a new logical call, and charges again"
+		}
+		fmt.Fprintf(r.out, "DEMO %s: %s — expected demonstration of the bug: %s\n", rep.Scenario, counts, demo)
 	case NotReproduced:
 		fmt.Fprintf(r.out, "NOTE %s: %s — the contrast did not reproduce the bug (%s)\n", rep.Scenario, counts, strings.Join(rep.Failures, "; "))
 	}
@@ -349,8 +378,14 @@ func (r *Runner) summary(reports []Report) {
 	fmt.Fprintf(r.out, "\n=== summary ===\n")
 	for _, rep := range reports {
 		line := fmt.Sprintf("%-4s %-20s calls=%d effects=%d", rep.Verdict, rep.Scenario, rep.Calls, rep.Effects)
+		if rep.Scenario == downstreamName {
+			line += fmt.Sprintf(" charges=%d", rep.Charges)
+		}
 		if c := rep.Contrast; c != nil {
 			line += fmt.Sprintf("   contrast %s calls=%d effects=%d", c.Verdict, c.Calls, c.Effects)
+			if rep.Scenario == downstreamName {
+				line += fmt.Sprintf(" charges=%d", c.Charges)
+			}
 		}
 		fmt.Fprintln(r.out, line)
 	}

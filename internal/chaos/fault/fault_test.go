@@ -137,6 +137,36 @@ func TestCrashBeforeCommitRecoveredAtOnce(t *testing.T) {
 	assertCleanedUp(t, tmp, rep)
 }
 
+// TestDownstreamChargesOnceAndIgnoreKeysContrast: an http tool's call
+// crashes after the downstream charged, runs again after the restart, and
+// the downstream still holds one charge, under the call's effect_id; the
+// contrast against a downstream that ignores keys holds two.
+func TestDownstreamChargesOnceAndIgnoreKeysContrast(t *testing.T) {
+	r, out, tmp := setup(t, Options{})
+	rep := run(t, r, "downstream")
+	assertPass(t, rep, 1, 1, 2)
+	if rep.Charges != 1 {
+		t.Fatalf("downstream charges = %d, want 1", rep.Charges)
+	}
+	if !strings.Contains(out.String(), "exit status 3") || !strings.Contains(out.String(), "--tools ") {
+		t.Fatalf("no crash, or no --tools server, in the narration:\n%s", out)
+	}
+	if !strings.Contains(out.String(), "PASS downstream: calls=1 effects=1 downstream charges=1,") {
+		t.Fatalf("no verdict line with the ledger count:\n%s", out)
+	}
+	if !strings.Contains(out.String(), `"idempotency_key":"eff_`) {
+		t.Fatalf("the ledger with the effect key is missing from the evidence:\n%s", out)
+	}
+	c := rep.Contrast
+	if c == nil || c.Verdict != Demo || c.Calls != 1 || c.Effects != 1 || c.Charges != 2 {
+		t.Fatalf("contrast = %+v, want DEMO with calls=1 effects=1 charges=2", c)
+	}
+	if !strings.Contains(out.String(), "a downstream that ignores Idempotency-Key charged twice") {
+		t.Fatalf("contrast not reported as the expected demonstration:\n%s", out)
+	}
+	assertCleanedUp(t, tmp, rep)
+}
+
 func TestConcurrentSameKey(t *testing.T) {
 	r, _, tmp := setup(t, Options{Concurrency: 10})
 	rep := run(t, r, "concurrent")
@@ -220,6 +250,16 @@ func TestDryRunStartsNothing(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "nothing was started") {
 		t.Errorf("output:\n%s", out.String())
+	}
+	// The downstream scenario's contrast is a downstream ignoring keys,
+	// not the new-key client of the others.
+	var ds bytes.Buffer
+	if err := DryRun(&ds, "downstream"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(ds.String(), "then, unless --no-contrast: the same fault against a downstream that ignores Idempotency-Key") ||
+		strings.Contains(ds.String(), "--new-key-on-retry") {
+		t.Errorf("downstream plan:\n%s", ds.String())
 	}
 	if err := DryRun(&out, "explode"); err == nil {
 		t.Error("unknown scenario accepted")
