@@ -72,6 +72,9 @@ const (
 	EventSucceeded  = "succeeded"
 	EventFailed     = "failed"
 	EventRetryReset = "retry_reset"
+	// EventRetryScheduled: a retryable failure with attempts left went
+	// back to pending with a not-before time (ScheduleRetry).
+	EventRetryScheduled = "retry_scheduled"
 	EventRecover    = "recover"
 	EventFenced     = "fenced"
 	// EventCanceled: a pending call was failed by a cancel request.
@@ -125,8 +128,14 @@ type Call struct {
 	// CancelRequested: a cancel request reached the call while it ran. A
 	// worker that claims such a call fails it canceled without running it.
 	CancelRequested bool
-	CreatedAt       float64
-	UpdatedAt       float64
+	// NotBefore is the not-before time of the call's last server-side
+	// retry (ScheduleRetry), Unix seconds by the database's clock: while
+	// the call is pending, ClaimNext does not take it before then. nil if
+	// no retry was scheduled since the call was created or last reset by a
+	// same-key request. A claim leaves it as it is (then in the past).
+	NotBefore *float64
+	CreatedAt float64
+	UpdatedAt float64
 }
 
 // NewCall is what CreateOrGet records for a key seen for the first time.
@@ -296,8 +305,9 @@ type Store interface {
 	// a call id already used by another key).
 	CreateOrGet(ctx context.Context, n NewCall) (Call, Outcome, error)
 
-	// ClaimNext claims up to limit runnable calls for owner: pending calls,
-	// and running calls whose lease has expired. Each claim is a conditional
+	// ClaimNext claims up to limit runnable calls for owner: pending calls
+	// whose not-before time (Call.NotBefore) is unset or has passed by the
+	// database's clock, and running calls whose lease has expired. Each claim is a conditional
 	// update (exactly one claimer wins), increments attempt, sets the lease
 	// to the database's now + lease, and audits claimed with the owner.
 	// Oldest first. Returns the claimed calls (possibly none, never nil);
@@ -321,6 +331,21 @@ type Store interface {
 	// Fail marks the call failed with c.Error (an empty error is stored as
 	// {}), fenced like Succeed, with the same errors.
 	Fail(ctx context.Context, c Completion) (Call, error)
+
+	// ScheduleRetry is a server-side retry (docs/lifecycle.md, "Server-side
+	// retries"): fenced like Fail, in one transaction, it returns the call
+	// to pending with its not-before time set to the database's now +
+	// delay, clears the lease and the owner, keeps the attempt (the next
+	// claim increments it) and stores no error (a pending call has none);
+	// the failure c.Error goes to the audit, retry_scheduled with
+	// DetailRetryScheduled. Whether to retry, and the delay, are the
+	// caller's decision.
+	//
+	// Errors: ErrFenced if the call is not running under exactly that
+	// owner and attempt: nothing is written but one fenced audit row.
+	// ErrNotFound if there is no such call. A plain error, before any
+	// write, for a negative delay.
+	ScheduleRetry(ctx context.Context, c Completion, delay time.Duration) (Call, error)
 
 	// RecoverExpired returns running calls whose lease has expired (by the
 	// database's clock) to pending, audits recover for each, and returns

@@ -105,11 +105,15 @@ func conflict(existing store.Call) error {
 	return fmt.Errorf("sqlite create: %w", &store.ConflictError{CallID: existing.CallID, Key: existing.IdemKey})
 }
 
-// claimable is the condition under which a call may be claimed: pending, or
-// running under a lease that has expired. It is the WHERE clause of the
-// conditional UPDATE (sqlClaim), so the claim re-checks it on the row it
-// changes.
-const claimable = `(status = 'pending' OR (status = 'running' AND lease_until <= ?))`
+// notBeforePassed is true of a pending call that may be claimed now (first
+// ?): no server-side retry is waiting, or its not-before time has passed.
+const notBeforePassed = `(not_before IS NULL OR not_before <= ?)`
+
+// claimable is the condition under which a call may be claimed: pending
+// with its not-before time passed, or running under a lease that has
+// expired (both ? are now). It is the WHERE clause of the conditional
+// UPDATE (sqlClaim), so the claim re-checks it on the row it changes.
+const claimable = `((status = 'pending' AND ` + notBeforePassed + `) OR (status = 'running' AND lease_until <= ?))`
 
 // candidate is a claimable call found by one of the pick queries.
 type candidate struct {
@@ -145,7 +149,8 @@ func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration
 	// Workers poll often; checking on a read connection first keeps an
 	// idle poll from taking the write lock.
 	var any bool
-	if err := s.rq.hasClaimable.QueryRowContext(ctx, s.now()).Scan(&any); err != nil {
+	checkNow := s.now()
+	if err := s.rq.hasClaimable.QueryRowContext(ctx, checkNow, checkNow).Scan(&any); err != nil {
 		return nil, mapErr(ctx, "claim: check", err)
 	}
 	if !any {
@@ -163,7 +168,7 @@ func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration
 		// 20 k calls, every claim sorted 20 k rows. Each pick returns at
 		// most limit rows, so the oldest limit of their union are the
 		// oldest limit claimable calls, exactly as the single query chose.
-		pending, err := pick(ctx, tx.StmtContext(ctx, s.wq.pickPending), limit)
+		pending, err := pick(ctx, tx.StmtContext(ctx, s.wq.pickPending), now, limit)
 		if err != nil {
 			return err
 		}
@@ -173,7 +178,7 @@ func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration
 		}
 		claim := tx.StmtContext(ctx, s.wq.claim)
 		for _, cand := range oldest(pending, expired, limit) {
-			c, err := scanCall(claim.QueryRowContext(ctx, until, owner, now, cand.callID, now))
+			c, err := scanCall(claim.QueryRowContext(ctx, until, owner, now, cand.callID, now, now))
 			if errors.Is(err, sql.ErrNoRows) {
 				continue // no longer claimable: someone else won it
 			} else if err != nil {
@@ -287,6 +292,33 @@ func (s *Store) Fail(ctx context.Context, c store.Completion) (store.Call, error
 			return err
 		}
 		return s.audit(ctx, tx, now, c.CallID, store.EventFailed, store.DetailFailed(c))
+	})
+	if err != nil {
+		return store.Call{}, s.auditFenced(ctx, c, err)
+	}
+	return call, nil
+}
+
+// ScheduleRetry returns the call to pending with a not-before time, fenced
+// like Fail. See store.Store.
+func (s *Store) ScheduleRetry(ctx context.Context, c store.Completion, delay time.Duration) (store.Call, error) {
+	if s.readOnly {
+		return store.Call{}, fmt.Errorf("sqlite schedule retry: %w", store.ErrReadOnly)
+	}
+	if delay < 0 {
+		return store.Call{}, fmt.Errorf("sqlite schedule retry: negative delay %v", delay)
+	}
+	var call store.Call
+	err := s.writeTx(ctx, "schedule retry", func(ctx context.Context, tx *sql.Tx) error {
+		now := s.now()
+		var err error
+		call, err = queryCall(ctx, tx, s.wq.scheduleRetry, now+delay.Seconds(), now, c.CallID, c.Owner, c.Attempt)
+		if errors.Is(err, sql.ErrNoRows) {
+			return whyFenced(ctx, tx, s.wq.callByID, c)
+		} else if err != nil {
+			return err
+		}
+		return s.audit(ctx, tx, now, c.CallID, store.EventRetryScheduled, store.DetailRetryScheduled(delay, c))
 	})
 	if err != nil {
 		return store.Call{}, s.auditFenced(ctx, c, err)

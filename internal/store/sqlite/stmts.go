@@ -33,7 +33,7 @@ const (
 	// sqlRetryReset returns a failed call to pending (CreateOrGet's reset).
 	sqlRetryReset = `UPDATE calls
 		SET status = 'pending', error_json = NULL, result_json = NULL, lease_until = NULL, owner = NULL,
-		    cancel_requested = 0, updated_at = ?
+		    cancel_requested = 0, not_before = NULL, updated_at = ?
 		WHERE call_id = ? AND status = 'failed'
 		RETURNING ` + callCols
 
@@ -41,8 +41,10 @@ const (
 
 	// sqlHasClaimable is ClaimNext's pre-check on a read connection. Two
 	// EXISTS, not one with an OR, so each is a single index probe: pending
-	// through idx_calls_pending, expired through idx_calls_status.
-	sqlHasClaimable = `SELECT EXISTS (SELECT 1 FROM calls WHERE status = 'pending')
+	// through idx_calls_pending, expired through idx_calls_status. A
+	// pending call waiting for its not-before time does not count: an idle
+	// poll must not take the write lock for it.
+	sqlHasClaimable = `SELECT EXISTS (SELECT 1 FROM calls WHERE status = 'pending' AND ` + notBeforePassed + `)
 		OR EXISTS (SELECT 1 FROM calls WHERE status = 'running' AND lease_until <= ?)`
 
 	// sqlPickPending is the oldest pending calls, read in order from the
@@ -62,8 +64,14 @@ const (
 	// on the next step; the claim's limit (the idle workers) is 1 one time
 	// and 3 the next. An expression is not looked at when planning.
 	// TestNoReprepare checks this.
+	//
+	// A call waiting for its not-before time (a scheduled server-side
+	// retry) is passed over; the test reads the row, which the pick reads
+	// anyway for call_id, so the walk stays in index order. Its cost grows
+	// with the waiting calls older than the first claimable one: a backlog
+	// of retries at the head of the queue is walked on every claim.
 	sqlPickPending = `SELECT rowid, call_id, created_at FROM calls INDEXED BY idx_calls_pending
-		WHERE status = 'pending'
+		WHERE status = 'pending' AND ` + notBeforePassed + `
 		ORDER BY created_at, rowid LIMIT ?+0`
 
 	// sqlPickExpired is the oldest running calls whose lease has expired.
@@ -93,6 +101,15 @@ const (
 		RETURNING ` + callCols
 	sqlFail = `UPDATE calls
 		SET status = 'failed', error_json = ?, result_json = NULL, lease_until = NULL, owner = NULL, updated_at = ?
+		WHERE ` + fencing + `
+		RETURNING ` + callCols
+
+	// sqlScheduleRetry is ScheduleRetry, fenced like a completion: back to
+	// pending, not claimable before not_before (first ?). The attempt is
+	// kept; the next claim increments it.
+	sqlScheduleRetry = `UPDATE calls
+		SET status = 'pending', not_before = ?, error_json = NULL, result_json = NULL,
+		    lease_until = NULL, owner = NULL, updated_at = ?
 		WHERE ` + fencing + `
 		RETURNING ` + callCols
 
@@ -189,6 +206,7 @@ type writeStmts struct {
 	pickPending, pickExpired *sql.Stmt
 	claim                    *sql.Stmt
 	succeed, fail            *sql.Stmt
+	scheduleRetry            *sql.Stmt
 	insertEffect, linkEffect *sql.Stmt
 	extendLease, callExists  *sql.Stmt
 	// The group commit's savepoint around each write of a batch.
@@ -255,6 +273,7 @@ func (w *writeStmts) list() []prepared {
 		{&w.claim, sqlClaim},
 		{&w.succeed, sqlSucceed},
 		{&w.fail, sqlFail},
+		{&w.scheduleRetry, sqlScheduleRetry},
 		{&w.insertEffect, sqlInsertEffect},
 		{&w.linkEffect, sqlLinkEffect},
 		{&w.extendLease, sqlExtendLease},
