@@ -75,8 +75,8 @@ const (
 	// EventRetryScheduled: a retryable failure with attempts left went
 	// back to pending with a not-before time (ScheduleRetry).
 	EventRetryScheduled = "retry_scheduled"
-	EventRecover    = "recover"
-	EventFenced     = "fenced"
+	EventRecover        = "recover"
+	EventFenced         = "fenced"
 	// EventCanceled: a pending call was failed by a cancel request.
 	EventCanceled = "canceled"
 	// EventCancelRequested: a running call was asked to stop.
