@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemctl/idemctl/internal/exitcode"
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/tools"
 )
 
 // The executor runs recorded tool calls, split by role as river splits its
@@ -62,9 +63,14 @@ type executor struct {
 	// beforeCommit, if set, runs after the tool and before its completion
 	// commits (tests: pause a worker past its lease).
 	beforeCommit func(ctx context.Context, c store.Call)
-	onFinal      func(callID string) // a completion committed
-	log          *slog.Logger
-	m            *metrics
+	// policy is Config.Policies with defaults (policy.go): retries and
+	// per-tool caps.
+	policy func(tool string) ToolPolicy
+	// runToolFn, if set, replaces tools.Run (tests).
+	runToolFn func(ctx context.Context, inv tools.Invocation) (tools.Outcome, error)
+	onFinal   func(callID string) // a completion committed
+	log       *slog.Logger
+	m         *metrics
 
 	wake chan struct{} // capacity 1: coalesces wake-ups
 

@@ -41,6 +41,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/tools"
 )
 
 // Defaults of Config's zero values.
@@ -154,6 +155,12 @@ type Config struct {
 	// dead-owner recovery, so it must name one pid namespace: never give
 	// two machines or containers the same value.
 	InstanceHost string
+	// Policies gives each tool's ToolPolicy (policy.go): server-side
+	// retries and a per-tool concurrency cap. Nil means DefaultToolPolicy
+	// for every tool. It is asked often (on every claim, for each tool
+	// of tools.Names(), and on every retryable failure), so it must be
+	// cheap and safe for concurrent use.
+	Policies func(tool string) ToolPolicy
 	// Exit ends the process for a chaos crash; nil means os.Exit. Tests
 	// set it to observe the crash without losing the test binary.
 	Exit func(code int)
@@ -163,6 +170,9 @@ type Config struct {
 	beforeCommit func(ctx context.Context, c store.Call)
 	// proc overrides where process liveness is read (tests).
 	proc *procFS
+	// runTool, if set, replaces tools.Run (tests: a tool that counts its
+	// concurrent executions, or fails on demand).
+	runTool func(ctx context.Context, inv tools.Invocation) (tools.Outcome, error)
 }
 
 // Server is the HTTP service plus its executor. Create it with New.
@@ -255,6 +265,8 @@ func New(cfg Config, st store.Store) (*Server, error) {
 		chaos:        cfg.Chaos,
 		exit:         cfg.Exit,
 		beforeCommit: cfg.beforeCommit,
+		policy:       policyFunc(cfg.Policies),
+		runToolFn:    cfg.runTool,
 		onFinal:      s.waiters.notify,
 		running:      newRunningCalls(),
 		maxResult:    cfg.MaxResultBytes,

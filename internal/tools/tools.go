@@ -92,6 +92,11 @@ type ToolError struct {
 	Code      string `json:"code"`
 	Message   string `json:"message"`
 	Retryable bool   `json:"retryable"`
+	// RetryAfter is how long the downstream asked to wait before the next
+	// attempt (an HTTP Retry-After), 0 if it said nothing. A server-side
+	// retry waits at least this long (docs/lifecycle.md, "Server-side
+	// retries"). Not part of the stored error object.
+	RetryAfter time.Duration `json:"-"`
 }
 
 // Error makes a ToolError usable as an error value.
