@@ -280,6 +280,13 @@ func CursorOf(c Call) Cursor { return Cursor{CreatedAt: c.CreatedAt, CallID: c.C
 // plain one (inspect, the scheduler) by insertion.
 func (f ListFilter) Keyset() bool { return f.Principal != nil || f.Tool != "" || f.After != nil }
 
+// ToolQuota caps how many calls of one tool a ClaimNext may claim.
+type ToolQuota struct {
+	Tool string
+	// Max is the most calls of Tool the claim takes; <= 0 takes none.
+	Max int
+}
+
 // Store is everything idemctl needs from a database. All methods are safe for
 // concurrent use. Write methods run in one transaction each.
 //
@@ -313,8 +320,17 @@ type Store interface {
 	// Oldest first. Returns the claimed calls (possibly none, never nil);
 	// limit <= 0 claims nothing.
 	//
+	//
+	// quotas cap the calls of some tools this claim may take (per-tool
+	// concurrency, docs/operations.md, "Limits"): at most Max calls of
+	// Tool, none if Max <= 0. A call of a capped tool past its quota is
+	// passed over, not claimed, so it never waits under a lease; the claim
+	// may then return fewer than limit calls although more are runnable
+	// (the caller claims again without the full tool). Tools without a
+	// quota are not capped.
+	//
 	// Errors: a plain error for a negative lease (nothing is claimed).
-	ClaimNext(ctx context.Context, owner string, lease time.Duration, limit int) ([]Call, error)
+	ClaimNext(ctx context.Context, owner string, lease time.Duration, limit int, quotas ...ToolQuota) ([]Call, error)
 
 	// Succeed marks the call succeeded, stores the result and inserts the
 	// effect (if any) in one transaction, fenced on (owner, attempt).

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"time"
 
@@ -207,7 +208,9 @@ RETURNING `+callColumnsOf("calls"), call.CallID))
 }
 
 // claimSQL is ClaimNext's statement ($1 owner, $2 limit, $3 lease seconds,
-// $4 the claimed audit detail, store.DetailClaimed).
+// $4 the claimed audit detail, store.DetailClaimed; $5 the tools to take
+// none of, $6 and $7 the other capped tools and their quotas: per-tool
+// concurrency, store.ToolQuota).
 //
 // The "pending" and "expired" steps select the oldest pending calls and the
 // oldest running calls whose lease has expired by the database's clock, at
@@ -215,7 +218,10 @@ RETURNING `+callColumnsOf("calls"), call.CallID))
 // claiming, completing or recovering right now are skipped rather than
 // waited for, so concurrent claimers split the work and never block one
 // another. "picked" keeps the oldest $2 of the two, which are the oldest $2
-// runnable calls. (A candidate that does not make the cut stays locked until
+// runnable calls, less those past their tool's quota: "picked" numbers the
+// candidates of each tool oldest first (a window over at most 2·$2 rows,
+// not over the table) and drops those beyond it. (A candidate that does
+// not make the cut stays locked until
 // this statement commits, a moment; another instance's claim meanwhile just
 // takes a different call.)
 //
@@ -241,24 +247,30 @@ var claimSQL = `
 WITH clock AS MATERIALIZED (
   SELECT ` + dbNow + ` AS now
 ), pending AS MATERIALIZED (
-  SELECT c.call_id, c.created_at
+  SELECT c.call_id, c.created_at, c.tool
   FROM calls c, clock
   WHERE c.status = 'pending' AND (c.not_before IS NULL OR c.not_before <= clock.now)
+    AND c.tool <> ALL ($5::text[])
   ORDER BY c.created_at, c.call_id
   LIMIT $2
   FOR UPDATE OF c SKIP LOCKED
 ), expired AS MATERIALIZED (
-  SELECT c.call_id, c.created_at
+  SELECT c.call_id, c.created_at, c.tool
   FROM calls c, clock
   WHERE c.status = 'running' AND c.lease_until <= clock.now
+    AND c.tool <> ALL ($5::text[])
   ORDER BY c.created_at, c.call_id
   LIMIT $2
   FOR UPDATE OF c SKIP LOCKED
 ), picked AS MATERIALIZED (
   SELECT call_id
-  FROM (SELECT call_id, created_at FROM pending
-        UNION ALL
-        SELECT call_id, created_at FROM expired) AS candidates
+  FROM (SELECT cand.call_id, cand.created_at, quota.max,
+               row_number() OVER (PARTITION BY cand.tool ORDER BY cand.created_at, cand.call_id) AS n
+        FROM (SELECT call_id, created_at, tool FROM pending
+              UNION ALL
+              SELECT call_id, created_at, tool FROM expired) AS cand
+        LEFT JOIN unnest($6::text[], $7::int[]) AS quota (tool, max) ON quota.tool = cand.tool) AS ranked
+  WHERE ranked.max IS NULL OR ranked.n <= ranked.max
   ORDER BY created_at, call_id
   LIMIT $2
 ), claimed AS (
@@ -279,7 +291,7 @@ SELECT ` + callColumns + ` FROM claimed`
 
 // ClaimNext claims up to limit runnable calls for owner in one statement,
 // claimSQL.
-func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration, limit int) ([]store.Call, error) {
+func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration, limit int, quotas ...store.ToolQuota) ([]store.Call, error) {
 	if err := s.writable(); err != nil {
 		return nil, err
 	}
@@ -289,7 +301,15 @@ func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration
 	if limit <= 0 {
 		return []store.Call{}, nil
 	}
-	rows, err := s.pool.Query(ctx, claimSQL, owner, limit, lease.Seconds(), store.DetailClaimed(owner))
+	full, capped, left := []string{}, []string{}, []int32{}
+	for _, q := range quotas {
+		if q.Max <= 0 {
+			full = append(full, q.Tool)
+		} else {
+			capped, left = append(capped, q.Tool), append(left, int32(min(q.Max, math.MaxInt32)))
+		}
+	}
+	rows, err := s.pool.Query(ctx, claimSQL, owner, limit, lease.Seconds(), store.DetailClaimed(owner), full, capped, left)
 	if err != nil {
 		return nil, interpret(ctx, err)
 	}

@@ -44,8 +44,11 @@ const (
 	// through idx_calls_pending, expired through idx_calls_status. A
 	// pending call waiting for its not-before time does not count: an idle
 	// poll must not take the write lock for it.
-	sqlHasClaimable = `SELECT EXISTS (SELECT 1 FROM calls WHERE status = 'pending' AND ` + notBeforePassed + `)
-		OR EXISTS (SELECT 1 FROM calls WHERE status = 'running' AND lease_until <= ?)`
+	// The tools of the last ? (a JSON array) are full (store.ToolQuota with
+	// Max <= 0) and do not count either.
+	sqlHasClaimable = `SELECT EXISTS (SELECT 1 FROM calls WHERE status = 'pending' AND ` + notBeforePassed + `
+			AND ` + toolNotFull + `)
+		OR EXISTS (SELECT 1 FROM calls WHERE status = 'running' AND lease_until <= ? AND ` + toolNotFull + `)`
 
 	// sqlPickPending is the oldest pending calls, read in order from the
 	// partial index idx_calls_pending (created_at, then rowid, which every
@@ -70,17 +73,21 @@ const (
 	// anyway for call_id, so the walk stays in index order. Its cost grows
 	// with the waiting calls older than the first claimable one: a backlog
 	// of retries at the head of the queue is walked on every claim.
-	sqlPickPending = `SELECT rowid, call_id, created_at FROM calls INDEXED BY idx_calls_pending
-		WHERE status = 'pending' AND ` + notBeforePassed + `
+	//
+	// toolNotFull (its ? a JSON array of tool names) passes over the
+	// calls of tools whose quota is used up (per-tool concurrency), tested
+	// on the same row; an empty array passes everything.
+	sqlPickPending = `SELECT rowid, call_id, created_at, tool FROM calls INDEXED BY idx_calls_pending
+		WHERE status = 'pending' AND ` + notBeforePassed + ` AND ` + toolNotFull + `
 		ORDER BY created_at, rowid LIMIT ?+0`
 
 	// sqlPickExpired is the oldest running calls whose lease has expired.
 	// It searches idx_calls_status (status, lease_until) for the expired
 	// ones and sorts only those by age. There are few: the scheduler runs
 	// RecoverExpired before every claim, which returns them to pending.
-	// LIMIT ?+0 as in sqlPickPending.
-	sqlPickExpired = `SELECT rowid, call_id, created_at FROM calls
-		WHERE status = 'running' AND lease_until <= ?
+	// LIMIT ?+0 as in sqlPickPending; toolNotFull as there.
+	sqlPickExpired = `SELECT rowid, call_id, created_at, tool FROM calls
+		WHERE status = 'running' AND lease_until <= ? AND ` + toolNotFull + `
 		ORDER BY created_at, rowid LIMIT ?+0`
 
 	// sqlClaim is the claim itself: a conditional update that wins only if

@@ -94,6 +94,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("ConcurrentCreateOrGet", func(t *testing.T) { testConcurrentCreateOrGet(t, open) })
 	// claim.go
 	t.Run("ClaimNext", func(t *testing.T) { testClaimNext(t, open) })
+	t.Run("ClaimQuotas", func(t *testing.T) { testClaimQuotas(t, open) })
 	t.Run("ConcurrentClaimNext", func(t *testing.T) { testConcurrentClaimNext(t, open) })
 	t.Run("LeaseExpiryTakeover", func(t *testing.T) { testLeaseExpiryTakeover(t, open) })
 	// complete.go
