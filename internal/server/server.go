@@ -258,7 +258,7 @@ func New(cfg Config, st store.Store) (*Server, error) {
 		self:         self,
 		deadOwners:   deadOwners,
 		proc:         proc,
-		limit:        newGlobalLimit(cfg.Workers),
+		limit:        newToolLimit(cfg.Workers, policyFunc(cfg.Policies), tools.Names),
 		queue:        &queueGauge{max: maxPending},
 		lease:        cfg.Lease,
 		interval:     cfg.RecoverInterval,
