@@ -107,7 +107,9 @@ func (e *executor) execute(c store.Call) {
 		return
 	}
 	if done.Status == store.StatusPending {
-		// A server-side retry was scheduled: not final, nobody is told.
+		// A server-side retry was scheduled: not final, nobody is told;
+		// the call is pending again (back-pressure counts it).
+		e.queue.added()
 		e.m.executions.WithLabelValues(c.Tool, execRetry).Inc()
 		e.m.execSeconds.WithLabelValues(c.Tool).Observe(time.Since(start).Seconds())
 		var in time.Duration
