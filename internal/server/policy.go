@@ -8,7 +8,8 @@ import (
 // ToolPolicy is how the server runs one tool beyond the global --workers
 // bound: server-side retries of its retryable failures and a cap on its
 // executions at once (docs/lifecycle.md, "Server-side retries";
-// docs/operations.md, "Limits"). The zero value is DefaultToolPolicy.
+// docs/operations.md, "Limits"). The zero value means the same as
+// DefaultToolPolicy.
 type ToolPolicy struct {
 	// MaxAttempts is how many attempts a call of this tool gets before a
 	// retryable failure becomes final: attempt n < MaxAttempts that fails
@@ -28,15 +29,16 @@ type ToolPolicy struct {
 	Concurrency int
 }
 
-// DefaultToolPolicy is the policy of a tool Config.Policies says nothing
-// about: one attempt, no cap beyond --workers.
-var DefaultToolPolicy = ToolPolicy{MaxAttempts: 1}
+// DefaultToolPolicy is the policy of every tool when Config.Policies is
+// nil, and what a Policies func should return for a tool it has nothing to
+// say about: one attempt, no cap beyond --workers.
+func DefaultToolPolicy() ToolPolicy { return ToolPolicy{MaxAttempts: 1} }
 
 // policyFunc is Config.Policies with the defaults applied: never nil, and
 // MaxAttempts at least 1.
 func policyFunc(f func(tool string) ToolPolicy) func(tool string) ToolPolicy {
 	if f == nil {
-		return func(string) ToolPolicy { return DefaultToolPolicy }
+		return func(string) ToolPolicy { return DefaultToolPolicy() }
 	}
 	return func(tool string) ToolPolicy {
 		p := f(tool)

@@ -20,7 +20,7 @@ func withPolicy(tool string, p ToolPolicy) func(*Config) {
 			if name == tool {
 				return p
 			}
-			return DefaultToolPolicy
+			return DefaultToolPolicy()
 		}
 	}
 }
