@@ -1,7 +1,6 @@
 package main
 
 import (
-	"github.com/idemctl/idemctl/internal/server/apitest"
 	"net/http"
 	"strings"
 	"testing"
@@ -9,6 +8,7 @@ import (
 	"github.com/idemctl/idemctl/internal/client"
 	"github.com/idemctl/idemctl/internal/exitcode"
 	"github.com/idemctl/idemctl/internal/server"
+	"github.com/idemctl/idemctl/internal/server/apitest"
 	"github.com/idemctl/idemctl/internal/tools"
 )
 

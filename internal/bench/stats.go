@@ -4,11 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/idemctl/idemctl/internal/store"
 	"io"
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/idemctl/idemctl/internal/store"
 )
 
 // Stats is the part of GET /stats the bench reads (docs/api.md, "Health,

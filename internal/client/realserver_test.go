@@ -1,10 +1,10 @@
 package client
 
 import (
-	"github.com/idemctl/idemctl/internal/server/apitest"
 	"testing"
 
 	"github.com/idemctl/idemctl/internal/server"
+	"github.com/idemctl/idemctl/internal/server/apitest"
 	"github.com/idemctl/idemctl/internal/tools"
 )
 

@@ -264,7 +264,7 @@ func (t *Tool) outcome(resp *http.Response, data []byte, callID, effectID string
 	case code == http.StatusRequestTimeout, code == http.StatusTooEarly, code == http.StatusTooManyRequests,
 		code >= 500 && code <= 599:
 		out := failure(CodeDownstreamError, true, code, fmt.Sprintf("downstream answered %d", code))
-		out.RetryAfter = RetryAfter(resp.Header.Get("Retry-After"), time.Now())
+		out.Err.RetryAfter = RetryAfter(resp.Header.Get("Retry-After"), time.Now())
 		return out, nil
 	case code >= 300 && code <= 399:
 		return failure(CodeDownstreamError, false, code,

@@ -101,8 +101,8 @@ func TestOutcomeMapping(t *testing.T) {
 			if e.Code != c.code || e.Retryable != c.retryable || e.Status != c.errStatus || string(e.Body) != c.errBody {
 				t.Fatalf("got %+v (body %s), want %s retryable=%v status %d body %s", e, e.Body, c.code, c.retryable, c.errStatus, c.errBody)
 			}
-			if out.RetryAfter != c.retryIn {
-				t.Fatalf("RetryAfter %s, want %s", out.RetryAfter, c.retryIn)
+			if e.RetryAfter != c.retryIn {
+				t.Fatalf("RetryAfter %s, want %s", e.RetryAfter, c.retryIn)
 			}
 		})
 	}

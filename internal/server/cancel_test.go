@@ -3,10 +3,11 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"github.com/idemctl/idemctl/internal/store"
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/idemctl/idemctl/internal/store"
 )
 
 func errorCodeOf(t *testing.T, c CallView) string {

@@ -14,6 +14,11 @@ import (
 // an ambiguous failure is safe (fenced on owner and attempt; the effect is
 // unique per call). extensions is the attempt's heartbeat count, for the
 // audit detail.
+//
+// A retryable failure of an attempt below the tool's MaxAttempts is not
+// recorded as failed: ScheduleRetry puts the call back to pending until
+// now + retryDelay (docs/lifecycle.md, "Server-side retries"); the call
+// returned is then pending.
 func (e *executor) commit(c store.Call, out tools.Outcome, extensions int64) (store.Call, error) {
 	comp := store.Completion{CallID: c.CallID, Owner: e.owner, Attempt: c.Attempt, Extensions: extensions}
 	if out.Err != nil {
@@ -26,15 +31,24 @@ func (e *executor) commit(c store.Call, out tools.Outcome, extensions int64) (st
 		comp.Result, comp.Effect = out.Result, out.Effect
 	}
 	var (
-		done store.Call
-		err  error
+		done  store.Call
+		err   error
+		delay time.Duration
 	)
+	retry := out.Err != nil && out.Err.Retryable && c.Attempt < int64(e.policy(c.Tool).MaxAttempts)
+	if retry {
+		// Decided once, before the commit loop: a repeated commit after an
+		// ambiguous failure asks for the same delay.
+		delay = retryDelay(e.policy(c.Tool), c.Attempt, out.Err.RetryAfter)
+	}
 	for try := 0; try < 3; try++ {
 		if try > 0 {
 			time.Sleep(time.Duration(100<<try) * time.Millisecond)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
-		if out.Err != nil {
+		if retry {
+			done, err = e.st.ScheduleRetry(ctx, comp, delay)
+		} else if out.Err != nil {
 			done, err = e.st.Fail(ctx, comp)
 		} else {
 			done, err = e.st.Succeed(ctx, comp)

@@ -3,13 +3,13 @@ package server
 import (
 	"context"
 	"fmt"
-	"github.com/idemctl/idemctl/internal/tools"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/idemctl/idemctl/internal/exitcode"
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/tools"
 )
 
 // The executor runs recorded tool calls, split by role as river splits its
@@ -23,6 +23,7 @@ import (
 //	completion.go  commits the outcome under the claim's fencing token
 //	recovery.go    expired leases and calls of dead owners back to pending
 //	queue.go       the pending count the scheduler keeps for back-pressure
+//	policy.go      per-tool policies: server-side retries, concurrency caps
 //
 // Every decision goes through the store's conditional updates, never
 // through memory: a claim is won by exactly one claimer, and a heartbeat or
@@ -64,9 +65,14 @@ type executor struct {
 	// beforeCommit, if set, runs after the tool and before its completion
 	// commits (tests: pause a worker past its lease).
 	beforeCommit func(ctx context.Context, c store.Call)
-	onFinal      func(callID string) // a completion committed
-	log          *slog.Logger
-	m            *metrics
+	// policy is Config.Policies with defaults (policy.go): retries and
+	// per-tool caps.
+	policy func(tool string) ToolPolicy
+	// runToolFn, if set, replaces tools.Run (tests).
+	runToolFn func(ctx context.Context, inv tools.Invocation) (tools.Outcome, error)
+	onFinal   func(callID string) // a completion committed
+	log       *slog.Logger
+	m         *metrics
 
 	wake chan struct{} // capacity 1: coalesces wake-ups
 
@@ -143,20 +149,71 @@ func (e *executor) stop(ctx context.Context, grace time.Duration) error {
 }
 
 // limiter bounds how many tool executions run at once. The scheduler asks
-// free before claiming, takes a slot per claimed call, and the run gives it
-// back. Slots are keyed by tool so that a per-tool limit (a tool's
-// "concurrency") can be one more limiter composed with the global one; it
-// will also need the claim to skip tools without a free slot, which is why
-// free is asked before claiming rather than after.
+// free and quotas before claiming, takes a slot per claimed call, and the
+// run gives it back.
 type limiter interface {
 	// free is how many more calls may start now.
 	free() int
+	// quotas is how many more calls of each capped tool may start now
+	// (a tool's ToolPolicy.Concurrency less its running calls), for
+	// ClaimNext; tools without a cap are not listed.
+	quotas() []store.ToolQuota
 	// acquire takes a slot for a call of tool (after free said there is one).
 	acquire(tool string)
 	// release gives back a slot acquire took.
 	release(tool string)
 	// running is how many slots are taken.
 	running() int
+}
+
+// toolLimit is the global limit (--workers) composed with each tool's
+// ToolPolicy.Concurrency. The per-tool bound is enforced by the claim
+// itself (quotas → store.ToolQuota): a call of a tool at its cap is never
+// claimed, so it never waits idle under this server's lease, and the
+// calls of other tools behind it are claimed meanwhile.
+type toolLimit struct {
+	global *globalLimit
+	policy func(tool string) ToolPolicy
+	// names lists the tools whose policy may cap them (tools.Names).
+	names func() []string
+
+	mu sync.Mutex
+	n  map[string]int // running calls by tool
+}
+
+func newToolLimit(workers int, policy func(string) ToolPolicy, names func() []string) *toolLimit {
+	return &toolLimit{global: newGlobalLimit(workers), policy: policy, names: names, n: map[string]int{}}
+}
+
+func (l *toolLimit) free() int    { return l.global.free() }
+func (l *toolLimit) running() int { return l.global.running() }
+
+func (l *toolLimit) acquire(tool string) {
+	l.global.acquire(tool)
+	l.mu.Lock()
+	l.n[tool]++
+	l.mu.Unlock()
+}
+
+func (l *toolLimit) release(tool string) {
+	l.global.release(tool)
+	l.mu.Lock()
+	if l.n[tool]--; l.n[tool] <= 0 {
+		delete(l.n, tool)
+	}
+	l.mu.Unlock()
+}
+
+func (l *toolLimit) quotas() []store.ToolQuota {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []store.ToolQuota
+	for _, tool := range l.names() {
+		if c := l.policy(tool).Concurrency; c > 0 {
+			out = append(out, store.ToolQuota{Tool: tool, Max: c - l.n[tool]})
+		}
+	}
+	return out
 }
 
 // globalLimit is --workers: one bound on all tool executions of this

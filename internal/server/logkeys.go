@@ -23,6 +23,10 @@ const (
 	attrGrace    = "grace"
 	attrPause    = "pause"
 	attrReason   = "reason"
+	// attrRetryIn is the delay before a scheduled server-side retry may
+	// run; attrMaxAttempts the tool's attempt limit.
+	attrRetryIn     = "retry_in"
+	attrMaxAttempts = "max_attempts"
 	// attrPrincipal is who made the request ("" without auth); never the token.
 	attrPrincipal = "principal"
 )

@@ -26,6 +26,10 @@ const (
 	execAbandoned = "abandoned" // shutdown cancelled the tool; the call was released
 	execCrashed   = "crashed"   // a chaos hook ended the process (in tests: the exit hook)
 	execError     = "error"     // the commit failed (database); the lease brings the call back
+	// execRetry: a retryable failure with attempts left; the call is
+	// pending again until its not-before time (docs/lifecycle.md,
+	// "Server-side retries").
+	execRetry = "retry_scheduled"
 )
 
 // Label values of idemctl_limit_refusals_total{limit}.
@@ -104,7 +108,7 @@ func newMetrics(st store.Store, maxPending int64, extra prometheus.Registerer) (
 		}, []string{"outcome"}),
 		executions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idemctl_executions_total",
-			Help: "Tool attempts by tool and outcome (succeeded, failed, fenced, abandoned, crashed, error).",
+			Help: "Tool attempts by tool and outcome (succeeded, failed, retry_scheduled, fenced, abandoned, crashed, error).",
 		}, []string{"tool", "outcome"}),
 		attempts: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "idemctl_execution_attempt",

@@ -106,6 +106,20 @@ func (e *executor) execute(c store.Call) {
 		log.Error("recording completion failed; the lease will bring the call back", attrErr, err)
 		return
 	}
+	if done.Status == store.StatusPending {
+		// A server-side retry was scheduled: not final, nobody is told;
+		// the call is pending again (back-pressure counts it).
+		e.queue.added()
+		e.m.executions.WithLabelValues(c.Tool, execRetry).Inc()
+		e.m.execSeconds.WithLabelValues(c.Tool).Observe(time.Since(start).Seconds())
+		var in time.Duration
+		if done.NotBefore != nil { // the store's clock on both sides
+			in = time.Duration((*done.NotBefore - done.UpdatedAt) * float64(time.Second)).Round(time.Millisecond)
+		}
+		log.Info("call failed, retry scheduled", attrErr, out.Err, durationAttr(attrRetryIn, in),
+			attrMaxAttempts, e.policy(c.Tool).MaxAttempts, "lease_extensions", extensions)
+		return
+	}
 	e.m.executions.WithLabelValues(c.Tool, string(done.Status)).Inc()
 	e.m.execSeconds.WithLabelValues(c.Tool).Observe(time.Since(start).Seconds())
 	log.Info("call "+string(done.Status), attrStatus, done.Status, durationAttr(attrDuration, time.Since(start)),
@@ -146,7 +160,11 @@ func (e *executor) runTool(ctx context.Context, c store.Call, log *slog.Logger) 
 	}
 	ctx, untrack := e.running.track(ctx, c.CallID)
 	defer untrack()
-	out, err = e.tools.Run(ctx, tools.Invocation{CallID: c.CallID, Tool: c.Tool, Args: args, Attempt: c.Attempt})
+	var runFn func(context.Context, tools.Invocation) (tools.Outcome, error) = e.tools.Run
+	if e.runToolFn != nil {
+		runFn = e.runToolFn
+	}
+	out, err = runFn(ctx, tools.Invocation{CallID: c.CallID, Tool: c.Tool, Args: args, Attempt: c.Attempt})
 	switch {
 	case err == nil:
 		return args, capResult(out, e.maxResult), true

@@ -42,8 +42,9 @@ func (e *executor) tick(ctx context.Context) {
 		// The claim runs to completion even if ctx is cancelled meanwhile:
 		// a claim committed but not started would sit under our lease
 		// until it expired.
+		quotas := e.limit.quotas()
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
-		calls, err := e.st.ClaimNext(cctx, e.owner, e.lease, free)
+		calls, err := e.st.ClaimNext(cctx, e.owner, e.lease, free, quotas...)
 		cancel()
 		e.m.claimQueries.Inc()
 		if e.noteErr("claim", err) {
@@ -59,10 +60,34 @@ func (e *executor) tick(ctx context.Context) {
 			e.runs.Add(1)
 			go e.run(c)
 		}
-		if len(calls) < free {
+		if len(calls) < free && !filledQuota(quotas, calls) {
 			return // nothing more runnable now
 		}
 	}
+}
+
+// filledQuota reports whether a claim took all that was left of some
+// tool's quota. The store then passed over that tool's other calls, so a
+// short claim does not mean nothing else is runnable: the next claim,
+// with the tool full, may find calls of other tools behind them. A tool
+// stays full until one of its runs ends, so this adds about one claim per
+// capped tool to a tick.
+func filledQuota(quotas []store.ToolQuota, calls []store.Call) bool {
+	for _, q := range quotas {
+		if q.Max <= 0 {
+			continue
+		}
+		n := 0
+		for _, c := range calls {
+			if c.Tool == q.Tool {
+				n++
+			}
+		}
+		if n >= q.Max {
+			return true
+		}
+	}
+	return false
 }
 
 // refreshQueue reads the pending count and the oldest pending call's age

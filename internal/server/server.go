@@ -42,6 +42,7 @@ import (
 
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/toolreg"
+	"github.com/idemctl/idemctl/internal/tools"
 )
 
 // Defaults of Config's zero values.
@@ -159,6 +160,12 @@ type Config struct {
 	// dead-owner recovery, so it must name one pid namespace: never give
 	// two machines or containers the same value.
 	InstanceHost string
+	// Policies gives each tool's ToolPolicy (policy.go): server-side
+	// retries and a per-tool concurrency cap. Nil means DefaultToolPolicy
+	// for every tool. It is asked often (on every claim, for each tool
+	// of tools.Names(), and on every retryable failure), so it must be
+	// cheap and safe for concurrent use.
+	Policies func(tool string) ToolPolicy
 	// Exit ends the process for a chaos crash; nil means os.Exit. Tests
 	// set it to observe the crash without losing the test binary.
 	Exit func(code int)
@@ -168,6 +175,9 @@ type Config struct {
 	beforeCommit func(ctx context.Context, c store.Call)
 	// proc overrides where process liveness is read (tests).
 	proc *procFS
+	// runTool, if set, replaces tools.Run (tests: a tool that counts its
+	// concurrent executions, or fails on demand).
+	runTool func(ctx context.Context, inv tools.Invocation) (tools.Outcome, error)
 }
 
 // Server is the HTTP service plus its executor. Create it with New.
@@ -253,13 +263,15 @@ func New(cfg Config, st store.Store) (*Server, error) {
 		self:         self,
 		deadOwners:   deadOwners,
 		proc:         proc,
-		limit:        newGlobalLimit(cfg.Workers),
+		limit:        newToolLimit(cfg.Workers, policyFunc(cfg.Policies), cfg.Tools.Names),
 		queue:        &queueGauge{max: maxPending},
 		lease:        cfg.Lease,
 		interval:     cfg.RecoverInterval,
 		chaos:        cfg.Chaos,
 		exit:         cfg.Exit,
 		beforeCommit: cfg.beforeCommit,
+		policy:       policyFunc(cfg.Policies),
+		runToolFn:    cfg.runTool,
 		onFinal:      s.waiters.notify,
 		running:      newRunningCalls(),
 		tools:        cfg.Tools,
@@ -305,6 +317,9 @@ func (c *Config) fill() error {
 	}
 	if c.Tools == nil {
 		c.Tools = toolreg.Builtins()
+	}
+	if c.Policies == nil {
+		c.Policies = registryPolicies(c.Tools)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

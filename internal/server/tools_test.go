@@ -2,8 +2,10 @@ package server
 
 import (
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/idemctl/idemctl/internal/downstream"
@@ -146,5 +148,47 @@ tools:
 	}
 	if n := len(ds.Ledger()); n != 1 {
 		t.Fatalf("ledger after a replay has %d charges, want 1", n)
+	}
+}
+
+// TestHTTPToolServerSideRetry: the retry policy of a tools file reaches the
+// executor: a downstream that answers 503 twice, then 201, ends the call
+// succeeded at attempt 3, every attempt carrying the same Idempotency-Key.
+func TestHTTPToolServerSideRetry(t *testing.T) {
+	var mu sync.Mutex
+	var keys []string
+	dsrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		keys = append(keys, r.Header.Get("Idempotency-Key"))
+		n := len(keys)
+		mu.Unlock()
+		if n <= 2 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"id":"ch_1"}`))
+	}))
+	t.Cleanup(dsrv.Close)
+	reg, err := toolreg.Parse([]byte(`
+tools:
+  - name: flaky_charge
+    kind: http
+    url: `+dsrv.URL+`/charges
+    retry: {max_attempts: 3, initial_backoff: 10ms, max_backoff: 20ms}
+`), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, func(c *Config) { c.Tools = reg })
+	call := b.post("flaky-1", `{"tool":"flaky_charge","args":{}}`).call(t)
+	done := b.waitFinal(call.CallID)
+	if done.Status != "succeeded" || done.Attempt != 3 || done.EffectID == nil {
+		t.Fatalf("call = %s at attempt %d (error %s), want succeeded at attempt 3 with an effect", done.Status, done.Attempt, done.Error)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(keys) != 3 || keys[0] != *done.EffectID || keys[1] != keys[0] || keys[2] != keys[0] {
+		t.Fatalf("Idempotency-Keys on the wire = %v, want the effect id %s three times", keys, *done.EffectID)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // The rules both backends apply alike live here, decided once above the
@@ -19,6 +20,8 @@ import (
 //	succeeded    the effect id, or "no effect"          DetailSucceeded
 //	failed       "code: message" of the error           DetailFailed
 //	retry_reset  "after " + the failure it resets       DetailRetryReset
+//	retry_scheduled  "in D after code: message" (D the  DetailRetryScheduled
+//	             backoff, e.g. "in 200ms after ...")
 //	recover      "lease expired (owner O, attempt N)"   DetailLeaseExpired
 //	             or Release's reason, as given
 //	fenced       "owner O attempt N refused: call is    DetailFenced
@@ -72,6 +75,14 @@ func DetailCanceled(errJSON json.RawMessage) string { return ErrorSummary(errJSO
 // the call that is asked to stop.
 func DetailCancelRequested(owner string, attempt int64) string {
 	return fmt.Sprintf("owner %s attempt %d", owner, attempt)
+}
+
+// DetailRetryScheduled is the retry_scheduled event's detail: the delay
+// before the call may be claimed again and the summary of the failure that
+// is retried ("in 1.5s after downstream_error: 503"), then c's lease
+// extensions.
+func DetailRetryScheduled(delay time.Duration, c Completion) string {
+	return "in " + delay.String() + " after " + ErrorSummary(FailureJSON(c)) + DetailExtensions(c.Extensions)
 }
 
 // DetailRetryReset is the retry_reset event's detail: the failure reset.

@@ -72,8 +72,11 @@ const (
 	EventSucceeded  = "succeeded"
 	EventFailed     = "failed"
 	EventRetryReset = "retry_reset"
-	EventRecover    = "recover"
-	EventFenced     = "fenced"
+	// EventRetryScheduled: a retryable failure with attempts left went
+	// back to pending with a not-before time (ScheduleRetry).
+	EventRetryScheduled = "retry_scheduled"
+	EventRecover        = "recover"
+	EventFenced         = "fenced"
 	// EventCanceled: a pending call was failed by a cancel request.
 	EventCanceled = "canceled"
 	// EventCancelRequested: a running call was asked to stop.
@@ -125,8 +128,14 @@ type Call struct {
 	// CancelRequested: a cancel request reached the call while it ran. A
 	// worker that claims such a call fails it canceled without running it.
 	CancelRequested bool
-	CreatedAt       float64
-	UpdatedAt       float64
+	// NotBefore is the not-before time of the call's last server-side
+	// retry (ScheduleRetry), Unix seconds by the database's clock: while
+	// the call is pending, ClaimNext does not take it before then. nil if
+	// no retry was scheduled since the call was created or last reset by a
+	// same-key request. A claim leaves it as it is (then in the past).
+	NotBefore *float64
+	CreatedAt float64
+	UpdatedAt float64
 }
 
 // NewCall is what CreateOrGet records for a key seen for the first time.
@@ -271,6 +280,13 @@ func CursorOf(c Call) Cursor { return Cursor{CreatedAt: c.CreatedAt, CallID: c.C
 // plain one (inspect, the scheduler) by insertion.
 func (f ListFilter) Keyset() bool { return f.Principal != nil || f.Tool != "" || f.After != nil }
 
+// ToolQuota caps how many calls of one tool a ClaimNext may claim.
+type ToolQuota struct {
+	Tool string
+	// Max is the most calls of Tool the claim takes; <= 0 takes none.
+	Max int
+}
+
 // Store is everything idemctl needs from a database. All methods are safe for
 // concurrent use. Write methods run in one transaction each.
 //
@@ -296,15 +312,25 @@ type Store interface {
 	// a call id already used by another key).
 	CreateOrGet(ctx context.Context, n NewCall) (Call, Outcome, error)
 
-	// ClaimNext claims up to limit runnable calls for owner: pending calls,
-	// and running calls whose lease has expired. Each claim is a conditional
+	// ClaimNext claims up to limit runnable calls for owner: pending calls
+	// whose not-before time (Call.NotBefore) is unset or has passed by the
+	// database's clock, and running calls whose lease has expired. Each claim is a conditional
 	// update (exactly one claimer wins), increments attempt, sets the lease
 	// to the database's now + lease, and audits claimed with the owner.
 	// Oldest first. Returns the claimed calls (possibly none, never nil);
 	// limit <= 0 claims nothing.
 	//
+	//
+	// quotas cap the calls of some tools this claim may take (per-tool
+	// concurrency, docs/operations.md, "Limits"): at most Max calls of
+	// Tool, none if Max <= 0. A call of a capped tool past its quota is
+	// passed over, not claimed, so it never waits under a lease; the claim
+	// may then return fewer than limit calls although more are runnable
+	// (the caller claims again without the full tool). Tools without a
+	// quota are not capped.
+	//
 	// Errors: a plain error for a negative lease (nothing is claimed).
-	ClaimNext(ctx context.Context, owner string, lease time.Duration, limit int) ([]Call, error)
+	ClaimNext(ctx context.Context, owner string, lease time.Duration, limit int, quotas ...ToolQuota) ([]Call, error)
 
 	// Succeed marks the call succeeded, stores the result and inserts the
 	// effect (if any) in one transaction, fenced on (owner, attempt).
@@ -321,6 +347,21 @@ type Store interface {
 	// Fail marks the call failed with c.Error (an empty error is stored as
 	// {}), fenced like Succeed, with the same errors.
 	Fail(ctx context.Context, c Completion) (Call, error)
+
+	// ScheduleRetry is a server-side retry (docs/lifecycle.md, "Server-side
+	// retries"): fenced like Fail, in one transaction, it returns the call
+	// to pending with its not-before time set to the database's now +
+	// delay, clears the lease and the owner, keeps the attempt (the next
+	// claim increments it) and stores no error (a pending call has none);
+	// the failure c.Error goes to the audit, retry_scheduled with
+	// DetailRetryScheduled. Whether to retry, and the delay, are the
+	// caller's decision.
+	//
+	// Errors: ErrFenced if the call is not running under exactly that
+	// owner and attempt: nothing is written but one fenced audit row.
+	// ErrNotFound if there is no such call. A plain error, before any
+	// write, for a negative delay.
+	ScheduleRetry(ctx context.Context, c Completion, delay time.Duration) (Call, error)
 
 	// RecoverExpired returns running calls whose lease has expired (by the
 	// database's clock) to pending, audits recover for each, and returns

@@ -98,6 +98,11 @@ type ToolError struct {
 	// Body is the downstream's answer to a rejected request: its JSON, or
 	// a JSON string when it is not JSON. Omitted when empty.
 	Body json.RawMessage `json:"body,omitempty"`
+	// RetryAfter is how long the downstream asked to wait before the next
+	// attempt (an HTTP Retry-After), 0 if it said nothing. A server-side
+	// retry waits at least this long (docs/lifecycle.md, "Server-side
+	// retries"). Not part of the stored error object.
+	RetryAfter time.Duration `json:"-"`
 }
 
 // Error makes a ToolError usable as an error value.
@@ -112,10 +117,6 @@ type Outcome struct {
 	Effect *store.Effect
 	// Err is the tool's failure; the call becomes failed.
 	Err *ToolError
-	// RetryAfter is how long the downstream asked to be left alone before
-	// a retry (its Retry-After header), 0 when it did not say. Only set
-	// with a retryable Err.
-	RetryAfter time.Duration
 }
 
 // Runner runs one attempt of a validated call: Run below for the built-in

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"time"
 
@@ -31,7 +32,8 @@ const dbNow = `extract(epoch FROM clock_timestamp())::double precision`
 
 // callColumns lists the calls columns in the order scanCall reads them.
 const callColumns = `call_id, principal, idem_key, fingerprint, client_id, seq, tool, args_json, status,
-  result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at, cancel_requested`
+  result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at, cancel_requested,
+  not_before`
 
 // callColumnsOf is callColumns qualified by a table alias, for statements
 // that join calls with other relations.
@@ -40,7 +42,7 @@ func callColumnsOf(alias string) string {
 		alias + `.seq, ` + alias + `.tool, ` + alias + `.args_json, ` + alias + `.status, ` +
 		alias + `.result_json, ` + alias + `.error_json, ` + alias + `.attempt, ` + alias + `.lease_until, ` +
 		alias + `.owner, ` + alias + `.effect_id, ` + alias + `.created_at, ` + alias + `.updated_at, ` +
-		alias + `.cancel_requested`
+		alias + `.cancel_requested, ` + alias + `.not_before`
 }
 
 // scanCall reads one row of callColumns.
@@ -52,7 +54,7 @@ func scanCall(row pgx.Row) (store.Call, error) {
 		result, errObj *string
 	)
 	err := row.Scan(&c.CallID, &c.Principal, &c.IdemKey, &c.Fingerprint, &c.ClientID, &c.Seq, &c.Tool, &args, &status,
-		&result, &errObj, &c.Attempt, &c.LeaseUntil, &c.Owner, &c.EffectID, &c.CreatedAt, &c.UpdatedAt, &c.CancelRequested)
+		&result, &errObj, &c.Attempt, &c.LeaseUntil, &c.Owner, &c.EffectID, &c.CreatedAt, &c.UpdatedAt, &c.CancelRequested, &c.NotBefore)
 	if err != nil {
 		return store.Call{}, err
 	}
@@ -189,7 +191,7 @@ RETURNING `+callColumns,
 		call, err = scanCall(tx.QueryRow(ctx, `
 UPDATE calls
 SET status = 'pending', result_json = NULL, error_json = NULL,
-    lease_until = NULL, owner = NULL, cancel_requested = false, updated_at = clock.now
+    lease_until = NULL, owner = NULL, cancel_requested = false, not_before = NULL, updated_at = clock.now
 FROM (SELECT `+dbNow+` AS now) AS clock
 WHERE call_id = $1 AND status = 'failed'
 RETURNING `+callColumnsOf("calls"), call.CallID))
@@ -206,7 +208,9 @@ RETURNING `+callColumnsOf("calls"), call.CallID))
 }
 
 // claimSQL is ClaimNext's statement ($1 owner, $2 limit, $3 lease seconds,
-// $4 the claimed audit detail, store.DetailClaimed).
+// $4 the claimed audit detail, store.DetailClaimed; $5 the tools to take
+// none of, $6 and $7 the other capped tools and their quotas: per-tool
+// concurrency, store.ToolQuota).
 //
 // The "pending" and "expired" steps select the oldest pending calls and the
 // oldest running calls whose lease has expired by the database's clock, at
@@ -214,7 +218,10 @@ RETURNING `+callColumnsOf("calls"), call.CallID))
 // claiming, completing or recovering right now are skipped rather than
 // waited for, so concurrent claimers split the work and never block one
 // another. "picked" keeps the oldest $2 of the two, which are the oldest $2
-// runnable calls. (A candidate that does not make the cut stays locked until
+// runnable calls, less those past their tool's quota: "picked" numbers the
+// candidates of each tool oldest first (a window over at most 2·$2 rows,
+// not over the table) and drops those beyond it. (A candidate that does
+// not make the cut stays locked until
 // this statement commits, a moment; another instance's claim meanwhile just
 // takes a different call.)
 //
@@ -223,7 +230,10 @@ RETURNING `+callColumnsOf("calls"), call.CallID))
 // from the oldest call, filtering out every finished call on the way, so
 // each claim cost grew with the history (BENCHMARKS.md, "Notes moved from
 // the code"). "pending" reads the partial index
-// idx_calls_pending (schema version 2) in order and stops after $2 rows;
+// idx_calls_pending (schema version 2) in order and stops after $2 rows,
+// passing over calls whose not-before time (a scheduled server-side retry)
+// is still ahead: those are filtered on the row, so a backlog of waiting
+// retries at the head of the queue is walked on every claim;
 // "expired" searches idx_calls_status and sorts only the expired rows, which
 // RecoverExpired keeps few. TestClaimPendingPlan checks the plan.
 //
@@ -237,24 +247,30 @@ var claimSQL = `
 WITH clock AS MATERIALIZED (
   SELECT ` + dbNow + ` AS now
 ), pending AS MATERIALIZED (
-  SELECT c.call_id, c.created_at
-  FROM calls c
-  WHERE c.status = 'pending'
+  SELECT c.call_id, c.created_at, c.tool
+  FROM calls c, clock
+  WHERE c.status = 'pending' AND (c.not_before IS NULL OR c.not_before <= clock.now)
+    AND c.tool <> ALL ($5::text[])
   ORDER BY c.created_at, c.call_id
   LIMIT $2
   FOR UPDATE OF c SKIP LOCKED
 ), expired AS MATERIALIZED (
-  SELECT c.call_id, c.created_at
+  SELECT c.call_id, c.created_at, c.tool
   FROM calls c, clock
   WHERE c.status = 'running' AND c.lease_until <= clock.now
+    AND c.tool <> ALL ($5::text[])
   ORDER BY c.created_at, c.call_id
   LIMIT $2
   FOR UPDATE OF c SKIP LOCKED
 ), picked AS MATERIALIZED (
   SELECT call_id
-  FROM (SELECT call_id, created_at FROM pending
-        UNION ALL
-        SELECT call_id, created_at FROM expired) AS candidates
+  FROM (SELECT cand.call_id, cand.created_at, quota.max,
+               row_number() OVER (PARTITION BY cand.tool ORDER BY cand.created_at, cand.call_id) AS n
+        FROM (SELECT call_id, created_at, tool FROM pending
+              UNION ALL
+              SELECT call_id, created_at, tool FROM expired) AS cand
+        LEFT JOIN unnest($6::text[], $7::int[]) AS quota (tool, max) ON quota.tool = cand.tool) AS ranked
+  WHERE ranked.max IS NULL OR ranked.n <= ranked.max
   ORDER BY created_at, call_id
   LIMIT $2
 ), claimed AS (
@@ -263,7 +279,8 @@ WITH clock AS MATERIALIZED (
       lease_until = clock.now + $3, owner = $1, updated_at = clock.now
   FROM picked, clock
   WHERE c.call_id = picked.call_id
-    AND (c.status = 'pending' OR (c.status = 'running' AND c.lease_until <= clock.now))
+    AND ((c.status = 'pending' AND (c.not_before IS NULL OR c.not_before <= clock.now))
+         OR (c.status = 'running' AND c.lease_until <= clock.now))
   RETURNING ` + callColumnsOf("c") + `
 ), audited AS (
   INSERT INTO audit (ts, call_id, event, detail)
@@ -274,7 +291,7 @@ SELECT ` + callColumns + ` FROM claimed`
 
 // ClaimNext claims up to limit runnable calls for owner in one statement,
 // claimSQL.
-func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration, limit int) ([]store.Call, error) {
+func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration, limit int, quotas ...store.ToolQuota) ([]store.Call, error) {
 	if err := s.writable(); err != nil {
 		return nil, err
 	}
@@ -284,7 +301,15 @@ func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration
 	if limit <= 0 {
 		return []store.Call{}, nil
 	}
-	rows, err := s.pool.Query(ctx, claimSQL, owner, limit, lease.Seconds(), store.DetailClaimed(owner))
+	full, capped, left := []string{}, []string{}, []int32{}
+	for _, q := range quotas {
+		if q.Max <= 0 {
+			full = append(full, q.Tool)
+		} else {
+			capped, left = append(capped, q.Tool), append(left, int32(min(q.Max, math.MaxInt32)))
+		}
+	}
+	rows, err := s.pool.Query(ctx, claimSQL, owner, limit, lease.Seconds(), store.DetailClaimed(owner), full, capped, left)
 	if err != nil {
 		return nil, interpret(ctx, err)
 	}
@@ -395,6 +420,47 @@ RETURNING `+callColumns, c.CallID))
 			detail = store.DetailFailed(c)
 		}
 		return insertAudit(ctx, tx, call.UpdatedAt, call.CallID, event, detail)
+	})
+	if errors.Is(err, store.ErrFenced) {
+		return store.Call{}, s.auditFenced(ctx, c)
+	}
+	if err != nil {
+		return store.Call{}, err
+	}
+	return call, nil
+}
+
+// ScheduleRetry returns the call to pending with a not-before time of the
+// database's now + delay, fenced on (owner, attempt) like complete, and
+// audits retry_scheduled in the same transaction. See store.Store.
+func (s *Store) ScheduleRetry(ctx context.Context, c store.Completion, delay time.Duration) (store.Call, error) {
+	if err := s.writable(); err != nil {
+		return store.Call{}, err
+	}
+	if delay < 0 {
+		return store.Call{}, fmt.Errorf("postgres schedule retry: negative delay %v", delay)
+	}
+	var call store.Call
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		call, err = scanCall(tx.QueryRow(ctx, `
+UPDATE calls
+SET status = 'pending', not_before = clock.now + $4, result_json = NULL, error_json = NULL,
+    lease_until = NULL, owner = NULL, updated_at = clock.now
+FROM (SELECT `+dbNow+` AS now) AS clock
+WHERE call_id = $1
+  -- The fencing token, as in complete.
+  AND status = 'running' AND owner = $2 AND attempt = $3
+RETURNING `+callColumnsOf("calls"),
+			c.CallID, c.Owner, c.Attempt, delay.Seconds()))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return store.ErrFenced
+		}
+		if err != nil {
+			return err
+		}
+		return insertAudit(ctx, tx, call.UpdatedAt, call.CallID, store.EventRetryScheduled,
+			store.DetailRetryScheduled(delay, c))
 	})
 	if errors.Is(err, store.ErrFenced) {
 		return store.Call{}, s.auditFenced(ctx, c)

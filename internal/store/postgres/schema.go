@@ -79,7 +79,20 @@ CREATE INDEX IF NOT EXISTS idx_calls_pending ON calls (created_at, call_id) WHER
 `,
 	// 3: principals and retention (migrationPrincipals).
 	migrationPrincipals,
+	// 4: server-side retries (migrationNotBefore).
+	migrationNotBefore,
 }
+
+// migrationNotBefore adds calls.not_before, the time before which a
+// pending call scheduled for a server-side retry is not claimed
+// (store.Store.ScheduleRetry; docs/lifecycle.md, "Server-side retries"),
+// NULL for every existing row (claimable as before). Adding a nullable
+// column without a default rewrites nothing. No index changes: the claim
+// still walks idx_calls_pending in order and tests not_before on the row it
+// locks anyway (claimSQL).
+const migrationNotBefore = `
+ALTER TABLE calls ADD COLUMN not_before double precision;
+`
 
 // migrationPrincipals scopes keys per principal and lets final calls be
 // purged while their effects stay (docs/design.md, "Why the key is
@@ -111,9 +124,9 @@ CREATE INDEX idx_calls_principal_created ON calls (principal, created_at, call_i
 var schemaVersion = len(migrations)
 
 // minReadVersion is the oldest schema a read-only store accepts: the one
-// that added calls.principal, which every read selects (a read-only store
+// that added calls.not_before, the last column every read selects (a read-only store
 // cannot migrate: start a server on the database once).
-var minReadVersion = slices.Index(migrations, migrationPrincipals) + 1
+var minReadVersion = slices.Index(migrations, migrationNotBefore) + 1
 
 // migrate creates or upgrades the schema in one transaction. The advisory
 // lock makes instances that start together take turns: the first applies

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -105,17 +106,27 @@ func conflict(existing store.Call) error {
 	return fmt.Errorf("sqlite create: %w", &store.ConflictError{CallID: existing.CallID, Key: existing.IdemKey})
 }
 
-// claimable is the condition under which a call may be claimed: pending, or
-// running under a lease that has expired. It is the WHERE clause of the
-// conditional UPDATE (sqlClaim), so the claim re-checks it on the row it
-// changes.
-const claimable = `(status = 'pending' OR (status = 'running' AND lease_until <= ?))`
+// notBeforePassed is true of a pending call that may be claimed now (first
+// ?): no server-side retry is waiting, or its not-before time has passed.
+const notBeforePassed = `(not_before IS NULL OR not_before <= ?)`
+
+// toolNotFull is true of a call whose tool is not in the JSON array ? (the
+// tools ClaimNext may take none of). json_each turns one text parameter
+// into the list, so the statement stays prepared once whatever the list.
+const toolNotFull = `tool NOT IN (SELECT value FROM json_each(?))`
+
+// claimable is the condition under which a call may be claimed: pending
+// with its not-before time passed, or running under a lease that has
+// expired (both ? are now). It is the WHERE clause of the conditional
+// UPDATE (sqlClaim), so the claim re-checks it on the row it changes.
+const claimable = `((status = 'pending' AND ` + notBeforePassed + `) OR (status = 'running' AND lease_until <= ?))`
 
 // candidate is a claimable call found by one of the pick queries.
 type candidate struct {
 	rowid     int64
 	callID    string
 	createdAt float64
+	tool      string
 }
 
 // before orders candidates oldest first, rowid breaking ties, as one
@@ -129,9 +140,13 @@ func (a candidate) before(b candidate) bool {
 
 // ClaimNext claims up to limit runnable calls for owner, oldest first. See
 // store.Store.
-func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration, limit int) ([]store.Call, error) {
+func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration, limit int, quotas ...store.ToolQuota) ([]store.Call, error) {
 	if s.readOnly {
 		return nil, fmt.Errorf("sqlite claim: %w", store.ErrReadOnly)
+	}
+	full, left, err := quotaArgs(quotas)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite claim: %w", err)
 	}
 	if lease < 0 {
 		return nil, fmt.Errorf("sqlite claim: negative lease %v", lease)
@@ -145,7 +160,8 @@ func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration
 	// Workers poll often; checking on a read connection first keeps an
 	// idle poll from taking the write lock.
 	var any bool
-	if err := s.rq.hasClaimable.QueryRowContext(ctx, s.now()).Scan(&any); err != nil {
+	checkNow := s.now()
+	if err := s.rq.hasClaimable.QueryRowContext(ctx, checkNow, full, checkNow, full).Scan(&any); err != nil {
 		return nil, mapErr(ctx, "claim: check", err)
 	}
 	if !any {
@@ -153,8 +169,9 @@ func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration
 	}
 
 	claimed := []store.Call{}
-	err := s.writeTx(ctx, "claim", func(ctx context.Context, tx *sql.Tx) error {
+	err = s.writeTx(ctx, "claim", func(ctx context.Context, tx *sql.Tx) error {
 		claimed = claimed[:0]
+		taken := map[string]int{} // calls of a capped tool claimed so far
 		now := s.now()
 		until := now + lease.Seconds()
 		// Two index-ordered picks instead of one query with an OR, which
@@ -163,17 +180,20 @@ func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration
 		// 20 k calls, every claim sorted 20 k rows. Each pick returns at
 		// most limit rows, so the oldest limit of their union are the
 		// oldest limit claimable calls, exactly as the single query chose.
-		pending, err := pick(ctx, tx.StmtContext(ctx, s.wq.pickPending), limit)
+		pending, err := pick(ctx, tx.StmtContext(ctx, s.wq.pickPending), now, full, limit)
 		if err != nil {
 			return err
 		}
-		expired, err := pick(ctx, tx.StmtContext(ctx, s.wq.pickExpired), now, limit)
+		expired, err := pick(ctx, tx.StmtContext(ctx, s.wq.pickExpired), now, full, limit)
 		if err != nil {
 			return err
 		}
 		claim := tx.StmtContext(ctx, s.wq.claim)
 		for _, cand := range oldest(pending, expired, limit) {
-			c, err := scanCall(claim.QueryRowContext(ctx, until, owner, now, cand.callID, now))
+			if max, capped := left[cand.tool]; capped && taken[cand.tool] >= max {
+				continue // the tool's quota is used up: leave the call pending
+			}
+			c, err := scanCall(claim.QueryRowContext(ctx, until, owner, now, cand.callID, now, now))
 			if errors.Is(err, sql.ErrNoRows) {
 				continue // no longer claimable: someone else won it
 			} else if err != nil {
@@ -183,6 +203,7 @@ func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration
 				return err
 			}
 			claimed = append(claimed, c)
+			taken[c.Tool]++
 		}
 		return nil
 	})
@@ -190,6 +211,25 @@ func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration
 		return nil, err
 	}
 	return claimed, nil
+}
+
+// quotaArgs splits ClaimNext's quotas into the JSON array of full tools
+// (Max <= 0, toolNotFull's parameter) and the quota left of the others.
+func quotaArgs(quotas []store.ToolQuota) (full string, left map[string]int, err error) {
+	var names []string
+	left = map[string]int{}
+	for _, q := range quotas {
+		if q.Max <= 0 {
+			names = append(names, q.Tool)
+		} else {
+			left[q.Tool] = q.Max
+		}
+	}
+	if len(names) == 0 {
+		return "[]", left, nil
+	}
+	b, err := json.Marshal(names)
+	return string(b), left, err
 }
 
 // pick runs a pick query and returns its candidates in order.
@@ -202,7 +242,7 @@ func pick(ctx context.Context, st *sql.Stmt, args ...any) ([]candidate, error) {
 	var out []candidate
 	for rows.Next() {
 		var c candidate
-		if err := rows.Scan(&c.rowid, &c.callID, &c.createdAt); err != nil {
+		if err := rows.Scan(&c.rowid, &c.callID, &c.createdAt, &c.tool); err != nil {
 			return nil, err
 		}
 		out = append(out, c)
@@ -287,6 +327,33 @@ func (s *Store) Fail(ctx context.Context, c store.Completion) (store.Call, error
 			return err
 		}
 		return s.audit(ctx, tx, now, c.CallID, store.EventFailed, store.DetailFailed(c))
+	})
+	if err != nil {
+		return store.Call{}, s.auditFenced(ctx, c, err)
+	}
+	return call, nil
+}
+
+// ScheduleRetry returns the call to pending with a not-before time, fenced
+// like Fail. See store.Store.
+func (s *Store) ScheduleRetry(ctx context.Context, c store.Completion, delay time.Duration) (store.Call, error) {
+	if s.readOnly {
+		return store.Call{}, fmt.Errorf("sqlite schedule retry: %w", store.ErrReadOnly)
+	}
+	if delay < 0 {
+		return store.Call{}, fmt.Errorf("sqlite schedule retry: negative delay %v", delay)
+	}
+	var call store.Call
+	err := s.writeTx(ctx, "schedule retry", func(ctx context.Context, tx *sql.Tx) error {
+		now := s.now()
+		var err error
+		call, err = queryCall(ctx, tx, s.wq.scheduleRetry, now+delay.Seconds(), now, c.CallID, c.Owner, c.Attempt)
+		if errors.Is(err, sql.ErrNoRows) {
+			return whyFenced(ctx, tx, s.wq.callByID, c)
+		} else if err != nil {
+			return err
+		}
+		return s.audit(ctx, tx, now, c.CallID, store.EventRetryScheduled, store.DetailRetryScheduled(delay, c))
 	})
 	if err != nil {
 		return store.Call{}, s.auditFenced(ctx, c, err)

@@ -46,7 +46,7 @@ func TestClaimPlans(t *testing.T) {
 	// Some rows of every kind, so the plan is that of a used database.
 	seed(t, s, 50)
 
-	plan := strings.Join(queryPlan(t, s, sqlPickPending, 8), "\n")
+	plan := strings.Join(queryPlan(t, s, sqlPickPending, 1.0, `["sleep"]`, 8), "\n")
 	t.Logf("pending pick:\n%s", plan)
 	if !strings.Contains(plan, "USING INDEX idx_calls_pending") || strings.Contains(plan, "TEMP B-TREE") {
 		t.Errorf("pending pick plan:\n%s\nwant a read of idx_calls_pending in order, no TEMP B-TREE", plan)
@@ -55,8 +55,8 @@ func TestClaimPlans(t *testing.T) {
 		name, sql string
 		args      []any
 	}{
-		{"expired pick", sqlPickExpired, []any{1.0, 8}},
-		{"claim pre-check", sqlHasClaimable, []any{1.0}},
+		{"expired pick", sqlPickExpired, []any{1.0, `["sleep"]`, 8}},
+		{"claim pre-check", sqlHasClaimable, []any{1.0, `["sleep"]`, 1.0, `["sleep"]`}},
 		{"recover pre-check", sqlHasExpired, []any{1.0}},
 	} {
 		steps := queryPlan(t, s, q.sql, q.args...)

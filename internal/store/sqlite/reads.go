@@ -19,7 +19,7 @@ type querier interface {
 
 // callCols is the column list scanCall expects, in its order.
 const callCols = `call_id, principal, idem_key, fingerprint, client_id, seq, tool, args_json, status,
-	result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at, cancel_requested`
+	result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at, cancel_requested, not_before`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -29,14 +29,15 @@ func scanCall(sc scanner) (store.Call, error) {
 		clientID, result, errJSON sql.NullString
 		owner, effectID           sql.NullString
 		seq                       sql.NullInt64
-		lease                     sql.NullFloat64
+		lease, notBefore          sql.NullFloat64
 		args, status              string
 	)
 	err := sc.Scan(&c.CallID, &c.Principal, &c.IdemKey, &c.Fingerprint, &clientID, &seq, &c.Tool, &args, &status,
-		&result, &errJSON, &c.Attempt, &lease, &owner, &effectID, &c.CreatedAt, &c.UpdatedAt, &c.CancelRequested)
+		&result, &errJSON, &c.Attempt, &lease, &owner, &effectID, &c.CreatedAt, &c.UpdatedAt, &c.CancelRequested, &notBefore)
 	if err != nil {
 		return store.Call{}, err
 	}
+	c.NotBefore = nullFloat(notBefore)
 	c.Status = store.Status(status)
 	c.ArgsJSON = json.RawMessage(args)
 	c.ClientID = nullString(clientID)

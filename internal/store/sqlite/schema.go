@@ -68,7 +68,19 @@ CREATE INDEX IF NOT EXISTS idx_calls_pending ON calls(created_at) WHERE status =
 `,
 	// 3: principals and retention (migrationPrincipals).
 	migrationPrincipals,
+	// 4: server-side retries (migrationNotBefore).
+	migrationNotBefore,
 }
+
+// migrationNotBefore adds calls.not_before, the time before which a
+// pending call scheduled for a server-side retry is not claimed
+// (store.Store.ScheduleRetry; docs/lifecycle.md, "Server-side retries"),
+// NULL for every existing row (claimable as before). No index changes: the
+// claim's pick still walks idx_calls_pending in created_at order and tests
+// not_before on the row it reads anyway for call_id (sqlPickPending).
+const migrationNotBefore = `
+ALTER TABLE calls ADD COLUMN not_before REAL;
+`
 
 // migrationPrincipals scopes keys per principal and lets final calls be
 // purged while their effects stay (docs/design.md, "Why the key is
@@ -145,10 +157,10 @@ CREATE INDEX idx_calls_principal_created ON calls(principal, created_at, call_id
 var schemaVersion = len(migrations)
 
 // minReadVersion is the oldest schema a read-only store accepts: the one
-// that added calls.principal, which every read selects. A read-only store
+// that added calls.not_before, the last column every read selects. A read-only store
 // cannot migrate, so inspect asks for a server to be started on an older
 // database first.
-var minReadVersion = slices.Index(migrations, migrationPrincipals) + 1
+var minReadVersion = slices.Index(migrations, migrationNotBefore) + 1
 
 // migrate brings the database to schemaVersion in one IMMEDIATE transaction,
 // so two servers starting on one file at once migrate it once.

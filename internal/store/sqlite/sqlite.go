@@ -27,8 +27,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
 	// Registers the pure-Go driver under the name "sqlite".
+
 	_ "modernc.org/sqlite"
 
 	"github.com/idemctl/idemctl/internal/store"

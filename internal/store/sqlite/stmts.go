@@ -33,7 +33,7 @@ const (
 	// sqlRetryReset returns a failed call to pending (CreateOrGet's reset).
 	sqlRetryReset = `UPDATE calls
 		SET status = 'pending', error_json = NULL, result_json = NULL, lease_until = NULL, owner = NULL,
-		    cancel_requested = 0, updated_at = ?
+		    cancel_requested = 0, not_before = NULL, updated_at = ?
 		WHERE call_id = ? AND status = 'failed'
 		RETURNING ` + callCols
 
@@ -41,9 +41,14 @@ const (
 
 	// sqlHasClaimable is ClaimNext's pre-check on a read connection. Two
 	// EXISTS, not one with an OR, so each is a single index probe: pending
-	// through idx_calls_pending, expired through idx_calls_status.
-	sqlHasClaimable = `SELECT EXISTS (SELECT 1 FROM calls WHERE status = 'pending')
-		OR EXISTS (SELECT 1 FROM calls WHERE status = 'running' AND lease_until <= ?)`
+	// through idx_calls_pending, expired through idx_calls_status. A
+	// pending call waiting for its not-before time does not count: an idle
+	// poll must not take the write lock for it.
+	// The tools of the last ? (a JSON array) are full (store.ToolQuota with
+	// Max <= 0) and do not count either.
+	sqlHasClaimable = `SELECT EXISTS (SELECT 1 FROM calls WHERE status = 'pending' AND ` + notBeforePassed + `
+			AND ` + toolNotFull + `)
+		OR EXISTS (SELECT 1 FROM calls WHERE status = 'running' AND lease_until <= ? AND ` + toolNotFull + `)`
 
 	// sqlPickPending is the oldest pending calls, read in order from the
 	// partial index idx_calls_pending (created_at, then rowid, which every
@@ -62,17 +67,27 @@ const (
 	// on the next step; the claim's limit (the idle workers) is 1 one time
 	// and 3 the next. An expression is not looked at when planning.
 	// TestNoReprepare checks this.
-	sqlPickPending = `SELECT rowid, call_id, created_at FROM calls INDEXED BY idx_calls_pending
-		WHERE status = 'pending'
+	//
+	// A call waiting for its not-before time (a scheduled server-side
+	// retry) is passed over; the test reads the row, which the pick reads
+	// anyway for call_id, so the walk stays in index order. Its cost grows
+	// with the waiting calls older than the first claimable one: a backlog
+	// of retries at the head of the queue is walked on every claim.
+	//
+	// toolNotFull (its ? a JSON array of tool names) passes over the
+	// calls of tools whose quota is used up (per-tool concurrency), tested
+	// on the same row; an empty array passes everything.
+	sqlPickPending = `SELECT rowid, call_id, created_at, tool FROM calls INDEXED BY idx_calls_pending
+		WHERE status = 'pending' AND ` + notBeforePassed + ` AND ` + toolNotFull + `
 		ORDER BY created_at, rowid LIMIT ?+0`
 
 	// sqlPickExpired is the oldest running calls whose lease has expired.
 	// It searches idx_calls_status (status, lease_until) for the expired
 	// ones and sorts only those by age. There are few: the scheduler runs
 	// RecoverExpired before every claim, which returns them to pending.
-	// LIMIT ?+0 as in sqlPickPending.
-	sqlPickExpired = `SELECT rowid, call_id, created_at FROM calls
-		WHERE status = 'running' AND lease_until <= ?
+	// LIMIT ?+0 as in sqlPickPending; toolNotFull as there.
+	sqlPickExpired = `SELECT rowid, call_id, created_at, tool FROM calls
+		WHERE status = 'running' AND lease_until <= ? AND ` + toolNotFull + `
 		ORDER BY created_at, rowid LIMIT ?+0`
 
 	// sqlClaim is the claim itself: a conditional update that wins only if
@@ -93,6 +108,15 @@ const (
 		RETURNING ` + callCols
 	sqlFail = `UPDATE calls
 		SET status = 'failed', error_json = ?, result_json = NULL, lease_until = NULL, owner = NULL, updated_at = ?
+		WHERE ` + fencing + `
+		RETURNING ` + callCols
+
+	// sqlScheduleRetry is ScheduleRetry, fenced like a completion: back to
+	// pending, not claimable before not_before (first ?). The attempt is
+	// kept; the next claim increments it.
+	sqlScheduleRetry = `UPDATE calls
+		SET status = 'pending', not_before = ?, error_json = NULL, result_json = NULL,
+		    lease_until = NULL, owner = NULL, updated_at = ?
 		WHERE ` + fencing + `
 		RETURNING ` + callCols
 
@@ -189,6 +213,7 @@ type writeStmts struct {
 	pickPending, pickExpired *sql.Stmt
 	claim                    *sql.Stmt
 	succeed, fail            *sql.Stmt
+	scheduleRetry            *sql.Stmt
 	insertEffect, linkEffect *sql.Stmt
 	extendLease, callExists  *sql.Stmt
 	// The group commit's savepoint around each write of a batch.
@@ -255,6 +280,7 @@ func (w *writeStmts) list() []prepared {
 		{&w.claim, sqlClaim},
 		{&w.succeed, sqlSucceed},
 		{&w.fail, sqlFail},
+		{&w.scheduleRetry, sqlScheduleRetry},
 		{&w.insertEffect, sqlInsertEffect},
 		{&w.linkEffect, sqlLinkEffect},
 		{&w.extendLease, sqlExtendLease},

@@ -191,3 +191,70 @@ func testLeaseExpiryTakeover(t *testing.T, open func(t *testing.T) store.Store) 
 		t.Fatalf("audit = %v, want %v", got, want)
 	}
 }
+
+// testClaimQuotas: ClaimNext's per-tool quotas (per-tool concurrency)
+// cap the calls of a tool one claim takes, pass over the calls of a full
+// tool, pending or expired, without touching them, and cap nothing else.
+func testClaimQuotas(t *testing.T, open func(t *testing.T) store.Store) {
+	s := open(t)
+	mk := func(key, tool string) store.Call {
+		t.Helper()
+		n := newCall(t, key, "fp-"+key)
+		n.Tool = tool
+		c, out, err := s.CreateOrGet(t.Context(), n)
+		if err != nil || out != store.Created {
+			t.Fatalf("CreateOrGet(%s) = %v, %v", key, out, err)
+		}
+		tick()
+		return c
+	}
+	// The oldest calls are of the capped tool, so an uncapped claim of
+	// three would take only those.
+	s1, s2, s3 := mk("s1", "sleep"), mk("s2", "sleep"), mk("s3", "sleep")
+	c1, c2 := mk("c1", "charge"), mk("c2", "charge")
+
+	got, err := s.ClaimNext(t.Context(), "w", longLease, 3, store.ToolQuota{Tool: "sleep", Max: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The candidates were the three oldest, all sleeps: one is taken, the
+	// others passed over (the caller claims again without the full tool).
+	if want := []string{s1.CallID}; !reflect.DeepEqual(ids(got), want) {
+		t.Fatalf("claim with sleep quota 1 = %v, want %v", ids(got), want)
+	}
+	for _, c := range []store.Call{s2, s3} {
+		g := get(t, s, c.CallID)
+		if g.Status != store.StatusPending || g.Attempt != 0 || len(audit(t, s, c.CallID)) != 1 {
+			t.Fatalf("passed-over call %+v: want pending at attempt 0, nothing audited", g)
+		}
+	}
+	// Full: none of the tool, whatever the limit; the others as usual.
+	got, err = s.ClaimNext(t.Context(), "w", longLease, 5, store.ToolQuota{Tool: "sleep", Max: 0})
+	if want := []string{c1.CallID, c2.CallID}; err != nil || !reflect.DeepEqual(ids(got), want) {
+		t.Fatalf("claim with sleep full = %v, %v; want %v", ids(got), err, want)
+	}
+	if got, err := s.ClaimNext(t.Context(), "w", longLease, 5, store.ToolQuota{Tool: "sleep", Max: 0}); err != nil || len(got) != 0 {
+		t.Fatalf("claim with sleep full = %v, %v; want nothing", ids(got), err)
+	}
+	// A quota of another tool caps nothing here.
+	got, err = s.ClaimNext(t.Context(), "w", longLease, 5, store.ToolQuota{Tool: "charge", Max: 0})
+	if err != nil || !reflect.DeepEqual(ids(got), []string{s2.CallID, s3.CallID}) {
+		t.Fatalf("claim with charge full = %v, %v; want s2, s3", ids(got), err)
+	}
+
+	// An expired lease of a full tool is passed over too.
+	x := mk("x1", "sleep")
+	xc := claimOnly(t, s, "dead", shortLease, x.CallID)
+	// A call created after the lease's deadline (by the database's
+	// clock) proves the claim below sees it expired. Of the full tool, so
+	// the claim passes over it too.
+	probes := 0
+	eventually(t, "the lease to expire", func() bool {
+		probes++
+		return mk(fmt.Sprintf("probe%d", probes), "sleep").CreatedAt > *xc.LeaseUntil
+	})
+	if got, err := s.ClaimNext(t.Context(), "w", longLease, 5, store.ToolQuota{Tool: "sleep", Max: 0}); err != nil || len(got) != 0 {
+		t.Fatalf("claim with sleep full = %v, %v; want the expired sleep passed over", ids(got), err)
+	}
+	claimOnly(t, s, "w", longLease, x.CallID)
+}

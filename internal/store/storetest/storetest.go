@@ -6,7 +6,7 @@
 //
 // The suite is split by concern: create.go (CreateOrGet, retry reset),
 // claim.go (ClaimNext, lease takeover), complete.go (Succeed, Fail, effect
-// uniqueness), recover.go (RecoverExpired, Release), reads.go (the read
+// uniqueness), retry.go (ScheduleRetry, not-before times), recover.go (RecoverExpired, Release), reads.go (the read
 // methods, Ping, read-only stores), audit.go (the exact detail of every
 // audit event), instances.go (two stores on one database, a closed store).
 //
@@ -94,11 +94,13 @@ func Run(t *testing.T, f Factory) {
 	t.Run("ConcurrentCreateOrGet", func(t *testing.T) { testConcurrentCreateOrGet(t, open) })
 	// claim.go
 	t.Run("ClaimNext", func(t *testing.T) { testClaimNext(t, open) })
+	t.Run("ClaimQuotas", func(t *testing.T) { testClaimQuotas(t, open) })
 	t.Run("ConcurrentClaimNext", func(t *testing.T) { testConcurrentClaimNext(t, open) })
 	t.Run("LeaseExpiryTakeover", func(t *testing.T) { testLeaseExpiryTakeover(t, open) })
 	// complete.go
 	t.Run("Succeed", func(t *testing.T) { testSucceed(t, open) })
 	t.Run("Fail", func(t *testing.T) { testFail(t, open) })
+	t.Run("ScheduleRetry", func(t *testing.T) { testScheduleRetry(t, open) })
 	t.Run("EffectUniqueness", func(t *testing.T) { testEffectUniqueness(t, open) })
 	// recover.go
 	t.Run("RecoverExpired", func(t *testing.T) { testRecoverExpired(t, open) })
