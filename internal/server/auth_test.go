@@ -271,7 +271,7 @@ func TestConflictNamesCall(t *testing.T) {
 }
 
 func TestServiceInfo(t *testing.T) {
-	b, _ := setupAuth(t, func(c *Config) { c.Retention = 2 * time.Hour; c.Version = "v9.9.9" })
+	b, _ := setupAuth(t, func(c *Config) { c.Retention = 2 * time.Hour; c.Version = "v9.9.9"; c.MaxPending = 123 })
 	r := b.get("/v1", "Authorization", bearer(aliceToken))
 	if r.status != http.StatusOK {
 		t.Fatalf("%d %s", r.status, r.body)
@@ -281,7 +281,8 @@ func TestServiceInfo(t *testing.T) {
 		t.Fatal(err)
 	}
 	if v.Version != "v9.9.9" || !v.Auth || v.RetentionSeconds != 7200 || v.Limits.MaxBodyBytes != MaxBodyBytes ||
-		v.Limits.MaxKeyLength != MaxKeyLength || v.Limits.MaxWaitSeconds != int64(DefaultMaxWait/time.Second) {
+		v.Limits.MaxKeyLength != MaxKeyLength || v.Limits.MaxWaitSeconds != int64(DefaultMaxWait/time.Second) ||
+		v.Limits.MaxPending != 123 {
 		t.Fatalf("GET /v1 = %s", r.body)
 	}
 	open := setup(t).get("/v1")

@@ -85,6 +85,9 @@ type ServiceView struct {
 		MaxConcurrentBodies int   `json:"max_concurrent_bodies"`
 		MaxHeldWaits        int   `json:"max_held_waits"`
 		MaxResultBytes      int   `json:"max_result_bytes"`
+		// MaxPending is the queue bound for new keys (--max-pending);
+		// 0 means unlimited.
+		MaxPending int64 `json:"max_pending"`
 	} `json:"limits"`
 }
 
@@ -103,6 +106,7 @@ func (s *Server) handleService(w http.ResponseWriter, _ *http.Request) {
 	v.Limits.MaxConcurrentBodies = s.cfg.MaxConcurrentBodies
 	v.Limits.MaxHeldWaits = s.cfg.MaxHeldWaits
 	v.Limits.MaxResultBytes = s.cfg.MaxResultBytes
+	v.Limits.MaxPending = s.exec.queue.max
 	writeJSON(w, s.log, http.StatusOK, v)
 }
 
