@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemctl/idemctl/internal/client"
 	"github.com/idemctl/idemctl/internal/mcpdoor"
+	"github.com/idemctl/idemctl/internal/toolreg"
 )
 
 // mcpConnect opens an MCP session on the bundle's /mcp over the SDK's
@@ -359,5 +360,28 @@ func TestMCPAuth(t *testing.T) {
 	g := callTool(t, bob, mcpdoor.GetCallTool, map[string]any{"call_id": c.CallID}, nil)
 	if typ := errType(t, g); typ != codeNotFound {
 		t.Fatalf("bob reading alice's call: type %q, want %s", typ, codeNotFound)
+	}
+}
+
+func TestMCPDestructiveHintFromToolConfig(t *testing.T) {
+	reg, err := toolreg.Parse([]byte(`tools: [{name: charge, kind: builtin, destructive: false},
+  {name: sleep, kind: builtin, destructive: true}]`), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, func(c *Config) { c.Tools = reg })
+	res, err := mustMCP(t, b, "").ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"charge": false, "sleep": true, "send_email": true, "fail": false}
+	for _, tool := range res.Tools {
+		w, ok := want[tool.Name]
+		if !ok {
+			continue
+		}
+		if a := tool.Annotations; a == nil || a.DestructiveHint == nil || *a.DestructiveHint != w {
+			t.Fatalf("%s: annotations %+v, want destructiveHint %v", tool.Name, a, w)
+		}
 	}
 }
