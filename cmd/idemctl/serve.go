@@ -88,8 +88,8 @@ func (o *serveOptions) Validate() error {
 	if o.MaxHeldWaits < 1 {
 		errs = append(errs, fmt.Errorf("--max-held-waits must be at least 1, got %d", o.MaxHeldWaits))
 	}
-	if o.MCPWait <= 0 {
-		errs = append(errs, fmt.Errorf("--mcp-wait must be positive, got %s", o.MCPWait))
+	if o.MCPWait < 0 {
+		errs = append(errs, fmt.Errorf("--mcp-wait must not be negative (0 means the default, %s), got %s", mcpdoor.DefaultWait, o.MCPWait))
 	}
 	if o.ShutdownGrace < 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-grace must not be negative, got %s", o.ShutdownGrace))
