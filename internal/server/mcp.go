@@ -19,6 +19,10 @@ import (
 // MCPPath is where serve exposes the MCP front door (docs/mcp.md).
 const MCPPath = "/mcp"
 
+// mcpSessionTimeout closes an MCP session idle this long, so sessions of
+// agents that went away without a DELETE do not pile up in memory.
+const mcpSessionTimeout = 30 * time.Minute
+
 // mcpHandler is the streamable HTTP transport of the MCP door at /mcp. It
 // sits behind authenticate like every API path; the SDK's bearer
 // middleware then hands the principal to the tool handlers (as the
@@ -29,7 +33,21 @@ func (s *Server) mcpHandler() (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := http.Handler(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	h := http.Handler(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
+		&mcp.StreamableHTTPOptions{
+			MaxRequestBodyBytes: MaxBodyBytes, // the API's body limit
+			SessionTimeout:      mcpSessionTimeout,
+		}))
+	// A session's standing GET stream never ends by itself: without this,
+	// one connected agent would hold every graceful stop for the whole
+	// ShutdownGrace. Closing the sessions ends their streams; the agent's
+	// SDK reconnects elsewhere, and its calls are safe to retry by key.
+	go func() {
+		<-s.closing
+		for ss := range srv.Sessions() {
+			_ = ss.Close()
+		}
+	}()
 	if s.cfg.Auth != nil {
 		verify := func(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
 			p, ok := s.cfg.Auth.principal(token)
