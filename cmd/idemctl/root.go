@@ -150,6 +150,7 @@ see docs/cli.md, "Exit codes".`,
 		newTokenCmd(streams),
 		newCallsCmd(streams),
 		newCancelCmd(streams),
+		newMCPCmd(streams),
 	)
 	return root
 }

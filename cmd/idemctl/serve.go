@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/idemctl/idemctl/internal/mcpdoor"
 	"github.com/idemctl/idemctl/internal/server"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/backend"
@@ -39,6 +40,8 @@ type serveOptions struct {
 	InsecureNoAuth bool
 	Retention      time.Duration
 	MaxResultBytes int
+	// MCPWait is how long an MCP tools/call at /mcp waits (--mcp-wait).
+	MCPWait time.Duration
 	// Tools is the tools file (--tools); "" means the built-ins only.
 	Tools string
 
@@ -93,6 +96,9 @@ func (o *serveOptions) Validate() error {
 	if o.MaxHeldWaits < 1 {
 		errs = append(errs, fmt.Errorf("--max-held-waits must be at least 1, got %d", o.MaxHeldWaits))
 	}
+	if o.MCPWait < 0 {
+		errs = append(errs, fmt.Errorf("--mcp-wait must not be negative (0 means the default, %s), got %s", mcpdoor.DefaultWait, o.MCPWait))
+	}
 	if o.ShutdownGrace < 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-grace must not be negative, got %s", o.ShutdownGrace))
 	}
@@ -119,7 +125,7 @@ func newServeCmd(streams *IOStreams) *cobra.Command {
 		Short: "Run the HTTP service: record tool calls under idempotency keys and execute them once",
 		Long: `Run the idemctl HTTP service (POST /v1/tool-calls, GET /v1/tool-calls/{id},
 GET /v1/tool-calls/by-key/{key}, GET /v1/tools, /stats, /healthz, /readyz,
-/metrics).
+/metrics), and the MCP front door at /mcp (streamable HTTP; docs/mcp.md).
 
 --tools FILE (YAML or JSON) declares http tools and tunes the built-ins;
 a bad file stops the start with an error naming the tool and the field
@@ -163,6 +169,7 @@ Passwords in --db are never printed. See docs/cli.md, "serve".`,
 	f.DurationVar(&opts.Retention, "retention", server.DefaultRetention, "how long a final call is kept after its last update; then it is purged (its effect row stays) and its key is new again; 0 keeps calls forever")
 	f.IntVar(&opts.MaxResultBytes, "max-result-bytes", server.DefaultMaxResultBytes, "largest tool result stored; a larger one fails the call with result_too_large (not retryable, no effect)")
 	f.StringVar(&opts.Tools, "tools", "", "tools file (YAML or JSON): http tools and the built-ins' policy; ${VAR} in header values comes from the environment (docs/tools.md, \"The tool registry\")")
+	f.DurationVar(&opts.MCPWait, "mcp-wait", mcpdoor.DefaultWait, "how long an MCP tools/call at /mcp waits for its call to be final before answering \"still running\" (capped at 30s, the longest Prefer: wait)")
 	f.StringVar(&opts.InstanceHost, "instance-host", "", "host identity in lease owners, for dead-owner recovery (default: hostname + hash of boot id and pid namespace); never give two machines or containers the same value")
 	return cmd
 }
@@ -226,6 +233,7 @@ func runServe(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 		InsecureNoAuth: o.InsecureNoAuth,
 		Retention:      o.Retention,
 		MaxResultBytes: o.MaxResultBytes,
+		MCPWait:        o.MCPWait,
 
 		MaxConcurrentBodies: o.MaxBodies,
 		MaxHeldWaits:        o.MaxHeldWaits,

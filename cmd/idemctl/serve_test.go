@@ -37,6 +37,7 @@ func TestServeOptionsValidate(t *testing.T) {
 		"bodies 0":         func(o *serveOptions) { o.MaxBodies = 0 },
 		"held waits 0":     func(o *serveOptions) { o.MaxHeldWaits = 0 },
 		"max result 0":     func(o *serveOptions) { o.MaxResultBytes = 0 },
+		"mcp wait < 0":     func(o *serveOptions) { o.MCPWait = -time.Second },
 		"everything wrong": func(o *serveOptions) { *o = serveOptions{} },
 	}
 	for name, mutate := range cases {

@@ -375,7 +375,7 @@ func (r reply) apiError() *APIError {
 	if msg == "" {
 		msg = http.StatusText(r.status)
 	}
-	return &APIError{Status: r.status, Code: code, Message: msg}
+	return &APIError{Status: r.status, Code: code, Message: msg, CallID: r.errBody.Error.CallID}
 }
 
 // errorBody is the server's error shape: {"error": {"code", "message"}}.
@@ -383,6 +383,7 @@ type errorBody struct {
 	Error struct {
 		Code    string `json:"code"`
 		Message string `json:"message"`
+		CallID  string `json:"call_id"`
 	} `json:"error"`
 }
 

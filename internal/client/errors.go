@@ -50,6 +50,8 @@ type APIError struct {
 	Code string
 	// Message is for humans.
 	Message string
+	// CallID is the call a conflicting key names (idempotency_conflict).
+	CallID string
 	// Err is the underlying cause (the last transport error), if any.
 	Err error
 }

@@ -47,6 +47,7 @@ func (s *Server) routes() http.Handler {
 	route(http.MethodGet, "/v1", s.handleService)
 	route(http.MethodGet, "/v1/tools", s.handleTools)
 	route(http.MethodGet, "/stats", s.handleStats)
+	mux.Handle(MCPPath, s.mcp) // the SDK answers its own methods (POST, GET, DELETE)
 	route(http.MethodGet, "/healthz", s.handleHealthz)
 	route(http.MethodGet, "/readyz", s.handleReadyz)
 	route(http.MethodGet, "/metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{
@@ -84,47 +85,10 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if s.exec.queue.full() && s.refuseNewKey(w, r, key) {
+	call, outcome, aerr := s.submit(r.Context(), principalOf(r.Context()), key, req)
+	if aerr != nil {
+		writeAPIError(w, s.log, aerr)
 		return
-	}
-	callID, err := newCallID()
-	if err != nil {
-		s.internalError(w, r, err)
-		return
-	}
-
-	principal := principalOf(r.Context())
-	call, outcome, err := s.st.CreateOrGet(r.Context(), req.newCall(callID, principal, key))
-	switch {
-	case errors.Is(err, store.ErrConflict):
-		s.m.calls.WithLabelValues(callsConflict).Inc()
-		detail := ErrorDetail{Code: codeConflict,
-			Message: "idempotency key already used with a different request (same key, different fingerprint)"}
-		var ce *store.ConflictError
-		if errors.As(err, &ce) {
-			detail.CallID = ce.CallID // the call the key names, for the client to read
-		}
-		s.log.Info("idempotency conflict: same key, different fingerprint",
-			attrKey, key, attrTool, req.Tool, attrCallID, detail.CallID, attrPrincipal, principal)
-		writeJSON(w, s.log, http.StatusConflict, ErrorBody{Error: detail})
-		return
-	case err != nil:
-		s.storeError(w, r, err, attrKey, key)
-		return
-	}
-	switch outcome {
-	case store.Created:
-		s.m.calls.WithLabelValues(callsCreated).Inc()
-	case store.RetryReset:
-		s.m.calls.WithLabelValues(callsRetryReset).Inc()
-	default:
-		s.m.calls.WithLabelValues(callsReplayed).Inc()
-	}
-	s.log.Info("tool call "+outcome.String(), attrCallID, call.CallID, attrKey, key,
-		attrTool, call.Tool, attrStatus, call.Status, attrPrincipal, principal)
-	if outcome == store.Created || outcome == store.RetryReset {
-		s.exec.queue.added()
-		s.exec.Wake() // start now, not at the next tick
 	}
 	s.respondCall(w, r, call, outcome != store.Created, true)
 }
@@ -175,29 +139,89 @@ func (s *Server) readCreate(w http.ResponseWriter, r *http.Request) (req createR
 	return req, true
 }
 
+// submit is the create-or-get path of every door (POST /v1/tool-calls,
+// the MCP tools/call): back-pressure, then record or find the call of
+// principal's key in one store transaction (docs/lifecycle.md, "Create or
+// get"), with its metrics, log line and executor wake-up. req has been
+// checked completely (parseCreate, checkToolCall). A refusal stores
+// nothing; a conflict carries the call the key names.
+func (s *Server) submit(ctx context.Context, principal, key string, req createRequest) (store.Call, store.Outcome, *apiError) {
+	if s.exec.queue.full() {
+		if aerr := s.refuseNewKey(ctx, principal, key); aerr != nil {
+			return store.Call{}, 0, aerr
+		}
+	}
+	callID, err := newCallID()
+	if err != nil {
+		return store.Call{}, 0, s.submitStoreError(ctx, err, key)
+	}
+	call, outcome, err := s.st.CreateOrGet(ctx, req.newCall(callID, principal, key))
+	switch {
+	case errors.Is(err, store.ErrConflict):
+		s.m.calls.WithLabelValues(callsConflict).Inc()
+		aerr := &apiError{status: http.StatusConflict, code: codeConflict,
+			message: "idempotency key already used with a different request (same key, different fingerprint)"}
+		var ce *store.ConflictError
+		if errors.As(err, &ce) {
+			aerr.callID = ce.CallID // the call the key names, for the client to read
+		}
+		s.log.Info("idempotency conflict: same key, different fingerprint",
+			attrKey, key, attrTool, req.Tool, attrCallID, aerr.callID, attrPrincipal, principal)
+		return store.Call{}, 0, aerr
+	case err != nil:
+		return store.Call{}, 0, s.submitStoreError(ctx, err, key)
+	}
+	switch outcome {
+	case store.Created:
+		s.m.calls.WithLabelValues(callsCreated).Inc()
+	case store.RetryReset:
+		s.m.calls.WithLabelValues(callsRetryReset).Inc()
+	default:
+		s.m.calls.WithLabelValues(callsReplayed).Inc()
+	}
+	s.log.Info("tool call "+outcome.String(), attrCallID, call.CallID, attrKey, key,
+		attrTool, call.Tool, attrStatus, call.Status, attrPrincipal, principal)
+	if outcome == store.Created || outcome == store.RetryReset {
+		s.exec.queue.added()
+		s.exec.Wake() // start now, not at the next tick
+	}
+	return call, outcome, nil
+}
+
+// submitStoreError maps a store error of submit as storeError does: unavailable
+// → 503 (the caller adds Retry-After), anything else → 500, logged.
+func (s *Server) submitStoreError(ctx context.Context, err error, key string) *apiError {
+	switch {
+	case errors.Is(err, store.ErrUnavailable):
+		s.log.Warn("database unavailable", attrKey, key, attrErr, err)
+		return &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable,
+			message: "database unavailable, retry with the same key"}
+	case ctx.Err() != nil:
+		return &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable, message: "request cancelled"}
+	}
+	s.log.Error("internal error", attrKey, key, attrErr, err)
+	return &apiError{status: http.StatusInternalServerError, code: codeInternal, message: "internal error"}
+}
+
 // refuseNewKey is the back-pressure of a full queue (Config.MaxPending):
-// a key never recorded is refused with 503 overloaded and Retry-After,
+// a key never recorded is refused with 503 overloaded (Retry-After),
 // storing nothing, so the client's retry with the same key is safe. A key
 // already recorded is served as always (a replay, a retry reset): it adds
-// nothing to the queue a client is not already owed. It reports whether it
-// answered.
-func (s *Server) refuseNewKey(w http.ResponseWriter, r *http.Request, key string) bool {
-	_, err := s.st.GetByKey(r.Context(), principalOf(r.Context()), key)
+// nothing to the queue a client is not already owed. nil means go on.
+func (s *Server) refuseNewKey(ctx context.Context, principal, key string) *apiError {
+	_, err := s.st.GetByKey(ctx, principal, key)
 	switch {
 	case err == nil:
-		return false
+		return nil
 	case !errors.Is(err, store.ErrNotFound):
-		s.storeError(w, r, err, attrKey, key)
-		return true
+		return s.submitStoreError(ctx, err, key)
 	}
 	s.m.limitRefusals.WithLabelValues(limitPending).Inc()
 	s.exec.queue.refused.Add(1)
 	s.log.Info("new key refused: too many calls pending", attrKey, key,
 		"pending", s.exec.queue.pending(), "max_pending", s.exec.queue.max)
-	w.Header().Set("Retry-After", "1")
-	writeError(w, s.log, http.StatusServiceUnavailable, codeOverloaded,
-		fmt.Sprintf("too many calls pending (at most %d); nothing was recorded, retry with the same key", s.exec.queue.max))
-	return true
+	return &apiError{status: http.StatusServiceUnavailable, code: codeOverloaded,
+		message: fmt.Sprintf("too many calls pending (at most %d); nothing was recorded, retry with the same key", s.exec.queue.max)}
 }
 
 // bodyReadError answers a request whose body could not be read. The

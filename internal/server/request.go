@@ -35,6 +35,8 @@ type apiError struct {
 	status  int
 	code    string
 	message string
+	// callID names the call a conflicting key belongs to ("" otherwise).
+	callID string
 }
 
 func (e *apiError) Error() string { return e.code + ": " + e.message }
@@ -129,26 +131,9 @@ func parseCreate(body []byte, chaos bool, reg *toolreg.Registry) (createRequest,
 		return req, badRequest("body: unknown member(s) %s (allowed: tool, args, client_id, seq)", strings.Join(unknown, ", "))
 	}
 
-	tool, ok := obj["tool"].(string)
-	switch {
-	case obj["tool"] == nil:
-		return req, badRequest("body: tool is required")
-	case !ok:
-		return req, badRequest("body: tool must be a string")
-	case !knownTool(reg, tool):
-		return req, badRequest("body: unknown tool %q (known: %s)", tool, strings.Join(reg.Names(), ", "))
-	}
-	req.Tool = tool
-
-	// args absent or null both mean {}: a null member means the same as an
-	// absent one, as it does inside args for the fingerprint.
-	args := map[string]any{}
-	if raw, present := obj["args"]; present && raw != nil {
-		a, ok := raw.(map[string]any)
-		if !ok {
-			return req, badRequest("body: args must be a JSON object")
-		}
-		args = a
+	req, aerr := checkToolCall(obj["tool"], obj["args"], chaos, reg)
+	if aerr != nil {
+		return req, aerr
 	}
 	if raw := obj["client_id"]; raw != nil {
 		s, ok := raw.(string)
@@ -172,6 +157,37 @@ func parseCreate(body []byte, chaos bool, reg *toolreg.Registry) (createRequest,
 		req.Seq = &i
 	}
 
+	return req, nil
+}
+
+// checkToolCall checks the tool and args of a call, whichever door it came
+// through (a POST body, an MCP tools/call): the tool is registered, the
+// args are an object (absent or null meaning {}) that passes the tool's
+// schema, and the fingerprint and canonical bytes can be made. tool and
+// args are as fingerprint.ParseJSON returns them.
+func checkToolCall(rawTool, rawArgs any, chaos bool, reg *toolreg.Registry) (createRequest, *apiError) {
+	var req createRequest
+	tool, ok := rawTool.(string)
+	switch {
+	case rawTool == nil:
+		return req, badRequest("body: tool is required")
+	case !ok:
+		return req, badRequest("body: tool must be a string")
+	case !knownTool(reg, tool):
+		return req, badRequest("body: unknown tool %q (known: %s)", tool, strings.Join(reg.Names(), ", "))
+	}
+	req.Tool = tool
+
+	// args absent or null both mean {}: a null member means the same as an
+	// absent one, as it does inside args for the fingerprint.
+	args := map[string]any{}
+	if rawArgs != nil {
+		a, ok := rawArgs.(map[string]any)
+		if !ok {
+			return req, badRequest("body: args must be a JSON object")
+		}
+		args = a
+	}
 	norm, err := fingerprint.Normalize(args)
 	if err != nil {
 		return req, badRequest("args: %v", err)

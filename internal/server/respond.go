@@ -178,5 +178,8 @@ func writeError(w http.ResponseWriter, log *slog.Logger, status int, code, messa
 
 // writeAPIError writes an *apiError.
 func writeAPIError(w http.ResponseWriter, log *slog.Logger, e *apiError) {
-	writeError(w, log, e.status, e.code, e.message)
+	if e.status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1") // every 503 stored nothing: retry with the same key
+	}
+	writeJSON(w, log, e.status, ErrorBody{Error: ErrorDetail{Code: e.code, Message: e.message, CallID: e.callID}})
 }

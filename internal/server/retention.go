@@ -94,11 +94,8 @@ type ServiceView struct {
 // handleService is GET /v1: version, auth, retention and limits. It needs
 // a token when auth is on, like every path but the probes.
 func (s *Server) handleService(w http.ResponseWriter, _ *http.Request) {
-	v := ServiceView{Version: s.cfg.Version, Auth: s.cfg.Auth != nil,
+	v := ServiceView{Version: s.serviceVersion(), Auth: s.cfg.Auth != nil,
 		RetentionSeconds: int64(s.cfg.Retention / time.Second)}
-	if v.Version == "" {
-		v.Version = buildVersion()
-	}
 	v.Limits.MaxBodyBytes = MaxBodyBytes
 	v.Limits.MaxKeyLength = MaxKeyLength
 	v.Limits.MaxClientIDLength = MaxClientIDLength
@@ -108,6 +105,14 @@ func (s *Server) handleService(w http.ResponseWriter, _ *http.Request) {
 	v.Limits.MaxResultBytes = s.cfg.MaxResultBytes
 	v.Limits.MaxPending = s.exec.queue.max
 	writeJSON(w, s.log, http.StatusOK, v)
+}
+
+// serviceVersion is Config.Version, or the build's when it is empty.
+func (s *Server) serviceVersion() string {
+	if s.cfg.Version != "" {
+		return s.cfg.Version
+	}
+	return buildVersion()
 }
 
 // buildVersion is the main module's version from the build information,

@@ -40,6 +40,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/idemctl/idemctl/internal/mcpdoor"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/toolreg"
 	"github.com/idemctl/idemctl/internal/tools"
@@ -141,6 +142,10 @@ type Config struct {
 	// before the background purge deletes it with its audit rows (its
 	// effect row stays). Zero keeps calls forever.
 	Retention time.Duration
+	// MCPWait is how long an MCP tools/call waits for its call to be
+	// final before answering "still running" (docs/mcp.md, "The wait");
+	// zero means mcpdoor.DefaultWait. Capped by MaxWait.
+	MCPWait time.Duration
 	// Version is reported by GET /v1; empty means the module version
 	// from the build information.
 	Version string
@@ -193,6 +198,7 @@ type Server struct {
 	bodySlots chan struct{}
 	waitSlots chan struct{}
 	handler   http.Handler
+	mcp       http.Handler // the MCP door at MCPPath
 	owner     string
 	// whyNoDeadOwners says why dead-owner recovery is off ("" when on).
 	whyNoDeadOwners string
@@ -279,6 +285,9 @@ func New(cfg Config, st store.Store) (*Server, error) {
 		log:          log,
 		m:            s.m,
 	}
+	if s.mcp, err = s.mcpHandler(); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	s.handler = s.routes()
 	return s, nil
 }
@@ -305,6 +314,9 @@ func (c *Config) fill() error {
 	}
 	if c.MaxWait == 0 {
 		c.MaxWait = DefaultMaxWait
+	}
+	if c.MCPWait == 0 {
+		c.MCPWait = mcpdoor.DefaultWait
 	}
 	if c.MaxConcurrentBodies == 0 {
 		c.MaxConcurrentBodies = DefaultMaxConcurrentBodies
@@ -334,8 +346,8 @@ func (c *Config) fill() error {
 	if c.Lease < MinLease {
 		errs = append(errs, fmt.Errorf("lease must be at least %s, got %s", MinLease, c.Lease))
 	}
-	if c.RecoverInterval < 0 || c.ShutdownGrace < 0 || c.MaxWait < 0 {
-		errs = append(errs, errors.New("recover interval, shutdown grace and max wait must not be negative"))
+	if c.RecoverInterval < 0 || c.ShutdownGrace < 0 || c.MaxWait < 0 || c.MCPWait < 0 {
+		errs = append(errs, errors.New("recover interval, shutdown grace, max wait and mcp wait must not be negative"))
 	}
 	if c.MaxResultBytes < 0 {
 		errs = append(errs, fmt.Errorf("max result bytes must not be negative, got %d", c.MaxResultBytes))

@@ -1,0 +1,99 @@
+// Package remote is the mcpdoor.Caller of idemctl mcp: an idemctl server
+// reached over its HTTP API (internal/client). It is a package of its own
+// because the server, which the client's tests start, imports mcpdoor.
+package remote
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/idemctl/idemctl/internal/client"
+	"github.com/idemctl/idemctl/internal/mcpdoor"
+)
+
+// Caller is the mcpdoor.Caller of idemctl mcp: an idemctl server reached over its
+// HTTP API. The principal is the client's token's, whatever the door
+// passes.
+type Caller struct {
+	// Client reaches the server; its Timeout is raised above each wait.
+	Client *client.Client
+}
+
+// Tools lists GET /v1/tools.
+func (r Caller) Tools(ctx context.Context) ([]mcpdoor.ToolInfo, error) {
+	ts, err := r.Client.Tools(ctx)
+	if err != nil {
+		return nil, remoteError(err)
+	}
+	out := make([]mcpdoor.ToolInfo, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, mcpdoor.ToolInfo{Name: t.Name, Description: t.Description, Schema: t.Schema,
+			Effect: t.Effect, Destructive: t.Destructive})
+	}
+	return out, nil
+}
+
+// Submit is POST /v1/tool-calls with the key and "Prefer: wait", retried
+// with the same key as the client retries.
+func (r Caller) Submit(ctx context.Context, _, key, tool string, args json.RawMessage, wait time.Duration) (mcpdoor.Call, bool, error) {
+	c := *r.Client
+	c.PreferWait = wait
+	c.Timeout = max(c.Timeout, wait+5*time.Second) // the held answer must not time the attempt out
+	req := client.Request{Tool: tool}
+	if len(args) > 0 {
+		req.Args = args
+	}
+	res, err := c.Call(ctx, key, req)
+	if err != nil {
+		return mcpdoor.Call{}, false, remoteError(err)
+	}
+	return remoteCall(res.Call), res.Replayed, nil
+}
+
+// Get is GET /v1/tool-calls/{id}.
+func (r Caller) Get(ctx context.Context, _, callID string) (mcpdoor.Call, error) {
+	c, err := r.Client.Get(ctx, callID)
+	if err != nil {
+		return mcpdoor.Call{}, remoteError(err)
+	}
+	return remoteCall(c), nil
+}
+
+// GetByKey is GET /v1/tool-calls/by-key/{key}.
+func (r Caller) GetByKey(ctx context.Context, _, key string) (mcpdoor.Call, error) {
+	c, err := r.Client.GetByKey(ctx, key)
+	if err != nil {
+		return mcpdoor.Call{}, remoteError(err)
+	}
+	return remoteCall(c), nil
+}
+
+// List is GET /v1/tool-calls?tool=&limit=.
+func (r Caller) List(ctx context.Context, _, tool string, limit int) ([]mcpdoor.Call, error) {
+	p, err := r.Client.List(ctx, client.ListOptions{Tool: tool, Limit: limit})
+	if err != nil {
+		return nil, remoteError(err)
+	}
+	out := make([]mcpdoor.Call, 0, len(p.Calls))
+	for _, c := range p.Calls {
+		out = append(out, remoteCall(c))
+	}
+	return out, nil
+}
+
+func remoteCall(c client.Call) mcpdoor.Call {
+	return mcpdoor.Call{CallID: c.CallID, IdemKey: c.IdemKey, Tool: c.Tool, Status: c.Status,
+		Result: c.Result, Error: c.Error, Raw: c.Raw}
+}
+
+// remoteError keeps the server's code (an *client.APIError); a transport
+// error stays as it is (the door calls it unavailable).
+func remoteError(err error) error {
+	var ae *client.APIError
+	if errors.As(err, &ae) {
+		return &mcpdoor.Error{Code: ae.Code, Message: ae.Message, CallID: ae.CallID}
+	}
+	return err
+}
