@@ -19,9 +19,11 @@ const (
 	// leaseExpiryLease and leaseExpiryPause: server A's worker pauses well
 	// past its lease, long enough for server B to see the lease expire
 	// (up to one 200ms recovery tick late), claim the call and commit
-	// before A wakes.
+	// before A wakes. B is a new process (start, open, migrate): on a
+	// loaded 2-core machine that alone took over 2 s, so the pause leaves
+	// it 5 s.
 	leaseExpiryLease = time.Second
-	leaseExpiryPause = 2.5 // seconds, _pause_before_commit
+	leaseExpiryPause = 6.0 // seconds, _pause_before_commit
 	// leaseExpiryHostA and leaseExpiryHostB are the servers'
 	// --instance-host: different hosts never judge each other's pids, so
 	// only the lease can hand A's call to B (A is alive anyway).
@@ -34,7 +36,7 @@ var leaseExpiry = scenario{
 	title: "a worker pauses past its lease after running the charge (_pause_before_commit, like a long GC pause); a second server takes the call over and commits, and the paused worker's late commit is fenced",
 	plan: []string{
 		"make a temp dir and database; start server A: `idemctl serve --chaos --lease 1s --workers 1 --instance-host " + leaseExpiryHostA + "` on a free loopback port (one worker: A cannot take its own call back)",
-		"client: POST to A, key lease-<unix time>, charge amount 100 with _pause_before_commit=2.5",
+		"client: POST to A, key lease-<unix time>, charge amount 100 with _pause_before_commit=6",
 		"A claims the call (attempt 1), runs the charge and pauses before its commit; its lease runs out meanwhile",
 		"once A has claimed, start server B on the same database: `idemctl serve --chaos --lease 1s --instance-host " + leaseExpiryHostB + "` (another host: no dead-owner shortcut; A is alive anyway)",
 		"the expired lease goes back to pending (audit recover); B claims attempt 2 (the pause fires on attempt 1 only), runs the charge and commits it with its effect",
