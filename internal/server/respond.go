@@ -50,6 +50,10 @@ type CallView struct {
 	QueryURL    string          `json:"query_url"`
 	// CancelRequested is set when a cancel reached the call while it ran.
 	CancelRequested bool `json:"cancel_requested,omitempty"`
+	// NotBefore is when a pending call whose server-side retry was
+	// scheduled may run again (Unix seconds, the database's clock);
+	// omitted otherwise.
+	NotBefore *float64 `json:"not_before,omitempty"`
 }
 
 // viewOf renders a stored call. A nil json.RawMessage marshals as null.
@@ -73,7 +77,18 @@ func viewOf(c store.Call) CallView {
 		QueryURL:    CallPath(c.CallID),
 
 		CancelRequested: c.CancelRequested,
+		NotBefore:       notBefore(c),
 	}
+}
+
+// notBefore is the call's not-before time while it waits for a scheduled
+// retry; a claim leaves the column in place (then in the past), so it is
+// shown for pending calls only.
+func notBefore(c store.Call) *float64 {
+	if c.Status != store.StatusPending {
+		return nil
+	}
+	return c.NotBefore
 }
 
 func nullable(raw json.RawMessage) json.RawMessage {

@@ -140,8 +140,17 @@ func TestRetryingCallIsNotFinal(t *testing.T) {
 			r.status, r.header, got)
 	}
 	r = b.get(CallPath(c.CallID), "Prefer", "wait=1")
-	if got := r.call(t); got.Status != store.StatusPending || got.Attempt != 1 {
+	got := r.call(t)
+	if got.Status != store.StatusPending || got.Attempt != 1 {
 		t.Fatalf("GET with Prefer: wait=1 during the backoff: %d %+v, want pending at attempt 1", r.status, got)
+	}
+	// The call object says when it may run again: about an hour from its
+	// last update (the scheduled backoff, jittered into its upper half).
+	if got.NotBefore == nil || *got.NotBefore < got.UpdatedAt+1800 || *got.NotBefore > got.UpdatedAt+3601 {
+		t.Fatalf("not_before = %v (updated_at %v), want within the hour's backoff", got.NotBefore, got.UpdatedAt)
+	}
+	if done := b.post("k-done", `{"tool":"charge","args":{"amount":1}}`).call(t); done.NotBefore != nil {
+		t.Fatalf("a call without a scheduled retry shows not_before %v", *done.NotBefore)
 	}
 }
 
