@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/idemctl/idemctl/internal/console"
 	"github.com/idemctl/idemctl/internal/store"
 )
 
@@ -53,6 +54,16 @@ func (s *Server) routes() http.Handler {
 	route(http.MethodGet, "/metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{
 		ErrorLog: slogPrinter{s.log},
 	}).ServeHTTP)
+	// The read-only web console (docs/console.md): behind the same
+	// authentication as the API, showing the principal's calls only.
+	mux.Handle(console.Prefix, console.New(console.Config{
+		Store:        s.st,
+		Principal:    func(r *http.Request) string { return principalOf(r.Context()) },
+		ValidCallID:  isCallID,
+		EncodeCursor: encodeCursor,
+		DecodeCursor: decodeCursor,
+		Logger:       s.log,
+	}))
 	mux.HandleFunc("/", s.handleNotFound)
 	// authenticate is outermost: it hands on a copy of the request (with
 	// the principal in its context), and instrument must see the copy the
