@@ -120,4 +120,3 @@ func newCallFor(principal, key, fp string, t *testing.T) store.NewCall {
 	n.Principal = principal
 	return n
 }
-
