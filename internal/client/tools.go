@@ -15,6 +15,14 @@ type Tool struct {
 	Schema      json.RawMessage `json:"schema"`
 	Effect      bool            `json:"effect"`
 	Destructive *bool           `json:"destructive"`
+	// Dedup is the tool's intent-deduplication rule; nil: none.
+	Dedup *ToolDedup `json:"dedup"`
+}
+
+// ToolDedup is a tool's dedup rule as GET /v1/tools lists it.
+type ToolDedup struct {
+	Args   []string `json:"args"`
+	Window string   `json:"window"`
 }
 
 // Tools lists the server's tools (GET /v1/tools): one request, no retry.

@@ -64,6 +64,10 @@ type ToolInfo struct {
 	Effect bool
 	// Destructive is the tool's hint; nil means "as Effect".
 	Destructive *bool
+	// Dedup: the tool has an intent-deduplication rule, so a call without
+	// a key runs under a fresh key and the server answers a repeat of the
+	// same intent with the earlier call.
+	Dedup bool
 }
 
 // Call is a recorded call as the door shows it: the API's call object
@@ -227,13 +231,15 @@ func (d *door) callHandler(info ToolInfo) mcp.ToolHandler {
 			return res, nil
 		}
 		if key == "" {
-			if info.Effect {
+			if info.Effect && !info.Dedup {
 				return toolError(TypeKeyRequired, fmt.Sprintf("tool %s has effects: pass an idempotency key "+
 					"(the %s argument, or params._meta[%q]) and reuse it on every retry; nothing was recorded",
 					info.Name, KeyArg, MetaKey), nil), nil
 			}
 			// No effects: nothing can happen twice, so each key-less call is
-			// a call of its own under a fresh key.
+			// a call of its own under a fresh key. A dedup rule: the fresh
+			// key is answered with a recent call of the same intent, if
+			// any (docs/mcp.md).
 			key = newAutoKey()
 		}
 		call, replayed, err := d.c.Submit(ctx, d.opts.Principal(req), key, info.Name, args, d.opts.Wait)

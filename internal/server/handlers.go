@@ -101,6 +101,11 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, s.log, aerr)
 		return
 	}
+	if outcome == store.Deduplicated {
+		// Answered as a replay, and said why: the key itself was new
+		// (docs/api.md, "Headers").
+		w.Header().Set(HeaderDeduplicatedBy, "intent")
+	}
 	s.respondCall(w, r, call, outcome != store.Created, true)
 }
 
@@ -150,6 +155,10 @@ func (s *Server) readCreate(w http.ResponseWriter, r *http.Request) (req createR
 	return req, true
 }
 
+// HeaderDeduplicatedBy is set, to "intent", on the answer to a new key
+// that intent deduplication answered with an existing call.
+const HeaderDeduplicatedBy = "Idemctl-Deduplicated-By"
+
 // submit is the create-or-get path of every door (POST /v1/tool-calls,
 // the MCP tools/call): back-pressure, then record or find the call of
 // principal's key in one store transaction (docs/lifecycle.md, "Create or
@@ -187,6 +196,8 @@ func (s *Server) submit(ctx context.Context, principal, key string, req createRe
 		s.m.calls.WithLabelValues(callsCreated).Inc()
 	case store.RetryReset:
 		s.m.calls.WithLabelValues(callsRetryReset).Inc()
+	case store.Deduplicated:
+		s.m.calls.WithLabelValues(callsDeduplicated).Inc()
 	default:
 		s.m.calls.WithLabelValues(callsReplayed).Inc()
 	}

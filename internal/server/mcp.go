@@ -70,7 +70,7 @@ func (c localCaller) Tools(context.Context) ([]mcpdoor.ToolInfo, error) {
 	var out []mcpdoor.ToolInfo
 	for _, t := range c.s.cfg.Tools.Tools() {
 		out = append(out, mcpdoor.ToolInfo{Name: t.Name, Description: t.Description, Schema: t.Schema(),
-			Effect: t.Effect, Destructive: t.Destructive})
+			Effect: t.Effect, Destructive: t.Destructive, Dedup: t.Dedup != nil})
 	}
 	return out, nil
 }

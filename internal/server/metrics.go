@@ -17,6 +17,9 @@ const (
 	callsReplayed   = "replayed"
 	callsRetryReset = "retry_reset"
 	callsConflict   = "conflict"
+	// callsDeduplicated: a new key answered with an existing call by
+	// intent deduplication.
+	callsDeduplicated = "deduplicated"
 )
 
 // Label values of idemctl_executions_total{outcome}, besides the final
@@ -201,7 +204,7 @@ func newMetrics(st store.Store, maxPending int64, extra prometheus.Registerer) (
 	}
 	// Pre-create the label values a dashboard expects, so they read 0
 	// instead of being absent before the first event.
-	for _, o := range []string{callsCreated, callsReplayed, callsRetryReset, callsConflict} {
+	for _, o := range []string{callsCreated, callsReplayed, callsRetryReset, callsConflict, callsDeduplicated} {
 		m.calls.WithLabelValues(o)
 	}
 	for _, r := range []string{recoverExpired, recoverDeadOwner} {

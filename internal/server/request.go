@@ -99,6 +99,10 @@ type createRequest struct {
 	Fingerprint string
 	ClientID    *string
 	Seq         *int64
+	// Intent and DedupWindow are set for a tool with a dedup rule
+	// (intentOf); empty and 0 otherwise.
+	Intent      string
+	DedupWindow time.Duration
 }
 
 // bodyFields are the only members a POST body may have.
@@ -202,7 +206,31 @@ func checkToolCall(rawTool, rawArgs any, chaos bool, reg *toolreg.Registry) (cre
 	if req.ArgsJSON, err = fingerprint.Canonical(req.Args); err != nil {
 		return req, badRequest("args: %v", err)
 	}
+	if t, ok := reg.Lookup(tool); ok && t.Dedup != nil {
+		if req.Intent, err = intentOf(tool, t.Dedup.Args, req.Args); err != nil {
+			return req, badRequest("args: %v", err)
+		}
+		req.DedupWindow = t.Dedup.Window
+	}
 	return req, nil
+}
+
+// intentOf is the intent fingerprint of a call of a tool with a dedup rule
+// (docs/tools.md, "The tool registry"): the version 1 fingerprint
+// (fingerprint.Of: SHA-256 of the canonical JSON of {"tool", "args"}) of
+// the tool and of the normalized args reduced to the rule's names. An
+// absent or null argument is absent from the reduced args, so a call
+// without one matches another without it; every other argument, the
+// chaos "_" ones included, is left out. It is decided here, above the
+// store, which only compares it.
+func intentOf(tool string, names []string, args map[string]any) (string, error) {
+	sel := make(map[string]any, len(names))
+	for _, n := range names {
+		if v, ok := args[n]; ok {
+			sel[n] = v
+		}
+	}
+	return fingerprint.Of(tool, sel)
 }
 
 // newCall turns a checked request into the row CreateOrGet records.
@@ -216,6 +244,8 @@ func (r createRequest) newCall(callID, principal, key string) store.NewCall {
 		Seq:         r.Seq,
 		Tool:        r.Tool,
 		ArgsJSON:    r.ArgsJSON,
+		Intent:      r.Intent,
+		DedupWindow: r.DedupWindow,
 	}
 }
 

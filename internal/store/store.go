@@ -81,6 +81,10 @@ const (
 	EventCanceled = "canceled"
 	// EventCancelRequested: a running call was asked to stop.
 	EventCancelRequested = "cancel_requested"
+	// EventDeduplicated: a request with a new key was answered with this
+	// call by intent deduplication (NewCall.DedupWindow); the detail is
+	// the new key, now an alias of the call.
+	EventDeduplicated = "deduplicated"
 )
 
 // CancelOutcome says what Cancel did.
@@ -149,6 +153,16 @@ type NewCall struct {
 	Seq         *int64
 	Tool        string
 	ArgsJSON    json.RawMessage
+	// Intent is the call's intent fingerprint (the server's hash of the
+	// tool and the args its dedup rule selects), stored with the call;
+	// "" stores none. The store compares it exactly and never computes it.
+	Intent string
+	// DedupWindow > 0 (with Intent set) asks for intent deduplication: if
+	// the key is new and a call of the same principal, tool and Intent
+	// was created within DedupWindow (by the database's clock), no call is
+	// created; the key is recorded as an alias of the newest such call
+	// and that call is returned (Deduplicated).
+	DedupWindow time.Duration
 }
 
 // Outcome says what CreateOrGet did.
@@ -163,6 +177,11 @@ const (
 	// RetryReset: the key was known, the call had failed with
 	// retryable=true; it was reset to pending (audit retry_reset).
 	RetryReset
+	// Deduplicated: the key was new, and a call of the same principal,
+	// tool and intent created within NewCall.DedupWindow was found; the
+	// key is now an alias of that call, which is returned unchanged
+	// (audit deduplicated, detail = the new key).
+	Deduplicated
 )
 
 // String names the outcome as the audit and logs do.
@@ -174,6 +193,8 @@ func (o Outcome) String() string {
 		return "existing"
 	case RetryReset:
 		return "retry_reset"
+	case Deduplicated:
+		return "deduplicated"
 	}
 	return "unknown"
 }
@@ -306,9 +327,18 @@ type Store interface {
 	// same key from two principals is two calls. A known call that failed
 	// with retryable=true is reset to pending (RetryReset).
 	//
-	// Errors: ErrConflict if the key exists with another fingerprint
-	// (nothing changes; the error is a *ConflictError naming the existing
-	// call); ErrRefused if the database refuses the new row for good (e.g.
+	// A key is either a call's own key or an alias (intent deduplication,
+	// NewCall.DedupWindow), never both for one principal: the check of
+	// both and the insert of either are one transaction. A request with an
+	// alias key and the fingerprint the alias was recorded with returns
+	// the aliased call (Existing; it is not reset, even after a retryable
+	// failure: the call's own key does that). With DedupWindow > 0, a new
+	// key whose intent matches a recent call becomes an alias of it
+	// (Deduplicated) instead of creating a call.
+	//
+	// Errors: ErrConflict if the key (own or alias) exists with another
+	// fingerprint (nothing changes; the error is a *ConflictError naming
+	// the existing call); ErrRefused if the database refuses the new row for good (e.g.
 	// a call id already used by another key).
 	CreateOrGet(ctx context.Context, n NewCall) (Call, Outcome, error)
 
@@ -415,7 +445,8 @@ type Store interface {
 	Get(ctx context.Context, callID string) (Call, error)
 	// GetByKey returns principal's call for an idempotency key (both
 	// compared exactly), or ErrNotFound; another principal's call with
-	// that key is not found.
+	// that key is not found. An alias key (intent deduplication) finds the
+	// call it aliases.
 	GetByKey(ctx context.Context, principal, key string) (Call, error)
 	// ListCalls returns calls newest first (never nil), narrowed by f.
 	// With f.Keyset(), ties on created_at are ordered by call_id

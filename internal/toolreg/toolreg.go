@@ -51,7 +51,24 @@ const (
 	// MaxTimeout caps timeout and the backoffs: a typo such as 10h must
 	// not park a worker (or a call) for the day.
 	MaxTimeout = time.Hour
+	// MaxDedupWindow caps dedup.window: intent deduplication answers a
+	// retry that comes soon after the first try, not a request of
+	// another day.
+	MaxDedupWindow = 24 * time.Hour
 )
+
+// Dedup is a tool's intent-deduplication rule (docs/tools.md, "The tool
+// registry"): a call with a new key whose Args equal those of a call of
+// the same tool and principal created within Window is answered with
+// that call, and the new key becomes an alias of it.
+type Dedup struct {
+	// Args are the top-level argument names that make up the intent,
+	// sorted, without repeats; never empty.
+	Args []string
+	// Window is how far back a call counts as the same intent: above 0,
+	// at most MaxDedupWindow.
+	Window time.Duration
+}
 
 // namePattern is the shape of a tool name: the one MCP clients accept too.
 var namePattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
@@ -84,6 +101,9 @@ type Tool struct {
 	Concurrency int
 	// Method is an http tool's request method ("" for built-ins).
 	Method string
+	// Dedup is the tool's intent-deduplication rule; nil: none (only the
+	// key deduplicates).
+	Dedup *Dedup
 
 	schemaJSON json.RawMessage
 	schema     *jsonschema.Schema
@@ -112,6 +132,12 @@ type listing struct {
 	Timeout     string          `json:"timeout,omitempty"`
 	Retry       retryListing    `json:"retry"`
 	Concurrency int             `json:"concurrency"`
+	Dedup       *dedupListing   `json:"dedup,omitempty"`
+}
+
+type dedupListing struct {
+	Args   []string `json:"args"`
+	Window string   `json:"window"`
 }
 
 type retryListing struct {
@@ -128,6 +154,9 @@ func (t *Tool) MarshalJSON() ([]byte, error) {
 			InitialBackoff: t.Retry.InitialBackoff.String(), MaxBackoff: t.Retry.MaxBackoff.String()}}
 	if t.Timeout > 0 {
 		l.Timeout = t.Timeout.String()
+	}
+	if t.Dedup != nil {
+		l.Dedup = &dedupListing{Args: t.Dedup.Args, Window: t.Dedup.Window.String()}
 	}
 	return json.Marshal(l)
 }
@@ -424,8 +453,8 @@ func Parse(data []byte, getenv func(string) (string, bool)) (*Registry, error) {
 
 // fields lists the keys a tool entry may have, by kind.
 var fields = map[string][]string{
-	KindBuiltin: {"name", "kind", "description", "destructive", "timeout", "retry", "concurrency"},
-	KindHTTP: {"name", "kind", "description", "destructive", "timeout", "retry", "concurrency",
+	KindBuiltin: {"name", "kind", "description", "destructive", "timeout", "retry", "concurrency", "dedup"},
+	KindHTTP: {"name", "kind", "description", "destructive", "timeout", "retry", "concurrency", "dedup",
 		"schema", "effect", "url", "method", "headers"},
 }
 
@@ -518,6 +547,9 @@ func parseTool(i int, raw any, getenv func(string) (string, bool)) (*Tool, error
 		}
 	}
 	if kind == KindBuiltin {
+		if err := setDedup(m, t, where); err != nil {
+			return nil, err
+		}
 		return t, nil
 	}
 
@@ -534,6 +566,9 @@ func parseTool(i int, raw any, getenv func(string) (string, bool)) (*Tool, error
 		return nil, bad("schema", "%v", err)
 	}
 	t.schema, t.schemaJSON = sch, schemaJSON
+	if err := setDedup(m, t, where); err != nil {
+		return nil, err
+	}
 
 	cfg := httptool.Config{Name: name, Timeout: t.Timeout, Effect: t.Effect}
 	if v, ok := m["url"]; ok {
@@ -576,6 +611,81 @@ func parseTool(i int, raw any, getenv func(string) (string, bool)) (*Tool, error
 	}
 	t.runner = ht
 	return t, nil
+}
+
+// setDedup reads the entry's dedup field, if any, into t. It runs once
+// t's schema is known: the args must be the schema's top-level properties.
+func setDedup(m map[string]any, t *Tool, where string) error {
+	v, ok := m["dedup"]
+	if !ok {
+		return nil
+	}
+	d, err := parseDedup(v, t.schemaJSON)
+	if err != nil {
+		return fmt.Errorf("%s: dedup%w", where, err)
+	}
+	t.Dedup = d
+	return nil
+}
+
+func parseDedup(v any, schemaJSON json.RawMessage) (*Dedup, error) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, errors.New(": must be a mapping with args and window")
+	}
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if k != "args" && k != "window" {
+			return nil, fmt.Errorf(".%s: unknown field (allowed: args, window)", k)
+		}
+	}
+	list, ok := m["args"].([]any)
+	if !ok || len(list) == 0 {
+		return nil, fmt.Errorf(".args: required, a non-empty list of argument names, got %s", show(m["args"]))
+	}
+	props := topProperties(schemaJSON)
+	d := &Dedup{}
+	for _, a := range list {
+		s, isStr := a.(string)
+		if !isStr {
+			return nil, fmt.Errorf(".args: %s is not an argument name", show(a))
+		}
+		if !slices.Contains(props, s) {
+			return nil, fmt.Errorf(".args: %q is not a top-level property of the tool's schema (properties: %s)",
+				s, strings.Join(props, ", "))
+		}
+		d.Args = append(d.Args, s)
+	}
+	slices.Sort(d.Args)
+	d.Args = slices.Compact(d.Args)
+	w, ok := m["window"]
+	if !ok {
+		return nil, errors.New(`.window: required, a duration such as "10m"`)
+	}
+	s, isStr := w.(string)
+	if !isStr {
+		return nil, fmt.Errorf(".window: %s is not a duration (write it with a unit, e.g. \"10m\")", show(w))
+	}
+	dur, err := time.ParseDuration(s)
+	if err != nil {
+		return nil, fmt.Errorf(".window: %q is not a duration", s)
+	}
+	if dur <= 0 || dur > MaxDedupWindow {
+		return nil, fmt.Errorf(".window: %q must be above 0 and at most %s", s, MaxDedupWindow)
+	}
+	d.Window = dur
+	return d, nil
+}
+
+// topProperties lists, sorted, the names under the schema's top-level
+// "properties" (none for a schema that declares none).
+func topProperties(schemaJSON json.RawMessage) []string {
+	var doc struct {
+		Properties map[string]json.RawMessage `json:"properties"`
+	}
+	if json.Unmarshal(schemaJSON, &doc) != nil {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(doc.Properties))
 }
 
 func parseRetry(v any, r *Retry) error {

@@ -336,3 +336,59 @@ func writeFile(t *testing.T, path, s string) {
 		t.Fatal(err)
 	}
 }
+
+// TestParseDedup: a dedup rule is read (args sorted, repeats dropped),
+// listed, and every bad one is refused naming the tool and the field.
+func TestParseDedup(t *testing.T) {
+	r, err := Parse([]byte(`tools:
+  - {name: charge, kind: builtin, dedup: {args: [amount], window: 10m}}
+  - name: pay
+    kind: http
+    url: "http://127.0.0.1:9/x"
+    schema: {type: object, properties: {to: {type: string}, amount: {type: integer}, note: {type: string}}}
+    dedup: {args: [to, amount, to], window: 90s}
+`), env())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pay, _ := r.Lookup("pay")
+	if pay.Dedup == nil || strings.Join(pay.Dedup.Args, ",") != "amount,to" || pay.Dedup.Window != 90*time.Second {
+		t.Fatalf("pay dedup %+v", pay.Dedup)
+	}
+	charge, _ := r.Lookup("charge")
+	if charge.Dedup == nil || strings.Join(charge.Dedup.Args, ",") != "amount" || charge.Dedup.Window != 10*time.Minute {
+		t.Fatalf("charge dedup %+v", charge.Dedup)
+	}
+	if sleep, _ := r.Lookup("sleep"); sleep.Dedup != nil {
+		t.Fatalf("sleep has a dedup rule without one declared: %+v", sleep.Dedup)
+	}
+	js, err := json.Marshal(pay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(js), `"dedup":{"args":["amount","to"],"window":"1m30s"}`) {
+		t.Fatalf("listing %s", js)
+	}
+
+	const ok = `name: t, kind: http, url: "http://127.0.0.1:9/x", schema: {properties: {a: {}, b: {}}}`
+	cases := []struct{ file, want string }{
+		{`tools: [{` + ok + `, dedup: {args: [a], window: 10m, scope: x}}]`, `tools[0] (t): dedup.scope: unknown field (allowed: args, window)`},
+		{`tools: [{` + ok + `, dedup: {args: [], window: 10m}}]`, `tools[0] (t): dedup.args: required, a non-empty list`},
+		{`tools: [{` + ok + `, dedup: {window: 10m}}]`, `tools[0] (t): dedup.args: required`},
+		{`tools: [{` + ok + `, dedup: {args: [c], window: 10m}}]`, `tools[0] (t): dedup.args: "c" is not a top-level property of the tool's schema (properties: a, b)`},
+		{`tools: [{` + ok + `, dedup: {args: [3], window: 10m}}]`, `tools[0] (t): dedup.args: 3 is not an argument name`},
+		{`tools: [{` + ok + `, dedup: {args: [a]}}]`, `tools[0] (t): dedup.window: required`},
+		{`tools: [{` + ok + `, dedup: {args: [a], window: 0s}}]`, `tools[0] (t): dedup.window: "0s" must be above 0 and at most 24h0m0s`},
+		{`tools: [{` + ok + `, dedup: {args: [a], window: -1m}}]`, `tools[0] (t): dedup.window: "-1m" must be above 0`},
+		{`tools: [{` + ok + `, dedup: {args: [a], window: 25h}}]`, `tools[0] (t): dedup.window: "25h" must be above 0 and at most 24h0m0s`},
+		{`tools: [{` + ok + `, dedup: {args: [a], window: 10}}]`, `tools[0] (t): dedup.window: 10 is not a duration`},
+		{`tools: [{` + ok + `, dedup: [a]}]`, `tools[0] (t): dedup: must be a mapping with args and window`},
+		{`tools: [{name: sleep, kind: builtin, dedup: {args: [amount], window: 1m}}]`, `tools[0] (sleep): dedup.args: "amount" is not a top-level property of the tool's schema (properties: seconds)`},
+	}
+	for _, c := range cases {
+		_, err := Parse([]byte(c.file), env())
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s:\n got %v\nwant …%s…", c.file, err, c.want)
+		}
+	}
+}

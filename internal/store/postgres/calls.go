@@ -130,16 +130,23 @@ func (s *Store) createOrGetOnce(ctx context.Context, n store.NewCall) (store.Cal
 	if len(n.ArgsJSON) == 0 {
 		args = "{}"
 	}
+	var intent *string
+	if n.Intent != "" {
+		intent = &n.Intent
+	}
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		var err error
+		handled, err := s.aliasOrDedup(ctx, tx, n, &call, &out)
+		if err != nil || handled {
+			return err
+		}
 		call, err = scanCall(tx.QueryRow(ctx, `
 INSERT INTO calls (call_id, principal, idem_key, fingerprint, client_id, seq, tool, args_json,
-                   status, attempt, created_at, updated_at)
-SELECT $1, $8, $2, $3, $4, $5, $6, $7, 'pending', 0, clock.now, clock.now
+                   status, attempt, created_at, updated_at, intent)
+SELECT $1, $8, $2, $3, $4, $5, $6, $7, 'pending', 0, clock.now, clock.now, $9
 FROM (SELECT `+dbNow+` AS now) AS clock
 ON CONFLICT (principal, idem_key) DO NOTHING
 RETURNING `+callColumns,
-			n.CallID, n.IdemKey, n.Fingerprint, n.ClientID, n.Seq, n.Tool, args, n.Principal))
+			n.CallID, n.IdemKey, n.Fingerprint, n.ClientID, n.Seq, n.Tool, args, n.Principal, intent))
 		if err == nil {
 			out = store.Created
 			// Same transaction as the insert: a call never exists unaudited.
@@ -205,6 +212,66 @@ RETURNING `+callColumnsOf("calls"), call.CallID))
 		return store.Call{}, 0, err
 	}
 	return call, out, nil
+}
+
+// aliasOrDedup is CreateOrGet's first step, in its transaction: it
+// answers a request whose key is an alias (Existing, or a conflict under
+// another fingerprint), or whose new key deduplicates by intent
+// (Deduplicated), and reports whether it did. Otherwise the caller goes on
+// with its insert-or-get of a call's own key.
+//
+// A key must never be both a call's own key and an alias, and the two live
+// in two tables, which no one unique index spans. A transaction-scoped
+// advisory lock on (principal, key), taken before either is inserted,
+// serialises the requests of one key; each then checks the other table
+// with a statement that starts after the lock is held, so at READ
+// COMMITTED it sees whatever the previous holder committed.
+func (s *Store) aliasOrDedup(ctx context.Context, tx pgx.Tx, n store.NewCall, call *store.Call, out *store.Outcome) (bool, error) {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1 || chr(1) || $2, 0))`,
+		n.Principal, n.IdemKey); err != nil {
+		return false, err
+	}
+	var aliasOf, aliasFP string
+	err := tx.QueryRow(ctx, `SELECT call_id, fingerprint FROM key_aliases WHERE principal = $1 AND idem_key = $2`,
+		n.Principal, n.IdemKey).Scan(&aliasOf, &aliasFP)
+	switch {
+	case err == nil:
+		if aliasFP != n.Fingerprint {
+			return false, fmt.Errorf("postgres create: %w", &store.ConflictError{CallID: aliasOf, Key: n.IdemKey})
+		}
+		*call, err = scanCall(tx.QueryRow(ctx, `SELECT `+callColumns+` FROM calls WHERE call_id = $1`, aliasOf))
+		*out = store.Existing
+		return true, err
+	case !errors.Is(err, pgx.ErrNoRows):
+		return false, err
+	}
+	if n.DedupWindow <= 0 || n.Intent == "" {
+		return false, nil
+	}
+	var own bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM calls WHERE principal = $1 AND idem_key = $2)`,
+		n.Principal, n.IdemKey).Scan(&own); err != nil {
+		return false, err
+	}
+	if own {
+		return false, nil // a call's own key: the caller replays it
+	}
+	c, err := scanCall(tx.QueryRow(ctx, `SELECT `+callColumns+` FROM calls
+WHERE principal = $1 AND intent = $2 AND tool = $3 AND created_at >= `+dbNow+` - $4
+ORDER BY created_at DESC LIMIT 1`, n.Principal, n.Intent, n.Tool, n.DedupWindow.Seconds()))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	var ts float64
+	if err := tx.QueryRow(ctx, `INSERT INTO key_aliases (principal, idem_key, call_id, fingerprint, created_at)
+VALUES ($1, $2, $3, $4, `+dbNow+`) RETURNING created_at`, n.Principal, n.IdemKey, c.CallID, n.Fingerprint).Scan(&ts); err != nil {
+		return false, err
+	}
+	*call, *out = c, store.Deduplicated
+	return true, insertAudit(ctx, tx, ts, c.CallID, store.EventDeduplicated, n.IdemKey)
 }
 
 // claimSQL is ClaimNext's statement ($1 owner, $2 limit, $3 lease seconds,

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"time"
@@ -24,6 +25,11 @@ func (s *Store) Get(ctx context.Context, callID string) (store.Call, error) {
 func (s *Store) GetByKey(ctx context.Context, principal, key string) (store.Call, error) {
 	c, err := scanCall(s.pool.QueryRow(ctx,
 		`SELECT `+callColumns+` FROM calls WHERE principal = $1 AND idem_key = $2`, principal, key))
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Not a call's own key: perhaps an alias (intent deduplication).
+		c, err = scanCall(s.pool.QueryRow(ctx, `SELECT `+callColumnsOf("c")+`
+FROM key_aliases a JOIN calls c ON c.call_id = a.call_id WHERE a.principal = $1 AND a.idem_key = $2`, principal, key))
+	}
 	return c, interpret(ctx, err)
 }
 

@@ -61,12 +61,45 @@ func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, s
 		c, err := queryCall(ctx, tx, s.wq.callByKey, n.Principal, n.IdemKey)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
+			// Not a call's own key. An alias? The same transaction
+			// decides, so a key is never both (store.Store.CreateOrGet).
+			var aliasOf, aliasFP string
+			err = tx.StmtContext(ctx, s.wq.aliasByKey).QueryRowContext(ctx, n.Principal, n.IdemKey).Scan(&aliasOf, &aliasFP)
+			switch {
+			case err == nil:
+				if aliasFP != n.Fingerprint {
+					return fmt.Errorf("sqlite create: %w", &store.ConflictError{CallID: aliasOf, Key: n.IdemKey})
+				}
+				call, err = queryCall(ctx, tx, s.wq.callByID, aliasOf)
+				out = store.Existing
+				return err
+			case !errors.Is(err, sql.ErrNoRows):
+				return err
+			}
+			if n.DedupWindow > 0 && n.Intent != "" {
+				c, err := queryCall(ctx, tx, s.wq.callByIntent, n.Principal, n.Intent, n.Tool, now-n.DedupWindow.Seconds())
+				switch {
+				case err == nil:
+					if _, err := tx.StmtContext(ctx, s.wq.insertAlias).ExecContext(ctx,
+						n.Principal, n.IdemKey, c.CallID, n.Fingerprint, now); err != nil {
+						return err
+					}
+					call, out = c, store.Deduplicated
+					return s.audit(ctx, tx, now, c.CallID, store.EventDeduplicated, n.IdemKey)
+				case !errors.Is(err, sql.ErrNoRows):
+					return err
+				}
+			}
 			args := string(n.ArgsJSON)
 			if args == "" {
 				args = "{}"
 			}
+			var intent *string
+			if n.Intent != "" {
+				intent = &n.Intent
+			}
 			call, err = queryCall(ctx, tx, s.wq.insertCall,
-				n.CallID, n.Principal, n.IdemKey, n.Fingerprint, n.ClientID, n.Seq, n.Tool, args, now, now)
+				n.CallID, n.Principal, n.IdemKey, n.Fingerprint, n.ClientID, n.Seq, n.Tool, args, now, now, intent)
 			if err != nil {
 				return err
 			}

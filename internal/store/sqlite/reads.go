@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"strings"
 	"time"
 
@@ -103,6 +104,13 @@ func (s *Store) GetByKey(ctx context.Context, principal, key string) (store.Call
 		return store.Call{}, err
 	}
 	c, err := scanCall(s.rq.callByKey.QueryRowContext(ctx, principal, key))
+	if errors.Is(err, sql.ErrNoRows) {
+		// Not a call's own key: perhaps an alias (intent deduplication).
+		var callID, fp string
+		if err = s.rq.aliasByKey.QueryRowContext(ctx, principal, key).Scan(&callID, &fp); err == nil {
+			c, err = scanCall(s.rq.callByID.QueryRowContext(ctx, callID))
+		}
+	}
 	return c, mapErr(ctx, "get by key", err)
 }
 

@@ -70,7 +70,34 @@ CREATE INDEX IF NOT EXISTS idx_calls_pending ON calls(created_at) WHERE status =
 	migrationPrincipals,
 	// 4: server-side retries (migrationNotBefore).
 	migrationNotBefore,
+	// 5: intent deduplication (migrationIntent).
+	migrationIntent,
 }
+
+// migrationIntent adds intent deduplication (docs/tools.md, "The tool
+// registry"): calls.intent, the intent fingerprint the server computed
+// (NULL for every existing row and for tools without a dedup rule),
+// indexed by principal, intent and created_at for the lookup of a recent
+// call of the same intent (partial: only calls that have one); and
+// key_aliases, the keys recorded as aliases of an existing call, with the
+// fingerprint of the request that brought each. (principal, idem_key) is
+// the primary key of key_aliases; that it is not also a call's own key is
+// checked by CreateOrGet in the transaction that inserts either. The
+// foreign key deletes a purged call's aliases with it, so a purged alias
+// key is unknown again, like a purged call's own key.
+const migrationIntent = `
+ALTER TABLE calls ADD COLUMN intent TEXT;
+CREATE INDEX idx_calls_intent ON calls (principal, intent, created_at) WHERE intent IS NOT NULL;
+CREATE TABLE key_aliases (
+  principal    TEXT NOT NULL,
+  idem_key     TEXT NOT NULL,
+  call_id      TEXT NOT NULL REFERENCES calls (call_id) ON DELETE CASCADE,
+  fingerprint  TEXT NOT NULL,
+  created_at   REAL NOT NULL,
+  PRIMARY KEY (principal, idem_key)
+);
+CREATE INDEX idx_key_aliases_call ON key_aliases (call_id);
+`
 
 // migrationNotBefore adds calls.not_before, the time before which a
 // pending call scheduled for a server-side retry is not claimed
@@ -157,10 +184,10 @@ CREATE INDEX idx_calls_principal_created ON calls(principal, created_at, call_id
 var schemaVersion = len(migrations)
 
 // minReadVersion is the oldest schema a read-only store accepts: the one
-// that added calls.not_before, the last column every read selects. A read-only store
+// that added key_aliases, the last table a read (GetByKey) uses. A read-only store
 // cannot migrate, so inspect asks for a server to be started on an older
 // database first.
-var minReadVersion = slices.Index(migrations, migrationNotBefore) + 1
+var minReadVersion = slices.Index(migrations, migrationIntent) + 1
 
 // migrate brings the database to schemaVersion in one IMMEDIATE transaction,
 // so two servers starting on one file at once migrate it once.

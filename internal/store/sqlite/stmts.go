@@ -26,9 +26,22 @@ const (
 	// sqlInsertCall inserts a new pending call and returns it as stored,
 	// so CreateOrGet needs no read after its write.
 	sqlInsertCall = `INSERT INTO calls
-		(call_id, principal, idem_key, fingerprint, client_id, seq, tool, args_json, status, attempt, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?)
+		(call_id, principal, idem_key, fingerprint, client_id, seq, tool, args_json, status, attempt, created_at, updated_at, intent)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?)
 		RETURNING ` + callCols
+
+	// sqlAliasByKey reads an alias key's call id and the fingerprint the
+	// alias was recorded with (intent deduplication).
+	sqlAliasByKey = `SELECT call_id, fingerprint FROM key_aliases WHERE principal = ? AND idem_key = ?`
+
+	// sqlCallByIntent is the newest call of a principal, tool and intent
+	// created at or after a time: idx_calls_intent, then one row.
+	sqlCallByIntent = `SELECT ` + callCols + ` FROM calls
+		WHERE principal = ? AND intent = ? AND tool = ? AND created_at >= ? AND intent IS NOT NULL
+		ORDER BY created_at DESC LIMIT 1`
+
+	// sqlInsertAlias records a new key as an alias of an existing call.
+	sqlInsertAlias = `INSERT INTO key_aliases (principal, idem_key, call_id, fingerprint, created_at) VALUES (?, ?, ?, ?, ?)`
 
 	// sqlRetryReset returns a failed call to pending (CreateOrGet's reset).
 	sqlRetryReset = `UPDATE calls
@@ -182,6 +195,7 @@ var statuses = store.Statuses
 // readStmts are prepared on the read pool; every store has them.
 type readStmts struct {
 	callByID, callByKey      *sql.Stmt
+	aliasByKey               *sql.Stmt
 	hasClaimable, hasExpired *sql.Stmt
 	// queue is sqlQueue, prepared only on a writable store (whose schema
 	// is current): withQueue.
@@ -209,6 +223,8 @@ func (r *readStmts) listStatus(st store.Status) *sql.Stmt {
 type writeStmts struct {
 	callByID, callByKey      *sql.Stmt
 	insertCall, retryReset   *sql.Stmt
+	aliasByKey, insertAlias  *sql.Stmt
+	callByIntent             *sql.Stmt
 	insertAudit              *sql.Stmt
 	pickPending, pickExpired *sql.Stmt
 	claim                    *sql.Stmt
@@ -256,6 +272,7 @@ func (r *readStmts) list() []prepared {
 	list := []prepared{
 		{&r.callByID, sqlCallByID},
 		{&r.callByKey, sqlCallByKey},
+		{&r.aliasByKey, sqlAliasByKey},
 		{&r.hasClaimable, sqlHasClaimable},
 		{&r.hasExpired, sqlHasExpired},
 	}
@@ -274,6 +291,9 @@ func (w *writeStmts) list() []prepared {
 		{&w.callByKey, sqlCallByKey},
 		{&w.insertCall, sqlInsertCall},
 		{&w.retryReset, sqlRetryReset},
+		{&w.aliasByKey, sqlAliasByKey},
+		{&w.insertAlias, sqlInsertAlias},
+		{&w.callByIntent, sqlCallByIntent},
 		{&w.insertAudit, sqlInsertAudit},
 		{&w.pickPending, sqlPickPending},
 		{&w.pickExpired, sqlPickExpired},

@@ -125,6 +125,8 @@ func Run(t *testing.T, f Factory) {
 	t.Run("PrincipalScoping", func(t *testing.T) { testPrincipalScoping(t, open) })
 	t.Run("Purge", func(t *testing.T) { testPurge(t, su) })
 	t.Run("ListKeyset", func(t *testing.T) { testListKeyset(t, su) })
+	// dedup.go
+	t.Run("IntentDedup", func(t *testing.T) { testIntentDedup(t, su) })
 	// cancel.go
 	t.Run("Cancel", func(t *testing.T) { testCancel(t, open) })
 	// instances.go
