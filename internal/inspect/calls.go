@@ -46,6 +46,8 @@ type CallJSON struct {
 	LeaseUntil  *float64        `json:"lease_until"`
 	CreatedAt   float64         `json:"created_at"`
 	UpdatedAt   float64         `json:"updated_at"`
+	// Via is the door the call came through: "http" or "mcp".
+	Via string `json:"via"`
 }
 
 // callJSON converts a stored call to its JSON shape.
@@ -60,7 +62,7 @@ func callJSON(c store.Call) CallJSON {
 		Status: c.Status, Attempt: c.Attempt,
 		Result: rawOrNull(c.ResultJSON), Error: rawOrNull(c.ErrorJSON),
 		EffectID: c.EffectID, Owner: c.Owner, LeaseUntil: c.LeaseUntil,
-		CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt,
+		CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt, Via: store.ViaOf(c.Via),
 	}
 }
 
@@ -90,12 +92,12 @@ func Calls(ctx context.Context, st store.Store, opts CallsOptions, w io.Writer) 
 	rows := make([][]string, 0, len(calls))
 	for _, c := range calls {
 		rows = append(rows, []string{
-			c.CallID, orDash(c.Principal), c.IdemKey, c.Tool, string(c.Status),
+			c.CallID, orDash(c.Principal), store.ViaOf(c.Via), c.IdemKey, c.Tool, string(c.Status),
 			strconv.FormatInt(c.Attempt, 10), orDash(deref(c.EffectID)),
 			formatTS(c.CreatedAt), formatTS(c.UpdatedAt),
 		})
 	}
-	t := newTable(w, "call_id", "principal", "idem_key", "tool", "status", "attempt", "effect_id", "created", "updated")
+	t := newTable(w, "call_id", "principal", "via", "idem_key", "tool", "status", "attempt", "effect_id", "created", "updated")
 	if err := render(t, rows); err != nil {
 		return nil, err
 	}

@@ -158,26 +158,26 @@ func TestCalls(t *testing.T) {
 		}
 		out := buf.String()
 		header := strings.ToUpper(row(t, out, "CALL", "STATUS"))
-		for _, h := range []string{"CALL", "PRINCIPAL", "IDEM", "TOOL", "STATUS", "ATTEMPT", "EFFECT", "CREATED", "UPDATED"} {
+		for _, h := range []string{"CALL", "PRINCIPAL", "VIA", "IDEM", "TOOL", "STATUS", "ATTEMPT", "EFFECT", "CREATED", "UPDATED"} {
 			if !strings.Contains(header, h) {
 				t.Errorf("header %q lacks %s", header, h)
 			}
 		}
 		for _, want := range [][]string{
-			{f.paid.CallID, "-", "k-paid", "charge", "succeeded", "1", f.paidEffect},
-			{f.failed.CallID, "-", "k-failed", "fail", "failed", "1", "-"},
-			{f.mailed.CallID, "-", "k-mailed", "send_email", "succeeded", "2", f.mailedEffect},
-			{f.waiting.CallID, "-", "k-waiting", "charge", "pending", "0", "-"},
+			{f.paid.CallID, "-", "http", "k-paid", "charge", "succeeded", "1", f.paidEffect},
+			{f.failed.CallID, "-", "http", "k-failed", "fail", "failed", "1", "-"},
+			{f.mailed.CallID, "-", "http", "k-mailed", "send_email", "succeeded", "2", f.mailedEffect},
+			{f.waiting.CallID, "-", "http", "k-waiting", "charge", "pending", "0", "-"},
 		} {
 			c := cells(row(t, out, want[0]))
-			if len(c) != 9 {
-				t.Fatalf("row %q has %d cells, want 9", c, len(c))
+			if len(c) != 10 {
+				t.Fatalf("row %q has %d cells, want 10", c, len(c))
 			}
-			if !equal(c[:7], want) {
+			if !equal(c[:8], want) {
 				t.Errorf("row = %q, want prefix %q", c, want)
 			}
-			if !regexp.MustCompile(`^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}Z$`).MatchString(c[7]) {
-				t.Errorf("created %q is not an absolute UTC time", c[7])
+			if !regexp.MustCompile(`^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}Z$`).MatchString(c[8]) {
+				t.Errorf("created %q is not an absolute UTC time", c[8])
 			}
 		}
 	})
@@ -210,7 +210,7 @@ func TestCalls(t *testing.T) {
 			t.Fatalf("%d calls in JSON, want 4", len(got))
 		}
 		keys := []string{"call_id", "principal", "idem_key", "fingerprint", "client_id", "seq", "tool", "args", "status", "attempt",
-			"result", "error", "effect_id", "owner", "lease_until", "created_at", "updated_at"}
+			"result", "error", "effect_id", "owner", "lease_until", "created_at", "updated_at", "via"}
 		byID := map[string]inspect.CallJSON{}
 		for _, m := range got {
 			for _, k := range keys {

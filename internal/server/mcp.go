@@ -96,6 +96,7 @@ func (c localCaller) Submit(ctx context.Context, principal, key, tool string, ar
 	if aerr != nil {
 		return mcpdoor.Call{}, false, doorError(aerr)
 	}
+	req.Via = store.ViaMCP
 	call, outcome, aerr := c.s.submit(ctx, principal, key, req)
 	if aerr != nil {
 		return mcpdoor.Call{}, false, doorError(aerr)

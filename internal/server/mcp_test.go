@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemctl/idemctl/internal/client"
 	"github.com/idemctl/idemctl/internal/mcpdoor"
+	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/toolreg"
 )
 
@@ -163,6 +164,13 @@ func TestMCPSameKeyTwiceOneEffect(t *testing.T) {
 	r := b.post("mcp-k1", `{"tool":"charge","args":{"amount":7}}`)
 	if r.status != http.StatusOK || r.header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("POST with the MCP call's key: %d %s", r.status, r.body)
+	}
+	// The only difference between the doors: the call records which one.
+	if c := r.call(t); c.Via != store.ViaMCP {
+		t.Fatalf("via = %q for a call made through MCP, want %q", c.Via, store.ViaMCP)
+	}
+	if c := b.post("http-k1", `{"tool":"charge","args":{"amount":7}}`).call(t); c.Via != store.ViaHTTP {
+		t.Fatalf("via = %q for a call made through the API, want %q", c.Via, store.ViaHTTP)
 	}
 }
 

@@ -103,6 +103,8 @@ type createRequest struct {
 	// (intentOf); empty and 0 otherwise.
 	Intent      string
 	DedupWindow time.Duration
+	// Via is the door (store.ViaHTTP, store.ViaMCP); "" is the API.
+	Via string
 }
 
 // bodyFields are the only members a POST body may have.
@@ -246,6 +248,7 @@ func (r createRequest) newCall(callID, principal, key string) store.NewCall {
 		ArgsJSON:    r.ArgsJSON,
 		Intent:      r.Intent,
 		DedupWindow: r.DedupWindow,
+		Via:         r.Via,
 	}
 }
 

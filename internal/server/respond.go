@@ -50,6 +50,9 @@ type CallView struct {
 	QueryURL    string          `json:"query_url"`
 	// CancelRequested is set when a cancel reached the call while it ran.
 	CancelRequested bool `json:"cancel_requested,omitempty"`
+	// Via is the door the call came through: "http" (this API) or "mcp"
+	// (the MCP front door).
+	Via string `json:"via"`
 	// NotBefore is when a pending call whose server-side retry was
 	// scheduled may run again (Unix seconds, the database's clock);
 	// omitted otherwise.
@@ -78,6 +81,7 @@ func viewOf(c store.Call) CallView {
 
 		CancelRequested: c.CancelRequested,
 		NotBefore:       notBefore(c),
+		Via:             store.ViaOf(c.Via),
 	}
 }
 

@@ -61,6 +61,21 @@ func (s Status) Valid() bool {
 	return false
 }
 
+// The doors a call comes through (Call.Via): the HTTP API and the MCP
+// front door share one create-or-get path, and only this tells them apart.
+const (
+	ViaHTTP = "http"
+	ViaMCP  = "mcp"
+)
+
+// ViaOf is the door stored for a new call: v, or ViaHTTP when empty.
+func ViaOf(v string) string {
+	if v == "" {
+		return ViaHTTP
+	}
+	return v
+}
+
 // Final reports whether s is a final state.
 func (s Status) Final() bool { return s == StatusSucceeded || s == StatusFailed }
 
@@ -138,6 +153,8 @@ type Call struct {
 	// no retry was scheduled since the call was created or last reset by a
 	// same-key request. A claim leaves it as it is (then in the past).
 	NotBefore *float64
+	// Via is the door the call came through: ViaHTTP or ViaMCP.
+	Via       string
 	CreatedAt float64
 	UpdatedAt float64
 }
@@ -153,6 +170,9 @@ type NewCall struct {
 	Seq         *int64
 	Tool        string
 	ArgsJSON    json.RawMessage
+	// Via is the door the call comes through (ViaHTTP, ViaMCP); "" is
+	// ViaHTTP. Stored, never part of the request's identity.
+	Via string
 	// Intent is the call's intent fingerprint (the server's hash of the
 	// tool and the args its dedup rule selects), stored with the call;
 	// "" stores none. The store compares it exactly and never computes it.

@@ -33,7 +33,7 @@ const dbNow = `extract(epoch FROM clock_timestamp())::double precision`
 // callColumns lists the calls columns in the order scanCall reads them.
 const callColumns = `call_id, principal, idem_key, fingerprint, client_id, seq, tool, args_json, status,
   result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at, cancel_requested,
-  not_before`
+  not_before, via`
 
 // callColumnsOf is callColumns qualified by a table alias, for statements
 // that join calls with other relations.
@@ -42,7 +42,7 @@ func callColumnsOf(alias string) string {
 		alias + `.seq, ` + alias + `.tool, ` + alias + `.args_json, ` + alias + `.status, ` +
 		alias + `.result_json, ` + alias + `.error_json, ` + alias + `.attempt, ` + alias + `.lease_until, ` +
 		alias + `.owner, ` + alias + `.effect_id, ` + alias + `.created_at, ` + alias + `.updated_at, ` +
-		alias + `.cancel_requested, ` + alias + `.not_before`
+		alias + `.cancel_requested, ` + alias + `.not_before, ` + alias + `.via`
 }
 
 // scanCall reads one row of callColumns.
@@ -54,7 +54,7 @@ func scanCall(row pgx.Row) (store.Call, error) {
 		result, errObj *string
 	)
 	err := row.Scan(&c.CallID, &c.Principal, &c.IdemKey, &c.Fingerprint, &c.ClientID, &c.Seq, &c.Tool, &args, &status,
-		&result, &errObj, &c.Attempt, &c.LeaseUntil, &c.Owner, &c.EffectID, &c.CreatedAt, &c.UpdatedAt, &c.CancelRequested, &c.NotBefore)
+		&result, &errObj, &c.Attempt, &c.LeaseUntil, &c.Owner, &c.EffectID, &c.CreatedAt, &c.UpdatedAt, &c.CancelRequested, &c.NotBefore, &c.Via)
 	if err != nil {
 		return store.Call{}, err
 	}
@@ -141,12 +141,12 @@ func (s *Store) createOrGetOnce(ctx context.Context, n store.NewCall) (store.Cal
 		}
 		call, err = scanCall(tx.QueryRow(ctx, `
 INSERT INTO calls (call_id, principal, idem_key, fingerprint, client_id, seq, tool, args_json,
-                   status, attempt, created_at, updated_at, intent)
-SELECT $1, $8, $2, $3, $4, $5, $6, $7, 'pending', 0, clock.now, clock.now, $9
+                   status, attempt, created_at, updated_at, intent, via)
+SELECT $1, $8, $2, $3, $4, $5, $6, $7, 'pending', 0, clock.now, clock.now, $9, $10
 FROM (SELECT `+dbNow+` AS now) AS clock
 ON CONFLICT (principal, idem_key) DO NOTHING
 RETURNING `+callColumns,
-			n.CallID, n.IdemKey, n.Fingerprint, n.ClientID, n.Seq, n.Tool, args, n.Principal, intent))
+			n.CallID, n.IdemKey, n.Fingerprint, n.ClientID, n.Seq, n.Tool, args, n.Principal, intent, store.ViaOf(n.Via)))
 		if err == nil {
 			out = store.Created
 			// Same transaction as the insert: a call never exists unaudited.

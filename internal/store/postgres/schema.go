@@ -83,7 +83,16 @@ CREATE INDEX IF NOT EXISTS idx_calls_pending ON calls (created_at, call_id) WHER
 	migrationNotBefore,
 	// 5: intent deduplication (migrationIntent).
 	migrationIntent,
+	// 6: the door a call came through (migrationVia).
+	migrationVia,
 }
+
+// migrationVia adds calls.via, the door a call came through ('http' for
+// POST /v1/tool-calls, 'mcp' for the MCP front door): every existing call
+// came through the API.
+const migrationVia = `
+ALTER TABLE calls ADD COLUMN via text NOT NULL DEFAULT 'http';
+`
 
 // migrationIntent adds intent deduplication (docs/tools.md, "The tool
 // registry"): calls.intent, the intent fingerprint the server computed
@@ -153,7 +162,7 @@ var schemaVersion = len(migrations)
 // minReadVersion is the oldest schema a read-only store accepts: the one
 // that added key_aliases, the last table a read (GetByKey) uses (a read-only store
 // cannot migrate: start a server on the database once).
-var minReadVersion = slices.Index(migrations, migrationIntent) + 1
+var minReadVersion = slices.Index(migrations, migrationVia) + 1
 
 // migrate creates or upgrades the schema in one transaction. The advisory
 // lock makes instances that start together take turns: the first applies

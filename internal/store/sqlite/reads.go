@@ -20,7 +20,7 @@ type querier interface {
 
 // callCols is the column list scanCall expects, in its order.
 const callCols = `call_id, principal, idem_key, fingerprint, client_id, seq, tool, args_json, status,
-	result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at, cancel_requested, not_before`
+	result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at, cancel_requested, not_before, via`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -34,7 +34,7 @@ func scanCall(sc scanner) (store.Call, error) {
 		args, status              string
 	)
 	err := sc.Scan(&c.CallID, &c.Principal, &c.IdemKey, &c.Fingerprint, &clientID, &seq, &c.Tool, &args, &status,
-		&result, &errJSON, &c.Attempt, &lease, &owner, &effectID, &c.CreatedAt, &c.UpdatedAt, &c.CancelRequested, &notBefore)
+		&result, &errJSON, &c.Attempt, &lease, &owner, &effectID, &c.CreatedAt, &c.UpdatedAt, &c.CancelRequested, &notBefore, &c.Via)
 	if err != nil {
 		return store.Call{}, err
 	}

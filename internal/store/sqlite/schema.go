@@ -72,7 +72,16 @@ CREATE INDEX IF NOT EXISTS idx_calls_pending ON calls(created_at) WHERE status =
 	migrationNotBefore,
 	// 5: intent deduplication (migrationIntent).
 	migrationIntent,
+	// 6: the door a call came through (migrationVia).
+	migrationVia,
 }
+
+// migrationVia adds calls.via, the door a call came through ('http' for
+// POST /v1/tool-calls, 'mcp' for the MCP front door): every existing call
+// came through the API.
+const migrationVia = `
+ALTER TABLE calls ADD COLUMN via TEXT NOT NULL DEFAULT 'http';
+`
 
 // migrationIntent adds intent deduplication (docs/tools.md, "The tool
 // registry"): calls.intent, the intent fingerprint the server computed
@@ -187,7 +196,7 @@ var schemaVersion = len(migrations)
 // that added key_aliases, the last table a read (GetByKey) uses. A read-only store
 // cannot migrate, so inspect asks for a server to be started on an older
 // database first.
-var minReadVersion = slices.Index(migrations, migrationIntent) + 1
+var minReadVersion = slices.Index(migrations, migrationVia) + 1
 
 // migrate brings the database to schemaVersion in one IMMEDIATE transaction,
 // so two servers starting on one file at once migrate it once.

@@ -67,6 +67,29 @@ func testCreateOrGet(t *testing.T, open func(t *testing.T) store.Store) {
 		}
 	})
 
+	// Via: the door is stored as given and read back everywhere; an empty
+	// one is the HTTP API's.
+	t.Run("Via", func(t *testing.T) {
+		s := open(t)
+		viaMCP := newCall(t, "k-mcp", "fp1")
+		viaMCP.Via = store.ViaMCP
+		c, _, err := s.CreateOrGet(t.Context(), viaMCP)
+		if err != nil || c.Via != store.ViaMCP {
+			t.Fatalf("CreateOrGet via mcp = %q, %v; want %q", c.Via, err, store.ViaMCP)
+		}
+		if g := get(t, s, c.CallID); g.Via != store.ViaMCP {
+			t.Fatalf("Get via = %q, want %q", g.Via, store.ViaMCP)
+		}
+		d, _, err := s.CreateOrGet(t.Context(), newCall(t, "k-http", "fp1"))
+		if err != nil || d.Via != store.ViaHTTP {
+			t.Fatalf("CreateOrGet without a door = %q, %v; want %q", d.Via, err, store.ViaHTTP)
+		}
+		byKey, err := s.GetByKey(t.Context(), d.Principal, "k-mcp")
+		if err != nil || byKey.Via != store.ViaMCP {
+			t.Fatalf("GetByKey via = %q, %v; want %q", byKey.Via, err, store.ViaMCP)
+		}
+	})
+
 	t.Run("Existing", func(t *testing.T) {
 		s := open(t)
 		first := create(t, s, "k1")
