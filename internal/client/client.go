@@ -23,6 +23,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // Defaults for a zero Client.
@@ -76,6 +78,10 @@ type Client struct {
 	// whole seconds rounded up; docs/api.md, "Waiting for the result").
 	// Timeout must exceed it.
 	PreferWait time.Duration
+	// Via, if set, names the door a new call comes through (header
+	// Idemctl-Via): "mcp" for `idemctl mcp`, which forwards an agent's calls
+	// over this API. The server records it as the call's via.
+	Via string
 }
 
 // Request is the body of POST /v1/tool-calls.
@@ -403,6 +409,9 @@ func (c *Client) post(ctx context.Context, key string, body []byte) (AttemptReco
 	// Retries are this loop's job: each physical attempt must be counted,
 	// backed off and reported, so the transport may not add invisible ones.
 	hreq.GetBody = nil
+	if c.Via != "" {
+		hreq.Header.Set(wire.ViaHeader, c.Via)
+	}
 	if c.PreferWait > 0 {
 		secs := int64((c.PreferWait + time.Second - 1) / time.Second)
 		hreq.Header.Set("Prefer", "wait="+strconv.FormatInt(secs, 10))

@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemctl/idemctl/internal/console"
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // waitRecheck is how often a held "Prefer: wait" request re-reads the call
@@ -95,6 +96,11 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 	req, ok := s.readCreate(w, r)
 	if !ok {
 		return
+	}
+	// idemctl mcp forwards an agent's calls over this API and says so; any
+	// other value is the API's own door.
+	if r.Header.Get(wire.ViaHeader) == store.ViaMCP {
+		req.Via = store.ViaMCP
 	}
 	call, outcome, aerr := s.submit(r.Context(), principalOf(r.Context()), key, req)
 	if aerr != nil {

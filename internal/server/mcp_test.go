@@ -15,6 +15,7 @@ import (
 	"github.com/idemctl/idemctl/internal/mcpdoor"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/toolreg"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // mcpConnect opens an MCP session on the bundle's /mcp over the SDK's
@@ -171,6 +172,14 @@ func TestMCPSameKeyTwiceOneEffect(t *testing.T) {
 	}
 	if c := b.post("http-k1", `{"tool":"charge","args":{"amount":7}}`).call(t); c.Via != store.ViaHTTP {
 		t.Fatalf("via = %q for a call made through the API, want %q", c.Via, store.ViaHTTP)
+	}
+	// idemctl mcp forwards over the API and says so; other values are
+	// the API's own door.
+	if c := b.post("stdio-k1", `{"tool":"charge","args":{"amount":7}}`, wire.ViaHeader, "mcp").call(t); c.Via != store.ViaMCP {
+		t.Fatalf("via = %q with %s: mcp, want %q", c.Via, wire.ViaHeader, store.ViaMCP)
+	}
+	if c := b.post("odd-k1", `{"tool":"charge","args":{"amount":7}}`, wire.ViaHeader, "carrier-pigeon").call(t); c.Via != store.ViaHTTP {
+		t.Fatalf("via = %q with an unknown %s, want %q", c.Via, wire.ViaHeader, store.ViaHTTP)
 	}
 }
 
