@@ -66,6 +66,31 @@ type restartResult struct {
 	err    error // restarting failed
 }
 
+// awaitCrash waits for the supervisor's report that the server died on
+// hook and was restarted, and records in rep a fault that did not happen as
+// planned. It reports whether the server died at all; an error means the
+// scenario cannot go on (the restart failed, or ctx ended).
+func awaitCrash(ctx context.Context, restarted <-chan restartResult, hook string, rep *Report) (bool, error) {
+	// By now the process has died (or never will): give the supervisor a
+	// moment to report.
+	var rr restartResult
+	select {
+	case rr = <-restarted:
+	case <-time.After(serveproc.StartTimeout):
+		rep.fail("the fault did not happen: the server never died on %s", hook)
+		return false, nil
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	switch {
+	case rr.err != nil:
+		return true, fmt.Errorf("restarting the server: %w", rr.err)
+	case rr.code != exitcode.Crash:
+		rep.fail("the server died with %s, not the chaos crash (exit status %d)", rr.status, exitcode.Crash)
+	}
+	return true, nil
+}
+
 // restartOnExit restarts p once when its process exits, as a supervisor
 // would. env.close stops the watcher before it stops the servers.
 func (e *env) restartOnExit(ctx context.Context, p *serverProc) <-chan restartResult {
@@ -121,24 +146,9 @@ func runCrash(ctx context.Context, e *env, rep *Report, hook string) error {
 	rep.Attempts = len(res.Attempts)
 	answers := answeredIDs(res)
 
-	// By now the process has died (or never will): give the supervisor a
-	// moment to report.
-	var rr restartResult
-	crashed := false
-	select {
-	case rr = <-restarted:
-		crashed = true
-	case <-time.After(serveproc.StartTimeout):
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	switch {
-	case !crashed:
-		rep.fail("the fault did not happen: the server never died on %s", hook)
-	case rr.err != nil:
-		return fmt.Errorf("restarting the server: %w", rr.err)
-	case rr.code != exitcode.Crash:
-		rep.fail("the server died with %s, not the chaos crash (exit status %d)", rr.status, exitcode.Crash)
+	crashed, err := awaitCrash(ctx, restarted, hook, rep)
+	if err != nil {
+		return err
 	}
 
 	var final client.Call

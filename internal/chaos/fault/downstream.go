@@ -18,8 +18,6 @@ import (
 
 	"github.com/idemctl/idemctl/internal/client"
 	"github.com/idemctl/idemctl/internal/downstream"
-	"github.com/idemctl/idemctl/internal/exitcode"
-	"github.com/idemctl/idemctl/internal/serveproc"
 	"github.com/idemctl/idemctl/internal/tools"
 )
 
@@ -131,22 +129,8 @@ func runDownstream(ctx context.Context, e *env, rep *Report, ignoreKeys bool) er
 	rep.Attempts = len(res.Attempts)
 	answers := answeredIDs(res)
 
-	var rr restartResult
-	crashed := false
-	select {
-	case rr = <-restarted:
-		crashed = true
-	case <-time.After(serveproc.StartTimeout):
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	switch {
-	case !crashed:
-		rep.fail("the fault did not happen: the server never died on %s", tools.ArgCrashBeforeCommit)
-	case rr.err != nil:
-		return fmt.Errorf("restarting the server: %w", rr.err)
-	case rr.code != exitcode.Crash:
-		rep.fail("the server died with %s, not the chaos crash (exit status %d)", rr.status, exitcode.Crash)
+	if _, err := awaitCrash(ctx, restarted, tools.ArgCrashBeforeCommit, rep); err != nil {
+		return err
 	}
 
 	var final client.Call
