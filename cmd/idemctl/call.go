@@ -121,8 +121,7 @@ See docs/cli.md, "call".`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.Base, "base", "http://127.0.0.1:8081", "server base URL")
-	f.StringVar(&opts.Token, "token", "", "bearer token for a server run with --auth-tokens (better: IDEMCTL_TOKEN, which no process listing shows)")
+	addServerFlags(f, &opts.Base, &opts.Token)
 	f.StringVar(&opts.Key, "key", "", "idempotency key (required); the same on every retry")
 	f.StringVar(&opts.Tool, "tool", "charge", "tool: charge, send_email, sleep, fail")
 	f.Int64Var(&opts.Amount, "amount", 0, "sets args.amount (charge; 100 when --tool charge has neither --amount nor --args)")

@@ -38,8 +38,7 @@ as "next: CURSOR" (pass it to --after).`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.Base, "base", "http://127.0.0.1:8081", "server base URL")
-	f.StringVar(&opts.Token, "token", "", "bearer token for a server run with --auth-tokens (better: IDEMCTL_TOKEN, which no process listing shows)")
+	addServerFlags(f, &opts.Base, &opts.Token)
 	f.StringVar(&opts.Status, "status", "", "only calls in this status: pending, running, succeeded or failed")
 	f.StringVar(&opts.Tool, "tool", "", "only calls of this tool")
 	f.IntVar(&opts.Limit, "limit", 50, "calls per page (1 to 500)")

@@ -45,8 +45,7 @@ an effect that committed.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.Base, "base", "http://127.0.0.1:8081", "server base URL")
-	f.StringVar(&opts.Token, "token", "", "bearer token for a server run with --auth-tokens (better: IDEMCTL_TOKEN, which no process listing shows)")
+	addServerFlags(f, &opts.Base, &opts.Token)
 	f.StringVar(&opts.Key, "key", "", "cancel the call recorded under this idempotency key instead of CALL_ID")
 	return cmd
 }

@@ -59,8 +59,7 @@ See docs/mcp.md and docs/cli.md, "mcp".`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.Base, "base", "http://127.0.0.1:8081", "idemctl server base URL")
-	f.StringVar(&opts.Token, "token", "", "bearer token for a server run with --auth-tokens (better: IDEMCTL_TOKEN, which no process listing shows)")
+	addServerFlags(f, &opts.Base, &opts.Token)
 	f.DurationVar(&opts.Wait, "wait", mcpdoor.DefaultWait, "how long a tools/call waits for the call to be final before answering \"still running\"")
 	return cmd
 }

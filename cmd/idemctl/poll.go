@@ -74,8 +74,7 @@ See docs/cli.md, "poll", and docs/api.md, "Waiting for the result".`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.Base, "base", "http://127.0.0.1:8081", "server base URL")
-	f.StringVar(&opts.Token, "token", "", "bearer token for a server run with --auth-tokens (better: IDEMCTL_TOKEN, which no process listing shows)")
+	addServerFlags(f, &opts.Base, &opts.Token)
 	f.StringVar(&opts.Key, "key", "", "look the call up by idempotency key instead of CALL_ID")
 	f.DurationVar(&opts.Deadline, "deadline", client.DefaultPollTimeout, "how long to wait, in all, for the call to become final")
 	addDeprecatedAlias(f, "deadline", "timeout")
