@@ -1,0 +1,424 @@
+package soak
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"sort"
+	"time"
+)
+
+// DBGrace is how long after a database fault ends (the terminate query
+// returned, the restart command returned and the database answers) a 503
+// unavailable is still allowed: a server finds a dead pooled connection only
+// when it next uses it.
+const DBGrace = 5 * time.Second
+
+// ObservedCall is a call as read back after the drain.
+type ObservedCall struct {
+	CallID   string
+	Tool     string
+	Status   string
+	Attempt  int64
+	EffectID string // "" when none
+}
+
+// ObservedEffect is one effect row.
+type ObservedEffect struct {
+	EffectID string
+	CallID   string
+}
+
+// Charge is one entry of the downstream's ledger.
+type Charge struct {
+	ID  string
+	Key string // its Idempotency-Key
+}
+
+// Observed is the state read back after the drain. A list that could not be
+// read in this mode is nil with its Read flag false, and the checks that
+// need it are skipped (and say so).
+type Observed struct {
+	// Calls holds the call each key names; a key that is absent was not
+	// found.
+	Calls map[string]ObservedCall
+	// Effects are the database's effect rows (database mode only).
+	Effects     []ObservedEffect
+	EffectsRead bool
+	// Dupes are the call ids with more than one effect, whole database.
+	Dupes []string
+	// Ledger is the soak's downstream's ledger (when it ran one).
+	Ledger     []Charge
+	LedgerRead bool
+	// Integrity is SQLite's PRAGMA integrity_check answer (SQLite only).
+	Integrity     string
+	IntegrityRead bool
+}
+
+// Violation is one broken invariant, on one key (or instance, or row).
+type Violation struct {
+	Key    string
+	Detail string
+}
+
+// Check is the verdict of one invariant.
+type Check struct {
+	Name string
+	// What is the invariant, in words.
+	What string
+	// Skipped, if set, is why the check could not be made in this mode.
+	Skipped string
+	// Checked counts the items the check looked at.
+	Checked    int
+	Violations []Violation
+}
+
+// Failed reports a violation.
+func (c Check) Failed() bool { return len(c.Violations) > 0 }
+
+// Input is what the checker judges.
+type Input struct {
+	Attempts []Attempt
+	Events   []Event
+	Keys     []KeyInfo
+	Observed Observed
+}
+
+// Judge checks every invariant of docs/reliability.md against in.
+func Judge(in Input) []Check {
+	return []Check{
+		checkAcked(in),
+		checkAnswersAgree(in),
+		checkAtMostOneEffect(in),
+		checkEffects(in),
+		checkFinal(in),
+		checkSamePayload(in),
+		checkDifferentPayload(in),
+		check5xx(in),
+		checkLedger(in),
+		checkIntegrity(in),
+		checkExits(in),
+	}
+}
+
+// ackedCalls maps each key with a 2xx answer to the call ids it was
+// answered with, in order.
+func ackedCalls(attempts []Attempt) map[string][]string {
+	m := map[string][]string{}
+	for _, a := range attempts {
+		if a.OK() {
+			m[a.Key] = append(m[a.Key], a.CallID)
+		}
+	}
+	return m
+}
+
+func checkAcked(in Input) Check {
+	c := Check{Name: "acknowledged_not_lost", What: "every key answered 2xx names a call after the drain, the call it was answered with"}
+	acked := ackedCalls(in.Attempts)
+	for _, k := range in.Keys {
+		ids, ok := acked[k.Key]
+		if !ok {
+			continue
+		}
+		c.Checked++
+		got, found := in.Observed.Calls[k.Key]
+		switch {
+		case !found:
+			c.Violations = append(c.Violations, Violation{k.Key, fmt.Sprintf("answered %s with call %s, not found after the drain", k.Payload.Tool, ids[0])})
+		case got.CallID != ids[0]:
+			c.Violations = append(c.Violations, Violation{k.Key, fmt.Sprintf("answered with call %s, the key now names call %s", ids[0], got.CallID)})
+		}
+	}
+	return c
+}
+
+func checkAnswersAgree(in Input) Check {
+	c := Check{Name: "one_call_per_key", What: "every 2xx answer for a key names the same call"}
+	acked := ackedCalls(in.Attempts)
+	for _, k := range in.Keys {
+		ids, ok := acked[k.Key]
+		if !ok {
+			continue
+		}
+		c.Checked++
+		for _, id := range ids[1:] {
+			if id != ids[0] {
+				c.Violations = append(c.Violations, Violation{k.Key, fmt.Sprintf("answered with call %s, then with call %s", ids[0], id)})
+				break
+			}
+		}
+	}
+	return c
+}
+
+func checkAtMostOneEffect(in Input) Check {
+	c := Check{Name: "at_most_one_effect", What: "no call has more than one effect row"}
+	if !in.Observed.EffectsRead {
+		c.Skipped = "the effects table is not readable over the API (by-key lookups show at most one effect_id per call)"
+		return c
+	}
+	n := map[string]int{}
+	for _, e := range in.Observed.Effects {
+		n[e.CallID]++
+	}
+	c.Checked = len(n)
+	seen := map[string]bool{}
+	for _, e := range in.Observed.Effects {
+		if n[e.CallID] > 1 && !seen[e.CallID] {
+			seen[e.CallID] = true
+			c.Violations = append(c.Violations, Violation{keyOf(in, e.CallID), fmt.Sprintf("call %s has %d effects", e.CallID, n[e.CallID])})
+		}
+	}
+	for _, id := range in.Observed.Dupes {
+		if !seen[id] {
+			seen[id] = true
+			c.Violations = append(c.Violations, Violation{keyOf(in, id), fmt.Sprintf("call %s has more than one effect (dupes)", id)})
+		}
+	}
+	return c
+}
+
+// keyOf names the key of a call id for a violation, or the call id.
+func keyOf(in Input, callID string) string {
+	for k, c := range in.Observed.Calls {
+		if c.CallID == callID {
+			return k
+		}
+	}
+	return callID
+}
+
+func checkEffects(in Input) Check {
+	c := Check{Name: "effect_iff_succeeded", What: "a succeeded call of an effect tool has exactly one effect, and no call has an effect unless it succeeded with an effect tool"}
+	byCall := map[string][]ObservedEffect{}
+	for _, e := range in.Observed.Effects {
+		byCall[e.CallID] = append(byCall[e.CallID], e)
+	}
+	for _, k := range in.Keys {
+		got, found := in.Observed.Calls[k.Key]
+		if !found {
+			continue
+		}
+		c.Checked++
+		want := EffectTool(got.Tool) && got.Status == "succeeded"
+		if in.Observed.EffectsRead {
+			effs := byCall[got.CallID]
+			switch {
+			case want && len(effs) != 1:
+				c.Violations = append(c.Violations, Violation{k.Key, fmt.Sprintf("%s call %s succeeded with %d effect rows, want 1", got.Tool, got.CallID, len(effs))})
+			case want && effs[0].EffectID != got.EffectID:
+				c.Violations = append(c.Violations, Violation{k.Key, fmt.Sprintf("call %s names effect %q, its effect row is %s", got.CallID, got.EffectID, effs[0].EffectID)})
+			case !want && len(effs) > 0:
+				c.Violations = append(c.Violations, Violation{k.Key, fmt.Sprintf("%s call %s is %s, yet has %d effect row(s)", got.Tool, got.CallID, got.Status, len(effs))})
+			}
+			continue
+		}
+		// Over the API: the call's effect_id stands for its effect row.
+		switch {
+		case want && got.EffectID == "":
+			c.Violations = append(c.Violations, Violation{k.Key, fmt.Sprintf("%s call %s succeeded without an effect_id", got.Tool, got.CallID)})
+		case !want && got.EffectID != "":
+			c.Violations = append(c.Violations, Violation{k.Key, fmt.Sprintf("%s call %s is %s, yet names effect %s", got.Tool, got.CallID, got.Status, got.EffectID)})
+		}
+	}
+	return c
+}
+
+func checkFinal(in Input) Check {
+	c := Check{Name: "final_after_drain", What: "every call the soak's keys name is succeeded or failed after the drain"}
+	for _, k := range in.Keys {
+		got, found := in.Observed.Calls[k.Key]
+		if !found {
+			continue
+		}
+		c.Checked++
+		if got.Status != "succeeded" && got.Status != "failed" {
+			c.Violations = append(c.Violations, Violation{k.Key, fmt.Sprintf("call %s is still %s (attempt %d)", got.CallID, got.Status, got.Attempt)})
+		}
+	}
+	return c
+}
+
+// backPressure reports answers that mean "later" without a fault: the
+// server's own 408, 429 and 503 overloaded (docs/api.md, "Limits").
+func backPressure(a Attempt) bool {
+	return a.HTTP == http.StatusRequestTimeout || a.HTTP == http.StatusTooManyRequests ||
+		(a.HTTP == http.StatusServiceUnavailable && a.Code == "overloaded")
+}
+
+func checkSamePayload(in Input) Check {
+	c := Check{Name: "same_payload_never_409", What: "a request with the key's own payload is never refused: no 409, no other 4xx"}
+	for _, a := range in.Attempts {
+		if a.Variant != Same || !a.Answered() {
+			continue
+		}
+		c.Checked++
+		if a.HTTP/100 == 4 && !backPressure(a) {
+			c.Violations = append(c.Violations, Violation{a.Key, fmt.Sprintf("%s request at %s answered %d %s", a.Op, offset(a.Start), a.HTTP, a.Code)})
+		}
+	}
+	return c
+}
+
+func checkDifferentPayload(in Input) Check {
+	c := Check{Name: "different_payload_409", What: "a request with another payload under an acknowledged key is answered 409 idempotency_conflict"}
+	for _, a := range in.Attempts {
+		if a.Variant != Different || !a.Answered() || backPressure(a) || a.HTTP >= 500 {
+			continue // no verdict: no answer, or "try later" (5xx are judged by no_5xx_while_up)
+		}
+		c.Checked++
+		if a.HTTP != http.StatusConflict || a.Code != "idempotency_conflict" {
+			c.Violations = append(c.Violations, Violation{a.Key, fmt.Sprintf("different payload at %s answered %d %s%s", offset(a.Start), a.HTTP, a.Code, callSuffix(a))})
+		}
+	}
+	return c
+}
+
+func callSuffix(a Attempt) string {
+	if a.CallID != "" {
+		return " (call " + a.CallID + ")"
+	}
+	return ""
+}
+
+// window is a span of the run, [from, to].
+type window struct{ from, to time.Duration }
+
+func (w window) overlaps(a Attempt) bool { return a.Start <= w.to && a.End >= w.from }
+
+// downWindows returns, per instance, the spans from a kill or an exit to
+// the instance's next "up"; a span never closed lasts to the end.
+func downWindows(events []Event) map[int][]window {
+	out := map[int][]window{}
+	since := map[int]time.Duration{}
+	down := map[int]bool{}
+	for _, e := range events {
+		switch e.Kind {
+		case EventKill, EventExit:
+			if !down[e.Instance] {
+				down[e.Instance], since[e.Instance] = true, e.At
+			}
+		case EventUp:
+			if down[e.Instance] {
+				out[e.Instance] = append(out[e.Instance], window{since[e.Instance], e.At})
+				down[e.Instance] = false
+			}
+		}
+	}
+	for i, d := range down {
+		if d {
+			out[i] = append(out[i], window{since[i], time.Duration(math.MaxInt64)})
+		}
+	}
+	return out
+}
+
+// dbWindows returns the spans the database was away, each extended by
+// DBGrace.
+func dbWindows(events []Event) []window {
+	var out []window
+	for _, e := range events {
+		if e.Kind == EventPGTerminate || e.Kind == EventPGRestart {
+			out = append(out, window{e.At, e.End + DBGrace})
+		}
+	}
+	return out
+}
+
+func check5xx(in Input) Check {
+	c := Check{Name: "no_5xx_while_up", What: "no 5xx answer from an instance that was up, except 503 overloaded (back-pressure) and 503 unavailable while the database was away"}
+	down := downWindows(in.Events)
+	db := dbWindows(in.Events)
+	for _, a := range in.Attempts {
+		if !a.Answered() {
+			continue // no answer: a transport error is not a 5xx
+		}
+		c.Checked++
+		if a.HTTP < 500 || backPressure(a) {
+			continue
+		}
+		if anyOverlap(down[a.Instance], a) {
+			continue // the instance was being killed or started
+		}
+		if a.HTTP == http.StatusServiceUnavailable && a.Code == "unavailable" && anyOverlap(db, a) {
+			continue
+		}
+		c.Violations = append(c.Violations, Violation{a.Key, fmt.Sprintf("instance %d answered %d %s at %s while up", a.Instance, a.HTTP, a.Code, offset(a.Start))})
+	}
+	return c
+}
+
+func anyOverlap(ws []window, a Attempt) bool {
+	for _, w := range ws {
+		if w.overlaps(a) {
+			return true
+		}
+	}
+	return false
+}
+
+func checkLedger(in Input) Check {
+	c := Check{Name: "ledger_one_charge_per_effect", What: "the downstream's ledger holds exactly one charge per succeeded http-tool call, under its effect id, and no other charge"}
+	if !in.Observed.LedgerRead {
+		c.Skipped = "no downstream of the soak's own in this mode"
+		return c
+	}
+	charges := map[string]int{}
+	for _, ch := range in.Observed.Ledger {
+		charges[ch.Key]++
+	}
+	effects := map[string]string{} // effect id → key
+	for _, k := range in.Keys {
+		got, found := in.Observed.Calls[k.Key]
+		if !found || got.Tool != HTTPTool || got.Status != "succeeded" {
+			continue
+		}
+		c.Checked++
+		effects[got.EffectID] = k.Key
+		if n := charges[got.EffectID]; n != 1 {
+			c.Violations = append(c.Violations, Violation{k.Key, fmt.Sprintf("call %s (effect %s) has %d charge(s) in the ledger, want 1", got.CallID, got.EffectID, n)})
+		}
+	}
+	keys := make([]string, 0, len(charges))
+	for key := range charges {
+		keys = append(keys, key)
+	}
+	sort.Strings(keys)
+	for _, key := range keys {
+		if _, ok := effects[key]; !ok {
+			c.Violations = append(c.Violations, Violation{key, fmt.Sprintf("%d charge(s) under Idempotency-Key %q, which is no succeeded call's effect id", charges[key], key)})
+		}
+	}
+	return c
+}
+
+func checkIntegrity(in Input) Check {
+	c := Check{Name: "sqlite_integrity", What: "PRAGMA integrity_check answers ok"}
+	if !in.Observed.IntegrityRead {
+		c.Skipped = "not a SQLite database the soak can open"
+		return c
+	}
+	c.Checked = 1
+	if in.Observed.Integrity != "ok" {
+		c.Violations = append(c.Violations, Violation{"database", "integrity_check: " + in.Observed.Integrity})
+	}
+	return c
+}
+
+func checkExits(in Input) Check {
+	c := Check{Name: "no_unplanned_exit", What: "an instance exits only when the soak kills it or a crash hook fires (exit status 3)"}
+	for _, e := range in.Events {
+		if e.Kind != EventExit {
+			continue
+		}
+		c.Checked++
+		if !e.Planned {
+			c.Violations = append(c.Violations, Violation{fmt.Sprintf("instance %d", e.Instance), fmt.Sprintf("exited at %s: %s", offset(e.At), e.Detail)})
+		}
+	}
+	return c
+}
+
+// offset prints a run offset like "12.345s".
+func offset(d time.Duration) string { return fmt.Sprintf("%.3fs", d.Seconds()) }

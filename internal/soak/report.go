@@ -1,0 +1,155 @@
+package soak
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// maxListed caps the violations printed per check; the count says the rest.
+const maxListed = 20
+
+// print writes the figures and the verdict.
+func (r *run) print(rep *Report, in Input) {
+	w := r.o.Out
+	var ok, conflict, backp, unavailable, fivexx, otherStatus, noAnswer int
+	for _, a := range in.Attempts {
+		switch {
+		case !a.Answered():
+			noAnswer++
+		case a.OK():
+			ok++
+		case a.HTTP == 409:
+			conflict++
+		case backPressure(a):
+			backp++
+		case a.HTTP == 503:
+			unavailable++
+		case a.HTTP >= 500:
+			fivexx++
+		default:
+			otherStatus++
+		}
+	}
+	fmt.Fprintf(w, "--- figures ---\n")
+	fmt.Fprintf(w, "requests=%d  2xx=%d  409=%d  back-pressure(408/429/503 overloaded)=%d  503 unavailable=%d  other 5xx=%d  other=%d  no answer=%d\n",
+		len(in.Attempts), ok, conflict, backp, unavailable, fivexx, otherStatus, noAnswer)
+	c := r.cnt
+	fmt.Fprintf(w, "operations: new=%d  same-key retries=%d (of acknowledged keys %d, of unanswered keys %d)  different payload=%d\n",
+		c.ops[OpNew].Load(), c.ops[OpRetry].Load(), c.retryAcked.Load(), c.retryUnansw.Load(), c.ops[OpConflict].Load())
+	acked := ackedCalls(in.Attempts)
+	unanswered, recorded := 0, 0
+	for _, k := range in.Keys {
+		if _, ok := acked[k.Key]; !ok {
+			unanswered++
+			if _, found := in.Observed.Calls[k.Key]; found {
+				recorded++
+			}
+		}
+	}
+	fmt.Fprintf(w, "keys=%d  acknowledged=%d  never acknowledged=%d (recorded all the same: %d)  calls found=%d\n",
+		len(in.Keys), len(acked), unanswered, recorded, len(in.Observed.Calls))
+	if r.own() {
+		var exits, restarts int
+		for _, e := range in.Events {
+			switch e.Kind {
+			case EventExit:
+				exits++
+			case EventUp:
+				restarts++
+			}
+		}
+		f := r.faults
+		fmt.Fprintf(w, "faults=%d: kills=%d  crash hooks=%d (exits with status 3: %d)  pg-terminate=%d  pg-restart=%d;  exits seen=%d  restarts=%d\n",
+			r.inflicted, f.kills, f.crashHooks, f.crashes, f.terminated, f.restarts, exits, restarts)
+	}
+	r.printAttempts(in)
+	state := "drained"
+	if !r.drained {
+		state = "NOT drained"
+	}
+	fmt.Fprintf(w, "load=%.1fs  drain=%.2fs (%s)\n", r.loadTime.Seconds(), r.drainTime.Seconds(), state)
+	r.printResources()
+	if r.own() {
+		fmt.Fprintf(w, "ledger: %d charge(s) in the downstream\n", len(in.Observed.Ledger))
+	}
+
+	fmt.Fprintf(w, "--- checks ---\n")
+	for _, ch := range rep.Checks {
+		switch {
+		case ch.Skipped != "":
+			fmt.Fprintf(w, "SKIP %s: %s\n", ch.Name, ch.Skipped)
+		case !ch.Failed():
+			fmt.Fprintf(w, "PASS %s: %s (%d checked)\n", ch.Name, ch.What, ch.Checked)
+		default:
+			fmt.Fprintf(w, "FAIL %s: %s — %d violation(s) of %d checked\n", ch.Name, ch.What, len(ch.Violations), ch.Checked)
+			for i, v := range ch.Violations {
+				if i == maxListed {
+					fmt.Fprintf(w, "  ... and %d more\n", len(ch.Violations)-maxListed)
+					break
+				}
+				fmt.Fprintf(w, "  %s: %s\n", v.Key, v.Detail)
+			}
+		}
+	}
+	verdict := "PASS"
+	if rep.Failed() {
+		verdict = "FAIL"
+	}
+	fmt.Fprintf(w, "%s soak: seed %d; replay: %s --seed %d\n", verdict, rep.Seed, r.o.Command, rep.Seed)
+}
+
+// printAttempts prints how many executions the soak's calls needed.
+func (r *run) printAttempts(in Input) {
+	dist := map[int64]int{}
+	for _, c := range in.Observed.Calls {
+		dist[c.Attempt]++
+	}
+	var ns []int64
+	for n := range dist {
+		ns = append(ns, n)
+	}
+	sort.Slice(ns, func(i, j int) bool { return ns[i] < ns[j] })
+	parts := make([]string, 0, len(ns))
+	for _, n := range ns {
+		parts = append(parts, fmt.Sprintf("%d:%d", n, dist[n]))
+	}
+	fmt.Fprintf(r.o.Out, "attempt distribution (attempt:calls): %s\n", strings.Join(parts, "  "))
+}
+
+// printResources prints the WAL and RSS series in brief.
+func (r *run) printResources() {
+	n := 0
+	if r.inst != nil {
+		n = len(r.inst.procs)
+	}
+	samples := r.samp.all()
+	if len(samples) == 0 || n == 0 {
+		return
+	}
+	for _, g := range growths(samples, n) {
+		if g.Samples == 0 {
+			continue
+		}
+		if !g.Judged {
+			fmt.Fprintf(r.o.Out, "%s: %d sample(s), max %s\n", g.Name, g.Samples, mib(seriesMax(samples, g.Name)))
+			continue
+		}
+		fmt.Fprintf(r.o.Out, "%s: %d samples, first third max %s, last third max %s\n", g.Name, g.Samples, mib(g.FirstMax), mib(g.LastMax))
+	}
+}
+
+func seriesMax(samples []Sample, name string) int64 {
+	var m int64
+	for _, s := range samples {
+		if name == "wal" {
+			m = max(m, s.WAL)
+			continue
+		}
+		var i int
+		if _, err := fmt.Sscanf(name, "rss[%d]", &i); err == nil && i < len(s.RSS) {
+			m = max(m, s.RSS[i])
+		}
+	}
+	return m
+}

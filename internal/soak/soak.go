@@ -1,0 +1,464 @@
+// Package soak is `idemctl soak` (docs/reliability.md): it runs idemctl
+// under a seeded mixed workload while killing and restarting its servers
+// (and, on PostgreSQL, taking the database away), records every request,
+// answer and fault in a history, drains, reads the outcome back and checks
+// the invariants of docs/lifecycle.md against the history.
+//
+// The package is split by role: plan (the seeded generators), workload (the
+// clients), instances and faults (the killer), history, observe (reading
+// back), checks, sample (WAL and RSS) and report.
+package soak
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/idemctl/idemctl/internal/client"
+	"github.com/idemctl/idemctl/internal/downstream"
+	"github.com/idemctl/idemctl/internal/store/backend"
+)
+
+// Options configure a soak.
+type Options struct {
+	// Binary is the idemctl executable the servers run (serveproc.Self
+	// or a built one).
+	Binary string
+	// DB is the database: a SQLite path or a PostgreSQL DSN; "" makes a
+	// temporary SQLite file.
+	DB string
+	// Instances is how many servers share DB (PostgreSQL only beyond 1).
+	Instances int
+	// Clients is how many client goroutines send the workload.
+	Clients int
+	// Cycles is how many faults to inflict; negative means "until
+	// Duration ends".
+	Cycles int
+	// MinGap and MaxGap bound the random wait before each fault.
+	MinGap, MaxGap time.Duration
+	// Seed draws the workload and the fault schedule; 0 draws a seed.
+	Seed uint64
+	// Duration, if positive, runs the load this long (faults stop after
+	// Cycles if that is not negative) and judges WAL and RSS growth.
+	Duration time.Duration
+	// PGFaults adds pg_terminate_backend of the servers' connections.
+	PGFaults bool
+	// PGRestartCmd, if set, is run with sh -c to restart PostgreSQL.
+	PGRestartCmd string
+	// Base, if set, soaks a deployment the user runs: no kills, checks
+	// over the API. Token is its bearer token.
+	Base, Token string
+	// IgnoreKeys starts the demo downstream ignoring Idempotency-Key: a
+	// deliberately broken setup the ledger check must catch.
+	IgnoreKeys bool
+	// DrainTimeout bounds the wait for every call to be final.
+	DrainTimeout time.Duration
+	// SampleEvery is the WAL/RSS sampling interval.
+	SampleEvery time.Duration
+	// Keep keeps the work directory (server logs, the temporary database).
+	Keep bool
+	// TempDir is where the work directory is made ("" = the system's).
+	TempDir string
+	// Command is the command line without --seed, for the replay line.
+	Command string
+	Out     io.Writer
+}
+
+// Report is the outcome of a soak.
+type Report struct {
+	Seed   uint64
+	Checks []Check
+	// Err is a failure to run (not a violation).
+	Err error
+}
+
+// Failed reports a violated invariant.
+func (r *Report) Failed() bool {
+	for _, c := range r.Checks {
+		if c.Failed() {
+			return true
+		}
+	}
+	return false
+}
+
+// Run runs one soak and prints its figures and verdict to o.Out. The
+// error is a failure to run; violations are in the report.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	if o.Seed == 0 {
+		o.Seed = randomSeed()
+	}
+	rep := &Report{Seed: o.Seed}
+	nonce := randomHex(3)
+	prefix := fmt.Sprintf("soak-%d-%s", o.Seed, nonce)
+	logf := func(format string, args ...any) { fmt.Fprintf(o.Out, "[soak] "+format+"\n", args...) }
+	hist := NewHistory()
+	r := &run{o: o, hist: hist, prefix: prefix, logf: logf}
+	defer r.cleanup()
+	if err := r.setup(ctx); err != nil {
+		return rep, err
+	}
+	if err := r.load(ctx); err != nil {
+		return rep, err
+	}
+	in, err := r.check(ctx)
+	if err != nil {
+		return rep, err
+	}
+	rep.Checks = Judge(in)
+	rep.Checks = append(rep.Checks, r.resourceCheck())
+	r.print(rep, in)
+	return rep, nil
+}
+
+// run is one soak in progress.
+type run struct {
+	o      Options
+	hist   *History
+	prefix string
+	logf   func(format string, args ...any)
+
+	dir       string
+	kind      backend.Kind
+	walPath   string
+	app       string // application_name of the servers' PostgreSQL connections
+	adminDSN  string
+	ds        *downstream.Server
+	dsStop    func()
+	inst      *instances
+	t         *target
+	obs       observer
+	faults    *faultRunner
+	samp      sampler
+	cnt       *counters
+	inflicted int
+	loadTime  time.Duration
+	drainTime time.Duration
+	drained   bool
+	cleanups  []func()
+}
+
+func (r *run) cleanup() {
+	for i := len(r.cleanups) - 1; i >= 0; i-- {
+		r.cleanups[i]()
+	}
+}
+
+// own reports whether the soak runs the servers itself (not --base).
+func (r *run) own() bool { return r.o.Base == "" }
+
+func (r *run) setup(ctx context.Context) error {
+	o := r.o
+	if !r.own() {
+		hc := &http.Client{}
+		if o.Token != "" {
+			hc = client.WithToken(hc, o.Token)
+		}
+		r.t = newTarget([]string{o.Base}, hc)
+		r.obs = &apiObserver{c: &client.Client{Base: o.Base, HTTP: hc, Timeout: attemptTimeout}}
+		r.logf("seed %d; soaking %s (no kills: checks over the API); %d clients", o.Seed, o.Base, o.Clients)
+		return nil
+	}
+	dir, err := os.MkdirTemp(o.TempDir, "idemctl-soak-")
+	if err != nil {
+		return fmt.Errorf("work directory: %w", err)
+	}
+	r.dir = dir
+	r.cleanups = append(r.cleanups, func() {
+		if o.Keep {
+			r.logf("kept %s (server logs; idemctl inspect --db %s)", dir, displayDB(o.DB, dir))
+			return
+		}
+		_ = os.RemoveAll(dir)
+	})
+	dsn := o.DB
+	if dsn == "" {
+		dsn = filepath.Join(dir, "soak.db")
+	}
+	kind, target, err := backend.Parse(dsn)
+	if err != nil {
+		return err
+	}
+	r.kind = kind
+	serverDSN, readerDSN := dsn, dsn
+	if kind == backend.SQLite {
+		if !strings.HasPrefix(strings.ToLower(target), "file:") {
+			r.walPath = target + "-wal"
+		}
+	} else {
+		r.app = "idemctl-soak-" + r.prefix[strings.LastIndex(r.prefix, "-")+1:]
+		if serverDSN, r.app, err = withAppName(dsn, r.app, false); err != nil {
+			return err
+		}
+		if readerDSN, _, err = withAppName(dsn, r.app+"-reader", true); err != nil {
+			return err
+		}
+		if r.adminDSN, _, err = withAppName(dsn, r.app+"-admin", true); err != nil {
+			return err
+		}
+	}
+
+	// The downstream runs in this process, so its ledger outlives every
+	// server kill.
+	r.ds = downstream.New(o.IgnoreKeys)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: r.ds.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	r.cleanups = append(r.cleanups, func() { _ = hs.Close() })
+	dsURL := "http://" + ln.Addr().String()
+	toolsFile, err := writeTools(dir, dsURL+"/charges")
+	if err != nil {
+		return err
+	}
+
+	args := []string{"--db", serverDSN, "--chaos", "--tools", toolsFile, "--log-level", "warn"}
+	mode := "honours Idempotency-Key"
+	if o.IgnoreKeys {
+		mode = "IGNORES Idempotency-Key (--downstream-ignore-keys: a broken setup)"
+	}
+	r.logf("seed %d; work dir %s; database %s (%s); %d instance(s), %d clients; downstream %s (%s)",
+		o.Seed, dir, backend.Redact(dsn), kind, o.Instances, o.Clients, dsURL, mode)
+	r.inst, err = startInstances(ctx, r.hist, o.Binary, dir, o.Instances, args)
+	if err != nil {
+		return err
+	}
+	r.cleanups = append(r.cleanups, r.inst.close)
+	for i, u := range r.inst.urls() {
+		r.logf("instance %d: %s (pid %d)", i, u, r.inst.procs[i].Pid())
+	}
+	r.t = newTarget(r.inst.urls(), &http.Client{})
+	dbo, err := openDBObserver(ctx, readerDSN)
+	if err != nil {
+		return err
+	}
+	r.obs = dbo
+	r.cleanups = append(r.cleanups, dbo.close)
+	return nil
+}
+
+// displayDB names the database for the "kept" line.
+func displayDB(db, dir string) string {
+	if db == "" {
+		return filepath.Join(dir, "soak.db")
+	}
+	return backend.Redact(db)
+}
+
+// withAppName sets application_name on a PostgreSQL DSN unless it has one
+// (force: set it anyway); it returns the DSN and the name in effect.
+func withAppName(dsn, app string, force bool) (string, string, error) {
+	lower := strings.ToLower(dsn)
+	if strings.HasPrefix(lower, "postgres://") || strings.HasPrefix(lower, "postgresql://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return "", "", errors.New("the database URL does not parse") // no echo: it may hold a password
+		}
+		q := u.Query()
+		if have := q.Get("application_name"); have != "" && !force {
+			return dsn, have, nil
+		}
+		q.Set("application_name", app)
+		u.RawQuery = q.Encode()
+		return u.String(), app, nil
+	}
+	// key=value: a later keyword wins.
+	for _, f := range strings.Fields(dsn) {
+		if v, ok := strings.CutPrefix(f, "application_name="); ok && !force {
+			return dsn, strings.Trim(v, "'"), nil
+		}
+	}
+	return dsn + " application_name=" + app, app, nil
+}
+
+// writeTools writes the servers' tools file: the http tool against the
+// soak's downstream.
+func writeTools(dir, chargeURL string) (string, error) {
+	doc := map[string]any{"tools": []any{map[string]any{
+		"name": HTTPTool, "kind": "http", "url": chargeURL, "timeout": "5s",
+		"schema": map[string]any{"type": "object", "required": []string{"amount"}, "additionalProperties": false,
+			"properties": map[string]any{"amount": map[string]any{"type": "integer", "minimum": 1}}},
+	}}}
+	b, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "tools.yaml")
+	return path, os.WriteFile(path, append(b, '\n'), 0o600)
+}
+
+// kinds is the fault mix: kills three times as often as crash hooks, and
+// the database faults when asked for.
+func (r *run) kinds() []FaultKind {
+	k := []FaultKind{FaultKill, FaultKill, FaultKill, FaultCrashHook}
+	if r.o.PGFaults {
+		k = append(k, FaultPGTerminate, FaultPGTerminate)
+	}
+	if r.o.PGRestartCmd != "" {
+		k = append(k, FaultPGRestart)
+	}
+	return k
+}
+
+// load runs the workload with the faults, then stops it.
+func (r *run) load(ctx context.Context) error {
+	o := r.o
+	stopLoad := make(chan struct{})
+	loadDone := make(chan *counters, 1)
+	go func() {
+		loadDone <- runLoad(ctx, r.hist, r.t, o.Seed, o.Clients, r.own(), r.prefix, stopLoad)
+	}()
+	stopSampling := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		pids := func() []int { return nil }
+		if r.inst != nil {
+			pids = r.inst.pids
+		}
+		r.samp.run(r.hist, r.walPath, pids, o.SampleEvery, stopSampling)
+	}()
+
+	gen := NewFaultGenerator(o.Seed, r.kinds(), o.MinGap, o.MaxGap)
+	var timer <-chan time.Time
+	durationOver := make(chan struct{})
+	if o.Duration > 0 {
+		timer = time.After(o.Duration)
+		go func() {
+			select {
+			case <-timer:
+			case <-ctx.Done():
+			}
+			close(durationOver)
+		}()
+	}
+	if r.own() {
+		r.faults = &faultRunner{hist: r.hist, inst: r.inst, send: &sender{hist: r.hist, t: r.t, hard: ctx},
+			prefix: r.prefix, log: r.logf, pg: r.adminDSN, app: r.app, restartCmd: o.PGRestartCmd, cmdOut: o.Out}
+		r.inflicted = r.faults.run(ctx, gen, o.Cycles, durationOver)
+	} else {
+		// No faults against someone else's deployment: the same gaps, so
+		// a run lasts as long as with faults.
+		for n := 0; o.Cycles < 0 || n < o.Cycles; n++ {
+			select {
+			case <-durationOver:
+				n = o.Cycles
+			case <-ctx.Done():
+				n = o.Cycles
+			case <-time.After(gen.Next().Gap):
+				continue
+			}
+			break
+		}
+	}
+	if o.Duration > 0 {
+		<-durationOver // the faults may end before the duration
+	} else if r.own() {
+		// A last gap under load after the last fault: recovery happens
+		// while clients still send.
+		_ = client.SleepContext(ctx, o.MaxGap)
+	}
+	close(stopLoad)
+	r.cnt = <-loadDone
+	r.loadTime = r.hist.Now()
+	close(stopSampling)
+	<-sampled
+	if ctx.Err() != nil {
+		return errStopped
+	}
+	return nil
+}
+
+// check drains, reads everything back and assembles the checker's input.
+func (r *run) check(ctx context.Context) (Input, error) {
+	if r.inst != nil && !r.inst.waitAllUp(upWait) {
+		r.logf("not every instance is back after %s; draining with the others", upWait)
+	}
+	var err error
+	r.drainTime, r.drained, err = drain(ctx, r.obs, r.o.DrainTimeout)
+	if !r.drained {
+		r.logf("drain: calls still pending or running after %s (%v)", r.o.DrainTimeout, err)
+	}
+	attempts, events, keys := r.hist.Snapshot()
+	obs, err := r.obs.observe(ctx, keys)
+	if err != nil {
+		return Input{}, err
+	}
+	if r.own() {
+		for _, ch := range r.ds.Ledger() {
+			obs.Ledger = append(obs.Ledger, Charge{ID: ch.ID, Key: ch.Key})
+		}
+		obs.LedgerRead = true
+		// Stop the servers cleanly before integrity_check.
+		r.inst.close()
+		// Exits seen after this point are the soak's own stop.
+		_, events, _ = r.hist.Snapshot()
+		if dbo, ok := r.obs.(*dbObserver); ok {
+			obs.Integrity, obs.IntegrityRead, err = dbo.integrity(ctx)
+			if err != nil {
+				obs.Integrity, obs.IntegrityRead = err.Error(), true
+			}
+		}
+		for _, e := range r.inst.restartErrors() {
+			r.logf("%v", e)
+		}
+	}
+	return Input{Attempts: attempts, Events: events, Keys: keys, Observed: obs}, nil
+}
+
+// resourceCheck judges WAL and RSS growth (with --duration only).
+func (r *run) resourceCheck() Check {
+	c := Check{Name: "bounded_resources", What: fmt.Sprintf("WAL size and each server's RSS: last third's max ≤ %d× first third's max, or at most %d MiB (WAL) / %d MiB (RSS) above it", GrowthFactor, WALFloor>>20, RSSFloor>>20)}
+	if r.o.Duration <= 0 {
+		c.Skipped = "judged with --duration only"
+		return c
+	}
+	n := 0
+	if r.inst != nil {
+		n = len(r.inst.procs)
+	}
+	for _, g := range growths(r.samp.all(), n) {
+		if !g.Judged {
+			continue
+		}
+		c.Checked++
+		if !g.Bounded {
+			c.Violations = append(c.Violations, Violation{g.Name, fmt.Sprintf("grew from %s (first third) to %s (last third)", mib(g.FirstMax), mib(g.LastMax))})
+		}
+	}
+	if c.Checked == 0 {
+		c.Skipped = fmt.Sprintf("fewer than %d samples of every series (sampling every %s)", MinSamples, r.o.SampleEvery)
+	}
+	return c
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+func randomSeed() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	s := uint64(0)
+	for _, x := range b {
+		s = s<<8 | uint64(x)
+	}
+	return s>>1 | 1 // positive as an int64, never 0
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,172 @@
+package soak
+
+// The workload: client goroutines, each drawing its operations from its own
+// generator and sending them through internal/client, one HTTP request per
+// client.Call (Retries -1), so that every physical request is in the
+// history with its start, end and answer. The soak does the same-key
+// retrying itself, the way the client package would.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemctl/idemctl/internal/client"
+)
+
+const (
+	// sendAttempts bounds the requests of one operation: enough to ride
+	// out a restart (backoff 100 ms, 200 ms, ... capped at 1 s).
+	sendAttempts = 8
+	// attemptTimeout bounds one request; waitTimeout one with Prefer: wait.
+	attemptTimeout = 3 * time.Second
+	preferWait     = time.Second
+	waitTimeout    = attemptTimeout + preferWait
+)
+
+// target is how the workload reaches the instances: one client per
+// instance, plain and with Prefer: wait.
+type target struct {
+	plain, wait []*client.Client
+}
+
+func newTarget(urls []string, hc *http.Client) *target {
+	t := &target{}
+	for _, u := range urls {
+		t.plain = append(t.plain, &client.Client{Base: u, HTTP: hc, Timeout: attemptTimeout, Retries: -1})
+		t.wait = append(t.wait, &client.Client{Base: u, HTTP: hc, Timeout: waitTimeout, Retries: -1, PreferWait: preferWait})
+	}
+	return t
+}
+
+// counters are the workload's figures.
+type counters struct {
+	ops         [4]atomic.Int64 // by OpKind
+	retryAcked  atomic.Int64    // same-key retries of an acknowledged key
+	retryUnansw atomic.Int64    // ... of a key never answered 2xx so far
+}
+
+// sender sends one operation's requests and records them.
+type sender struct {
+	hist *History
+	t    *target
+	// hard ends everything at once (Ctrl-C); the load's own end only stops
+	// new operations, so that none is cut off mid-request.
+	hard context.Context
+}
+
+// send sends key with payload until an answer that is not "try later" or
+// sendAttempts requests; it reports whether a 2xx came.
+func (s *sender) send(clientNo int, op OpKind, key string, p Payload, v Variant, inst int, wait, acked bool) bool {
+	n := len(s.t.plain)
+	for attempt := range sendAttempts {
+		i := (inst + attempt) % n
+		c := s.t.plain[i]
+		if wait {
+			c = s.t.wait[i]
+		}
+		a := Attempt{Client: clientNo, Op: op, Key: key, Variant: v, Instance: i, Acked: acked, Start: s.hist.Now()}
+		res, err := c.Call(s.hard, key, client.Request{Tool: p.Tool, Args: p.Args})
+		a.End = s.hist.Now()
+		if len(res.Attempts) > 0 {
+			r := res.Attempts[len(res.Attempts)-1]
+			a.HTTP, a.Code, a.CallID, a.Status, a.Err = r.HTTP, r.Code, r.CallID, r.Status, r.Error
+		} else if err != nil {
+			a.Err = err.Error()
+		}
+		if a.Answered() && a.Code == "" && !a.OK() {
+			a.Code = fmt.Sprintf("http_%d", a.HTTP)
+		}
+		s.hist.Record(a)
+		if a.OK() {
+			return true
+		}
+		if s.hard.Err() != nil {
+			return false
+		}
+		if a.Answered() && !retryLater(a) {
+			return false // a verdict (409, 400, 500): the same request gets the same answer
+		}
+		if err := client.SleepContext(s.hard, client.Backoff(attempt)); err != nil {
+			return false
+		}
+	}
+	return false
+}
+
+// retryLater reports the answers a client retries with the same key.
+func retryLater(a Attempt) bool {
+	return a.HTTP == http.StatusRequestTimeout || a.HTTP == http.StatusTooManyRequests || a.HTTP == http.StatusServiceUnavailable
+}
+
+// runClient runs client number no until stop is closed.
+func (s *sender) runClient(no int, gen *Generator, prefix string, stop <-chan struct{}, cnt *counters) {
+	var keys, acked []string
+	payloads := map[string]Payload{}
+	isAcked := map[string]bool{}
+	for seq := 0; ; seq++ {
+		select {
+		case <-stop:
+			return
+		case <-s.hard.Done():
+			return
+		default:
+		}
+		op := gen.Next()
+		kind := op.Kind
+		if kind == OpRetry && len(keys) == 0 || kind == OpConflict && len(acked) == 0 {
+			kind = OpNew // nothing to retry yet: the plan's choice waits for a key
+		}
+		cnt.ops[kind].Add(1)
+		switch kind {
+		case OpNew:
+			key := fmt.Sprintf("%s-c%d-%d", prefix, no, seq)
+			keys = append(keys, key)
+			payloads[key] = op.Payload
+			s.hist.AddKey(key, op.Payload)
+			if s.send(no, OpNew, key, op.Payload, Same, op.Instance, op.Wait, false) {
+				isAcked[key] = true
+				acked = append(acked, key)
+			}
+		case OpRetry:
+			key := keys[op.Pick%len(keys)]
+			was := isAcked[key]
+			if was {
+				cnt.retryAcked.Add(1)
+			} else {
+				cnt.retryUnansw.Add(1)
+			}
+			if s.send(no, OpRetry, key, payloads[key], Same, op.Instance, op.Wait, was) && !was {
+				isAcked[key] = true
+				acked = append(acked, key)
+			}
+		case OpConflict:
+			key := acked[op.Pick%len(acked)]
+			s.send(no, OpConflict, key, Other(payloads[key]), Different, op.Instance, false, true)
+		}
+	}
+}
+
+// runLoad runs clients goroutines until stop is closed and returns when
+// each has finished its operation in flight.
+func runLoad(hard context.Context, hist *History, t *target, seed uint64, clients int, withHTTP bool, prefix string, stop <-chan struct{}) *counters {
+	s := &sender{hist: hist, t: t, hard: hard}
+	cnt := &counters{}
+	var wg sync.WaitGroup
+	for no := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.runClient(no, NewGenerator(seed, no, withHTTP), prefix, stop, cnt)
+		}()
+	}
+	wg.Wait()
+	return cnt
+}
+
+// errStopped is returned when the run was interrupted.
+var errStopped = errors.New("soak interrupted")
