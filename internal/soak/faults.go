@@ -68,8 +68,9 @@ func (r *faultRunner) inflict(ctx context.Context, n int, f Fault) {
 	case FaultKill:
 		if r.inst.kill(i, upWait) {
 			r.kills++
+			r.log("%s cycle %d: SIGKILL instance %d", offset(r.hist.Now()), n+1, i)
 		} else {
-			r.log("cycle %d: instance %d did not come back within %s; no kill", n, i, upWait)
+			r.log("cycle %d: instance %d did not come back within %s; no kill", n+1, i, upWait)
 		}
 	case FaultCrashHook:
 		r.crashHook(ctx, n, i)
@@ -87,7 +88,7 @@ func (r *faultRunner) inflict(ctx context.Context, n int, f Fault) {
 // same-key retry of an unanswered request.
 func (r *faultRunner) crashHook(ctx context.Context, n, i int) {
 	if !r.inst.waitUp(i, upWait) {
-		r.log("cycle %d: instance %d did not come back within %s; no crash hook", n, i, upWait)
+		r.log("cycle %d: instance %d did not come back within %s; no crash hook", n+1, i, upWait)
 		return
 	}
 	key := fmt.Sprintf("%s-crash-%d", r.prefix, n)
@@ -100,12 +101,13 @@ func (r *faultRunner) crashHook(ctx context.Context, n, i int) {
 	now := r.hist.Now()
 	r.hist.Event(Event{Kind: EventCrashHook, Instance: i, At: now, End: now, Planned: true, Detail: key})
 	r.crashHooks++
+	r.log("%s cycle %d: crash hook %s (http tool with %s) to instance %d", offset(r.hist.Now()), n+1, key, tools.ArgCrashBeforeCommit, i)
 	r.send.send(-1, OpNew, key, p, Same, i, true, false)
 	select {
 	case <-r.inst.crashes:
 		r.crashes++
 	case <-time.After(crashWait):
-		r.log("cycle %d: crash hook %s: no instance exited within %s (a kill may have taken the call first)", n, key, crashWait)
+		r.log("cycle %d: crash hook %s: no instance exited within %s (a kill may have taken the call first)", n+1, key, crashWait)
 	case <-ctx.Done():
 		return
 	}
@@ -125,7 +127,7 @@ func (r *faultRunner) pgTerminate(ctx context.Context, n int) {
 	at := r.hist.Now()
 	conn, err := r.pgConnect(ctx)
 	if err != nil {
-		r.log("cycle %d: pg-terminate: connecting: %v", n, err)
+		r.log("cycle %d: pg-terminate: connecting: %v", n+1, err)
 		return
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
@@ -134,11 +136,12 @@ func (r *faultRunner) pgTerminate(ctx context.Context, n int) {
 WHERE application_name = $1 AND pid <> pg_backend_pid()) t`, r.app).Scan(&ended)
 	end := r.hist.Now()
 	if err != nil {
-		r.log("cycle %d: pg-terminate: %v", n, err)
+		r.log("cycle %d: pg-terminate: %v", n+1, err)
 	}
 	r.terminated++
-	r.hist.Event(Event{Kind: EventPGTerminate, Instance: -1, At: at, End: end, Planned: true,
-		Detail: fmt.Sprintf("%d backend(s) of application_name %s ended", ended, r.app)})
+	detail := fmt.Sprintf("%d backend(s) of application_name %s ended", ended, r.app)
+	r.log("%s cycle %d: pg_terminate_backend: %s", offset(at), n+1, detail)
+	r.hist.Event(Event{Kind: EventPGTerminate, Instance: -1, At: at, End: end, Planned: true, Detail: detail})
 }
 
 // pgRestart runs the user's restart command (sh -c) and waits until
@@ -151,7 +154,7 @@ func (r *faultRunner) pgRestart(ctx context.Context, n int) {
 	detail := "restart command ok"
 	if err != nil {
 		detail = "restart command: " + err.Error()
-		r.log("cycle %d: pg-restart: %v", n, err)
+		r.log("cycle %d: pg-restart: %v", n+1, err)
 	}
 	deadline := time.Now().Add(pgBackWait)
 	for {
@@ -171,5 +174,6 @@ func (r *faultRunner) pgRestart(ctx context.Context, n int) {
 		_ = client.SleepContext(ctx, 200*time.Millisecond)
 	}
 	r.restarts++
+	r.log("%s cycle %d: PostgreSQL restart: %s", offset(at), n+1, detail)
 	r.hist.Event(Event{Kind: EventPGRestart, Instance: -1, At: at, End: r.hist.Now(), Planned: true, Detail: detail})
 }

@@ -77,6 +77,9 @@ type Op struct {
 	// Wait asks the server to hold the answer until the call is final
 	// (Prefer: wait).
 	Wait bool
+	// Once sends one request and gives up without an answer, as a client
+	// that crashed would: the key stays unanswered until a later retry.
+	Once bool
 }
 
 // Generator draws a client's operations.
@@ -94,7 +97,7 @@ func NewGenerator(seed uint64, client int, withHTTP bool) *Generator {
 // Next draws the next operation: 70 % new keys, 20 % same-key retries,
 // 10 % conflicts.
 func (g *Generator) Next() Op {
-	op := Op{Pick: g.rng.IntN(1 << 30), Instance: g.rng.IntN(1 << 30), Wait: g.rng.IntN(4) == 0}
+	op := Op{Pick: g.rng.IntN(1 << 30), Instance: g.rng.IntN(1 << 30), Wait: g.rng.IntN(4) == 0, Once: g.rng.IntN(5) == 0}
 	switch r := g.rng.IntN(100); {
 	case r < 70:
 		op.Kind = OpNew
@@ -188,6 +191,20 @@ type Fault struct {
 	Instance int
 }
 
+// FaultKinds is the fault mix of a soak that runs its own servers: kills
+// three times as often as crash hooks, and the database faults when asked
+// for.
+func FaultKinds(pgFaults, pgRestart bool) []FaultKind {
+	k := []FaultKind{FaultKill, FaultKill, FaultKill, FaultCrashHook}
+	if pgFaults {
+		k = append(k, FaultPGTerminate, FaultPGTerminate)
+	}
+	if pgRestart {
+		k = append(k, FaultPGRestart)
+	}
+	return k
+}
+
 // FaultGenerator draws the fault schedule.
 type FaultGenerator struct {
 	rng      *rand.Rand
@@ -204,9 +221,9 @@ func NewFaultGenerator(seed uint64, kinds []FaultKind, minGap, maxGap time.Durat
 
 // Next draws the next fault.
 func (g *FaultGenerator) Next() Fault {
-	gap := g.min
-	if g.max > g.min {
-		gap += time.Duration(g.rng.Int64N(int64(g.max-g.min) + 1))
-	}
+	// One draw per field, always: the kinds and instances do not depend
+	// on the gaps, so --min-gap and --max-gap change only the timing.
+	r := g.rng.Uint64()
+	gap := g.min + time.Duration(r%uint64(g.max-g.min+1))
 	return Fault{Gap: gap, Kind: g.kinds[g.rng.IntN(len(g.kinds))], Instance: g.rng.IntN(1 << 30)}
 }

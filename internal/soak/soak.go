@@ -25,6 +25,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/idemctl/idemctl/internal/client"
 	"github.com/idemctl/idemctl/internal/downstream"
 	"github.com/idemctl/idemctl/internal/store/backend"
@@ -259,29 +261,28 @@ func displayDB(db, dir string) string {
 }
 
 // withAppName sets application_name on a PostgreSQL DSN unless it has one
-// (force: set it anyway); it returns the DSN and the name in effect.
+// (force: set it anyway); it returns the DSN and the name in effect. The
+// DSN is never echoed in an error: it may hold a password.
 func withAppName(dsn, app string, force bool) (string, string, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return "", "", errors.New("the PostgreSQL DSN does not parse")
+	}
+	if have := cfg.RuntimeParams["application_name"]; have != "" && !force {
+		return dsn, have, nil
+	}
 	lower := strings.ToLower(dsn)
 	if strings.HasPrefix(lower, "postgres://") || strings.HasPrefix(lower, "postgresql://") {
 		u, err := url.Parse(dsn)
 		if err != nil {
-			return "", "", errors.New("the database URL does not parse") // no echo: it may hold a password
+			return "", "", errors.New("the PostgreSQL URL does not parse")
 		}
 		q := u.Query()
-		if have := q.Get("application_name"); have != "" && !force {
-			return dsn, have, nil
-		}
 		q.Set("application_name", app)
 		u.RawQuery = q.Encode()
 		return u.String(), app, nil
 	}
-	// key=value: a later keyword wins.
-	for _, f := range strings.Fields(dsn) {
-		if v, ok := strings.CutPrefix(f, "application_name="); ok && !force {
-			return dsn, strings.Trim(v, "'"), nil
-		}
-	}
-	return dsn + " application_name=" + app, app, nil
+	return dsn + " application_name=" + app, app, nil // key=value: a later keyword wins
 }
 
 // writeTools writes the servers' tools file: the http tool against the
@@ -298,19 +299,6 @@ func writeTools(dir, chargeURL string) (string, error) {
 	}
 	path := filepath.Join(dir, "tools.yaml")
 	return path, os.WriteFile(path, append(b, '\n'), 0o600)
-}
-
-// kinds is the fault mix: kills three times as often as crash hooks, and
-// the database faults when asked for.
-func (r *run) kinds() []FaultKind {
-	k := []FaultKind{FaultKill, FaultKill, FaultKill, FaultCrashHook}
-	if r.o.PGFaults {
-		k = append(k, FaultPGTerminate, FaultPGTerminate)
-	}
-	if r.o.PGRestartCmd != "" {
-		k = append(k, FaultPGRestart)
-	}
-	return k
 }
 
 // load runs the workload with the faults, then stops it.
@@ -332,7 +320,7 @@ func (r *run) load(ctx context.Context) error {
 		r.samp.run(r.hist, r.walPath, pids, o.SampleEvery, stopSampling)
 	}()
 
-	gen := NewFaultGenerator(o.Seed, r.kinds(), o.MinGap, o.MaxGap)
+	gen := NewFaultGenerator(o.Seed, FaultKinds(o.PGFaults, o.PGRestartCmd != ""), o.MinGap, o.MaxGap)
 	var timer <-chan time.Time
 	durationOver := make(chan struct{})
 	if o.Duration > 0 {

@@ -62,8 +62,13 @@ type sender struct {
 // send sends key with payload until an answer that is not "try later" or
 // sendAttempts requests; it reports whether a 2xx came.
 func (s *sender) send(clientNo int, op OpKind, key string, p Payload, v Variant, inst int, wait, acked bool) bool {
+	return s.sendN(clientNo, op, key, p, v, inst, wait, acked, sendAttempts)
+}
+
+// sendN is send with at most tries requests.
+func (s *sender) sendN(clientNo int, op OpKind, key string, p Payload, v Variant, inst int, wait, acked bool, tries int) bool {
 	n := len(s.t.plain)
-	for attempt := range sendAttempts {
+	for attempt := range tries {
 		i := (inst + attempt) % n
 		c := s.t.plain[i]
 		if wait {
@@ -91,6 +96,9 @@ func (s *sender) send(clientNo int, op OpKind, key string, p Payload, v Variant,
 		if a.Answered() && !retryLater(a) {
 			return false // a verdict (409, 400, 500): the same request gets the same answer
 		}
+		if attempt == tries-1 {
+			break
+		}
 		if err := client.SleepContext(s.hard, client.Backoff(attempt)); err != nil {
 			return false
 		}
@@ -109,6 +117,7 @@ func (s *sender) runClient(no int, gen *Generator, prefix string, stop <-chan st
 	payloads := map[string]Payload{}
 	isAcked := map[string]bool{}
 	for seq := 0; ; seq++ {
+		tries := sendAttempts
 		select {
 		case <-stop:
 			return
@@ -122,13 +131,16 @@ func (s *sender) runClient(no int, gen *Generator, prefix string, stop <-chan st
 			kind = OpNew // nothing to retry yet: the plan's choice waits for a key
 		}
 		cnt.ops[kind].Add(1)
+		if op.Once {
+			tries = 1
+		}
 		switch kind {
 		case OpNew:
 			key := fmt.Sprintf("%s-c%d-%d", prefix, no, seq)
 			keys = append(keys, key)
 			payloads[key] = op.Payload
 			s.hist.AddKey(key, op.Payload)
-			if s.send(no, OpNew, key, op.Payload, Same, op.Instance, op.Wait, false) {
+			if s.sendN(no, OpNew, key, op.Payload, Same, op.Instance, op.Wait, false, tries) {
 				isAcked[key] = true
 				acked = append(acked, key)
 			}
@@ -140,13 +152,13 @@ func (s *sender) runClient(no int, gen *Generator, prefix string, stop <-chan st
 			} else {
 				cnt.retryUnansw.Add(1)
 			}
-			if s.send(no, OpRetry, key, payloads[key], Same, op.Instance, op.Wait, was) && !was {
+			if s.sendN(no, OpRetry, key, payloads[key], Same, op.Instance, op.Wait, was, tries) && !was {
 				isAcked[key] = true
 				acked = append(acked, key)
 			}
 		case OpConflict:
 			key := acked[op.Pick%len(acked)]
-			s.send(no, OpConflict, key, Other(payloads[key]), Different, op.Instance, false, true)
+			s.sendN(no, OpConflict, key, Other(payloads[key]), Different, op.Instance, false, true, tries)
 		}
 	}
 }

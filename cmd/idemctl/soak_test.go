@@ -1,0 +1,141 @@
+package main
+
+import (
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemctl/idemctl/internal/exitcode"
+	"github.com/idemctl/idemctl/internal/server/servertest"
+	"github.com/idemctl/idemctl/internal/soak"
+	"github.com/idemctl/idemctl/internal/store/postgres/pgtest"
+)
+
+func TestSoakRefusesBadFlagCombinations(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--instances", "3"}, "needs PostgreSQL"},
+		{[]string{"--db", "x.db", "--pg-faults"}, "need PostgreSQL"},
+		{[]string{"--pg-restart-cmd", "true"}, "need PostgreSQL"},
+		{[]string{"--base", "http://127.0.0.1:1", "--db", "x.db"}, "--db configures the servers soak runs itself"},
+		{[]string{"--base", "http://127.0.0.1:1", "--instances", "2"}, "--instances configures"},
+		{[]string{"--base", "ftp://x"}, "absolute http://"},
+		{[]string{"--min-gap", "2s", "--max-gap", "1s"}, "--min-gap ≤ --max-gap"},
+		{[]string{"--cycles", "-1"}, "--cycles must be 0 or more"},
+		{[]string{"--db", "mysql://x"}, "unknown database scheme"},
+	}
+	for _, tc := range cases {
+		out, errOut, code := cliRun(t, append([]string{"soak"}, tc.args...)...)
+		if code != exitcode.Usage || !strings.Contains(errOut, tc.want) || out != "" {
+			t.Errorf("soak %v: exit %d, stderr %q, stdout %q; want exit 2 with %q", tc.args, code, errOut, out, tc.want)
+		}
+	}
+}
+
+// soakChecks are the checks every passing soak with servers of its own
+// reports as PASS (sqlite_integrity only on SQLite).
+var soakChecks = []string{"acknowledged_not_lost", "one_call_per_key", "at_most_one_effect", "effect_iff_succeeded",
+	"final_after_drain", "same_payload_never_409", "different_payload_409", "no_5xx_while_up",
+	"ledger_one_charge_per_effect", "no_unplanned_exit"}
+
+// assertSoakPassed checks the verdict, every check's PASS line, and that
+// the run really inflicted its faults.
+func assertSoakPassed(t *testing.T, out, errOut string, code int, faults int, extra ...string) {
+	t.Helper()
+	if code != exitcode.OK || !strings.Contains(out, "PASS soak: seed ") || strings.Contains(out, "\nFAIL ") {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	for _, name := range append(soakChecks, extra...) {
+		if !strings.Contains(out, "\nPASS "+name+": ") {
+			t.Errorf("no PASS line for %s:\n%s", name, out)
+		}
+	}
+	m := regexp.MustCompile(`faults=(\d+): kills=(\d+)  crash hooks=(\d+)`).FindStringSubmatch(out)
+	if m == nil || m[1] != strconv.Itoa(faults) {
+		t.Fatalf("want faults=%d in:\n%s", faults, out)
+	}
+	if m[2] == "0" {
+		t.Fatalf("no kill among %d faults:\n%s", faults, out)
+	}
+}
+
+// TestSoakSQLite is the CI soak on SQLite: 20 faults on one server.
+func TestSoakSQLite(t *testing.T) {
+	bin := servertest.Binary(t)
+	out, errOut, code := cliRun(t, "soak", "--binary", bin, "--cycles", "20", "--min-gap", "100ms", "--max-gap", "500ms",
+		"--clients", "6", "--seed", "20", "--drain-timeout", "60s")
+	assertSoakPassed(t, out, errOut, code, 20, "sqlite_integrity")
+}
+
+// TestSoakPostgresThreeInstances is the CI soak on PostgreSQL: three
+// servers on one schema, 20 faults including ended database connections.
+func TestSoakPostgresThreeInstances(t *testing.T) {
+	db := pgtest.New(t) // skips without IDEMCTL_TEST_POSTGRES_URL
+	bin := servertest.Binary(t)
+	out, errOut, code := cliRun(t, "soak", "--binary", bin, "--db", db.URL, "--instances", "3", "--pg-faults",
+		"--cycles", "20", "--min-gap", "100ms", "--max-gap", "500ms", "--clients", "6", "--seed", "21", "--drain-timeout", "60s")
+	assertSoakPassed(t, out, errOut, code, 20)
+	if !strings.Contains(out, "SKIP sqlite_integrity") {
+		t.Fatalf("integrity_check on PostgreSQL?\n%s", out)
+	}
+}
+
+// crashHookSeed finds a seed whose first n faults hold a crash hook: the
+// fault that runs an http call twice across a crash.
+func crashHookSeed(t *testing.T, n int) uint64 {
+	for seed := uint64(1); seed < 1000; seed++ {
+		g := soak.NewFaultGenerator(seed, soak.FaultKinds(false, false), time.Millisecond, time.Millisecond)
+		for range n {
+			if g.Next().Kind == soak.FaultCrashHook {
+				return seed
+			}
+		}
+	}
+	t.Fatal("no seed with a crash hook")
+	return 0
+}
+
+// TestSoakCatchesADownstreamIgnoringKeys: a broken setup must fail the
+// soak. The demo downstream started with --ignore-keys charges again when
+// a crash hook makes the server rerun an http call; the ledger check must
+// name that call, and soak exit 1 with the seed.
+func TestSoakCatchesADownstreamIgnoringKeys(t *testing.T) {
+	bin := servertest.Binary(t)
+	seed := crashHookSeed(t, 3)
+	out, errOut, code := cliRun(t, "soak", "--binary", bin, "--cycles", "3", "--min-gap", "100ms", "--max-gap", "300ms",
+		"--clients", "4", "--seed", strconv.FormatUint(seed, 10), "--downstream-ignore-keys")
+	if code != exitcode.Failed || !strings.Contains(out, "\nFAIL ledger_one_charge_per_effect: ") ||
+		!regexp.MustCompile(`-crash-\d+: call c_\w+ \(effect eff_\w+\) has 2 charge\(s\) in the ledger`).MatchString(out) ||
+		!strings.Contains(errOut, "seed "+strconv.FormatUint(seed, 10)) ||
+		!strings.Contains(out, "FAIL soak: seed "+strconv.FormatUint(seed, 10)+"; replay: idemctl soak ") {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+}
+
+// TestSoakAgainstABase runs the workload against a server the test runs:
+// no kills, the checks the API allows, the others skipped with a reason.
+func TestSoakAgainstABase(t *testing.T) {
+	bin := servertest.Binary(t)
+	srv := servertest.StartServe(t, bin, "--db", t.TempDir()+"/idem.db", "--log-level", "warn")
+	out, errOut, code := cliRun(t, "soak", "--base", srv.URL, "--cycles", "10", "--min-gap", "50ms", "--max-gap", "150ms", "--clients", "4")
+	if code != exitcode.OK || !strings.Contains(out, "PASS soak: seed ") || strings.Contains(out, "faults=") {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	for _, name := range []string{"acknowledged_not_lost", "effect_iff_succeeded", "final_after_drain", "same_payload_never_409", "different_payload_409", "no_5xx_while_up"} {
+		if !strings.Contains(out, "\nPASS "+name+": ") {
+			t.Errorf("no PASS line for %s", name)
+		}
+	}
+	for _, name := range []string{"at_most_one_effect", "ledger_one_charge_per_effect", "sqlite_integrity"} {
+		if !strings.Contains(out, "\nSKIP "+name+": ") {
+			t.Errorf("no SKIP line for %s", name)
+		}
+	}
+	if t.Failed() {
+		t.Log(out)
+	}
+}
