@@ -211,10 +211,14 @@ func replayCommand(o *soakOptions) string {
 	if o.Instances != 1 {
 		parts = append(parts, fmt.Sprintf("--instances %d", o.Instances))
 	}
-	parts = append(parts, fmt.Sprintf("--clients %d --cycles %d --min-gap %s --max-gap %s", o.Clients, o.Cycles, o.MinGap, o.MaxGap))
+	parts = append(parts, fmt.Sprintf("--clients %d", o.Clients))
 	if o.Duration > 0 {
 		parts = append(parts, "--duration "+o.Duration.String())
 	}
+	if o.cycles() >= 0 {
+		parts = append(parts, fmt.Sprintf("--cycles %d", o.Cycles))
+	}
+	parts = append(parts, fmt.Sprintf("--min-gap %s --max-gap %s", o.MinGap, o.MaxGap))
 	if o.PGFaults {
 		parts = append(parts, "--pg-faults")
 	}

@@ -340,17 +340,7 @@ func (r *run) load(ctx context.Context) error {
 	} else {
 		// No faults against someone else's deployment: the same gaps, so
 		// a run lasts as long as with faults.
-		for n := 0; o.Cycles < 0 || n < o.Cycles; n++ {
-			select {
-			case <-durationOver:
-				n = o.Cycles
-			case <-ctx.Done():
-				n = o.Cycles
-			case <-time.After(gen.Next().Gap):
-				continue
-			}
-			break
-		}
+		r.idle(ctx, gen, o.Cycles, durationOver)
 	}
 	if o.Duration > 0 {
 		<-durationOver // the faults may end before the duration
@@ -368,6 +358,19 @@ func (r *run) load(ctx context.Context) error {
 		return errStopped
 	}
 	return nil
+}
+
+// idle waits out cycles gaps of gen (cycles < 0: until stop closes).
+func (r *run) idle(ctx context.Context, gen *FaultGenerator, cycles int, stop <-chan struct{}) {
+	for n := 0; cycles < 0 || n < cycles; n++ {
+		select {
+		case <-stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-time.After(gen.Next().Gap):
+		}
+	}
 }
 
 // check drains, reads everything back and assembles the checker's input.
