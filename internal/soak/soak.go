@@ -168,7 +168,13 @@ func (r *run) setup(ctx context.Context) error {
 			hc = client.WithToken(hc, o.Token)
 		}
 		r.t = newTarget([]string{o.Base}, hc)
-		r.obs = &apiObserver{c: &client.Client{Base: o.Base, HTTP: hc, Timeout: attemptTimeout}}
+		c := &client.Client{Base: o.Base, HTTP: hc, Timeout: attemptTimeout}
+		r.obs = &apiObserver{c: c}
+		// Reach it first: an unreachable base is a setup error, not a
+		// soak whose every request went unanswered.
+		if _, err := c.Stats(ctx); err != nil {
+			return fmt.Errorf("reading %s/stats: %w", o.Base, err)
+		}
 		r.logf("seed %d; soaking %s (no kills: checks over the API); %d clients", o.Seed, o.Base, o.Clients)
 		return nil
 	}
