@@ -115,7 +115,7 @@ func newRootCmd(streams *IOStreams) *cobra.Command {
 		Use:   "idemctl",
 		Short: "Idempotent tool-call backend: retries, timeouts and crashes never duplicate an effect",
 		Long: `idemctl makes tool calls safe to retry: "idemctl serve" records every call
-under its idempotency key and runs it once; call, poll, proxy, fault, bench
+under its idempotency key and runs it once; call, poll, proxy, fault, soak, bench
 and inspect are the client, chaos, load and evidence tools around it.
 
 Every flag can also come from IDEMCTL_<FLAG> (upper case, '-' → '_') or a

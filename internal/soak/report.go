@@ -2,8 +2,11 @@ package soak
 
 import (
 	"fmt"
+	"math"
+	"slices"
 	"sort"
 	"strings"
+	"time"
 )
 
 // maxListed caps the violations printed per check; the count says the rest.
@@ -63,6 +66,9 @@ func (r *run) print(rep *Report, in Input) {
 		fmt.Fprintf(w, "faults=%d: kills=%d  crash hooks=%d (exits with status 3: %d)  pg-terminate=%d  pg-restart=%d;  exits seen=%d  restarts=%d\n",
 			r.inflicted, f.kills, f.crashHooks, f.crashes, f.terminated, f.restarts, exits, restarts)
 	}
+	if r.own() {
+		r.printDowntime(in)
+	}
 	r.printAttempts(in)
 	state := "drained"
 	if !r.drained {
@@ -97,6 +103,29 @@ func (r *run) print(rep *Report, in Input) {
 		verdict = "FAIL"
 	}
 	fmt.Fprintf(w, "%s soak: seed %d; replay: %s --seed %d\n", verdict, rep.Seed, r.o.Command, rep.Seed)
+}
+
+// printDowntime prints how long instances were down: from a kill or an
+// exit to serving again (restart and /readyz).
+func (r *run) printDowntime(in Input) {
+	var spans []time.Duration
+	for _, ws := range downWindows(in.Events) {
+		for _, w := range ws {
+			if w.to < time.Duration(math.MaxInt64) {
+				spans = append(spans, w.to-w.from)
+			}
+		}
+	}
+	if len(spans) == 0 {
+		return
+	}
+	slices.Sort(spans)
+	var total time.Duration
+	for _, d := range spans {
+		total += d
+	}
+	fmt.Fprintf(r.o.Out, "downtime per kill or crash: median %.2fs  max %.2fs  total %.1fs over %d restarts\n",
+		spans[len(spans)/2].Seconds(), spans[len(spans)-1].Seconds(), total.Seconds(), len(spans))
 }
 
 // printAttempts prints how many executions the soak's calls needed.
