@@ -423,6 +423,10 @@ func (r *run) resourceCheck() Check {
 		c.Skipped = "judged with --duration only"
 		return c
 	}
+	if !r.own() {
+		c.Skipped = "the servers of a --base deployment are not the soak's to measure"
+		return c
+	}
 	n := 0
 	if r.inst != nil {
 		n = len(r.inst.procs)
