@@ -161,7 +161,7 @@ func TestSoakAgainstABase(t *testing.T) {
 			t.Errorf("no PASS line for %s", name)
 		}
 	}
-	for _, name := range []string{"at_most_one_effect", "ledger_one_charge_per_effect", "sqlite_integrity"} {
+	for _, name := range []string{"at_most_one_effect", "ledger_one_charge_per_effect", "sqlite_integrity", "no_unplanned_exit"} {
 		if !strings.Contains(out, "\nSKIP "+name+": ") {
 			t.Errorf("no SKIP line for %s", name)
 		}

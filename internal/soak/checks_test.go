@@ -52,7 +52,7 @@ func cleanInput() Input {
 		Integrity:     "ok",
 		IntegrityRead: true,
 	}
-	return Input{Attempts: attempts, Events: events, Keys: keys, Observed: obs}
+	return Input{Attempts: attempts, Events: events, Keys: keys, Observed: obs, Servers: true}
 }
 
 // failed returns the names of the failed checks, sorted, and all
@@ -217,6 +217,7 @@ func TestJudgeOverTheAPI(t *testing.T) {
 	in.Observed.Effects, in.Observed.EffectsRead = nil, false
 	in.Observed.Ledger, in.Observed.LedgerRead = nil, false
 	in.Observed.Integrity, in.Observed.IntegrityRead = "", false
+	in.Events, in.Servers = nil, false
 	checks := Judge(in)
 	if names, keys := failed(checks); len(names) > 0 {
 		t.Fatalf("failed %v: %v", names, keys)
@@ -227,7 +228,7 @@ func TestJudgeOverTheAPI(t *testing.T) {
 			skipped = append(skipped, c.Name)
 		}
 	}
-	want := []string{"at_most_one_effect", "ledger_one_charge_per_effect", "sqlite_integrity"}
+	want := []string{"at_most_one_effect", "ledger_one_charge_per_effect", "sqlite_integrity", "no_unplanned_exit"}
 	if !slices.Equal(skipped, want) {
 		t.Fatalf("skipped %v, want %v", skipped, want)
 	}

@@ -413,7 +413,7 @@ func (r *run) check(ctx context.Context) (Input, error) {
 			r.logf("%v", e)
 		}
 	}
-	return Input{Attempts: attempts, Events: events, Keys: keys, Observed: obs}, nil
+	return Input{Attempts: attempts, Events: events, Keys: keys, Observed: obs, Servers: r.own()}, nil
 }
 
 // resourceCheck judges WAL and RSS growth (with --duration only).
@@ -447,6 +447,9 @@ func (r *run) resourceCheck() Check {
 }
 
 func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+// errStopped is returned when the run was interrupted.
+var errStopped = errors.New("soak interrupted")
 
 func randomSeed() uint64 {
 	var b [8]byte

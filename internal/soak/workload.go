@@ -8,7 +8,6 @@ package soak
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -179,6 +178,3 @@ func runLoad(hard context.Context, hist *History, t *target, seed uint64, client
 	wg.Wait()
 	return cnt
 }
-
-// errStopped is returned when the run was interrupted.
-var errStopped = errors.New("soak interrupted")
