@@ -562,6 +562,9 @@ type Store interface {
 	ListCalls(ctx context.Context, f ListFilter) ([]Call, error)
 	// ListEffects returns effects newest first (limit 0 = all).
 	ListEffects(ctx context.Context, limit int) ([]Effect, error)
+	// EffectOf returns the effect row of a call (effects.call_id is
+	// unique), or ErrNotFound when the call left none.
+	EffectOf(ctx context.Context, callID string) (Effect, error)
 	// Audit returns audit rows in order; callID "" means all calls
 	// (limit 0 = all; with a limit, the newest limit rows, still in order).
 	// An unknown call has no rows: an empty list, not ErrNotFound.

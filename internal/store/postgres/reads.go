@@ -317,3 +317,12 @@ WHERE status IN ('succeeded', 'failed') AND updated_at >= $1::double precision G
 	}
 	return store.FillRates(now, minutes, sparse), nil
 }
+
+// EffectOf returns the effect row of a call, or store.ErrNotFound.
+func (s *Store) EffectOf(ctx context.Context, callID string) (store.Effect, error) {
+	var e store.Effect
+	err := s.pool.QueryRow(ctx, `
+SELECT effect_id, call_id, tool, amount, created_at FROM effects WHERE call_id = $1`, callID).
+		Scan(&e.EffectID, &e.CallID, &e.Tool, &e.Amount, &e.CreatedAt)
+	return e, interpret(ctx, err)
+}

@@ -411,3 +411,19 @@ WHERE status IN ('succeeded', 'failed') AND updated_at >= ? GROUP BY 1, 2`, star
 	}
 	return store.FillRates(now, minutes, sparse), nil
 }
+
+// EffectOf returns the effect row of a call, or store.ErrNotFound.
+func (s *Store) EffectOf(ctx context.Context, callID string) (store.Effect, error) {
+	if err := s.closedErr("effect"); err != nil {
+		return store.Effect{}, err
+	}
+	var (
+		e      store.Effect
+		amount sql.NullInt64
+	)
+	err := s.r.QueryRowContext(ctx,
+		`SELECT effect_id, call_id, tool, amount, created_at FROM effects WHERE call_id = ?`, callID).
+		Scan(&e.EffectID, &e.CallID, &e.Tool, &amount, &e.CreatedAt)
+	e.Amount = nullInt(amount)
+	return e, mapErr(ctx, "effect of "+callID, err)
+}
