@@ -25,7 +25,7 @@ type timelineEntry struct {
 type chip struct{ Label, Value string }
 
 // The wording of these details is decided in store/detail.go
-// (DetailExtensions, DetailRetryScheduled); TestTimelineParsesStoreDetails
+// (DetailExtensions, DetailRetryScheduled); TestCallTimeline
 // fails if it changes under these patterns.
 var (
 	extensionsRe = regexp.MustCompile(`; lease extended (\d+) times?$`)
