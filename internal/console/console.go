@@ -43,13 +43,14 @@ const (
 	DefaultRefresh     = 5 * time.Second
 )
 
-//go:embed assets/*.html assets/*.css assets/*.js
+//go:embed assets/*.html assets/*.css assets/*.js assets/*.svg
 var assets embed.FS
 
 var (
 	pages      = template.Must(template.New("").Funcs(funcs).ParseFS(assets, "assets/*.html"))
 	stylesheet = mustRead("assets/console.css")
 	script     = mustRead("assets/console.js")
+	favicon    = mustRead("assets/favicon.svg")
 )
 
 func mustRead(name string) []byte {
@@ -126,6 +127,7 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("POST "+Prefix+"/signin", c.signin)
 	mux.HandleFunc("GET "+Prefix+"/static/console.css", static("text/css; charset=utf-8", stylesheet))
 	mux.HandleFunc("GET "+Prefix+"/static/console.js", static("text/javascript; charset=utf-8", script))
+	mux.HandleFunc("GET "+Prefix+"/static/favicon.svg", static("image/svg+xml", favicon))
 	// Everything else needs a principal.
 	mux.Handle("POST "+Prefix+"/signout", c.authed(c.signout))
 	mux.Handle("GET "+Prefix, c.authed(c.overview))
