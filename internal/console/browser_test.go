@@ -272,12 +272,13 @@ func seed(t *testing.T, st store.Store, path string) string {
 		return store.Call{}
 	}
 	succeed := func(c store.Call, ext int64) {
+		var args struct{ Amount int64 }
+		_ = json.Unmarshal(c.ArgsJSON, &args)
 		comp := store.Completion{CallID: c.CallID, Owner: *c.Owner, Attempt: c.Attempt, Extensions: ext,
 			Result: json.RawMessage(`{"ok":true}`)}
 		if c.Tool == "charge" {
-			comp.Result = json.RawMessage(fmt.Sprintf(`{"charged":%d,"effect_id":%q}`, 100+n, tools.EffectID(c.CallID)))
-			amount := int64(100 + n)
-			comp.Effect = &store.Effect{EffectID: tools.EffectID(c.CallID), CallID: c.CallID, Tool: "charge", Amount: &amount}
+			comp.Result = json.RawMessage(fmt.Sprintf(`{"charged":%d,"effect_id":%q}`, args.Amount, tools.EffectID(c.CallID)))
+			comp.Effect = &store.Effect{EffectID: tools.EffectID(c.CallID), CallID: c.CallID, Tool: "charge", Amount: &args.Amount}
 		}
 		if _, err := st.Succeed(ctx, comp); err != nil {
 			t.Fatal(err)

@@ -44,8 +44,9 @@ type gridLine struct {
 }
 
 type axisLabel struct {
-	X     float64
-	Label string
+	X      float64
+	Label  string
+	Anchor string // SVG text-anchor: the last label ends at the edge
 }
 
 // ratePoint is one minute, for its hover title.
@@ -106,11 +107,14 @@ func newRateChart(r store.Rates) rateChart {
 	}
 	last := len(r.Buckets) - 1
 	for _, i := range []int{0, last / 2, last} {
-		label := "now"
+		label, anchor := "now", "end"
 		if i != last {
-			label = fmt.Sprintf("−%dm", last-i)
+			label, anchor = fmt.Sprintf("−%dm", last-i), "middle"
 		}
-		c.Labels = append(c.Labels, axisLabel{X: x(i), Label: label})
+		if i == 0 {
+			anchor = "start"
+		}
+		c.Labels = append(c.Labels, axisLabel{X: x(i), Label: label, Anchor: anchor})
 	}
 	for i, b := range r.Buckets {
 		c.Points = append(c.Points, ratePoint{X: x(i) - step/2, W: step, Created: b.Created, Succeeded: b.Succeeded,

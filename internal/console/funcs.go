@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/idemctl/idemctl/internal/store"
 )
 
 var funcs = template.FuncMap{
@@ -17,6 +19,7 @@ var funcs = template.FuncMap{
 	"derefI":  derefInt,
 	"derefTS": derefTS,
 	"pretty":  prettyJSON,
+	"summary": store.ErrorSummary,
 	"age":     func(d time.Duration) string { return d.Round(time.Millisecond).String() },
 	"f1":      func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) },
 	// callsPage is a link to the calls list with v as its query.
