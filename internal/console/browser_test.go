@@ -93,14 +93,16 @@ func TestBrowser(t *testing.T) {
 		}
 	}()
 	dir := t.TempDir()
-	shot := func(name string) {
+	// shot saves a screenshot in the test's temp dir and, for the README's
+	// pictures (docs true), in -screenshots.
+	shot := func(name string, docs bool) {
 		t.Helper()
 		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 		if err != nil {
 			t.Fatalf("screenshot %s: %v", name, err)
 		}
 		for _, d := range []string{dir, *screenshots} {
-			if d == "" {
+			if d == "" || (d == *screenshots && !docs) {
 				continue
 			}
 			if err := os.WriteFile(filepath.Join(d, name), png, 0o644); err != nil {
@@ -156,7 +158,7 @@ func TestBrowser(t *testing.T) {
 		chromedp.WithPollingTimeout(30*time.Second), chromedp.WithPollingInterval(200*time.Millisecond))); err != nil {
 		t.Fatalf("queue depth did not return to 0: %v", err)
 	}
-	shot("console-overview.png")
+	shot("console-overview.png", true)
 
 	if err := chromedp.Do(ctx,
 		chromedp.Navigate(base+"/ui/calls/"+showcase),
@@ -176,14 +178,14 @@ func TestBrowser(t *testing.T) {
 	if n := count("#timeline li.ev"); n != 8 || !strings.Contains(curl, "/v1/tool-calls/"+showcase) {
 		t.Errorf("%d timeline events (want 8), curl %q", n, curl)
 	}
-	shot("console-call.png")
+	shot("console-call.png", true)
 	if err := chromedp.Do(ctx,
 		chromedp.Navigate(base+"/ui/calls?key=order-"),
 		chromedp.WaitVisible(chromedp.CSS("#calls-table")),
 	); err != nil {
 		t.Fatalf("calls page: %v", err)
 	}
-	shot("console-calls.png")
+	shot("console-calls.png", false)
 	mu.Lock()
 	defer mu.Unlock()
 	for _, e := range errs {
