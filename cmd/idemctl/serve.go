@@ -44,6 +44,10 @@ type serveOptions struct {
 	MCPWait time.Duration
 	// Tools is the tools file (--tools); "" means the built-ins only.
 	Tools string
+	// UI is --ui; uiSet says whether it was given (the default depends
+	// on --addr and --auth-tokens: uiEnabled).
+	UI    bool
+	uiSet bool
 
 	level slog.Level        // parsed by Validate
 	tools *toolreg.Registry // loaded by Validate (nil: the built-ins)
@@ -146,6 +150,7 @@ one PostgreSQL database (docs/operations.md, "Running several instances").
 Passwords in --db are never printed. See docs/cli.md, "serve".`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts.uiSet = cmd.Flags().Changed("ui")
 			if err := opts.Validate(); err != nil {
 				return err
 			}
@@ -170,6 +175,7 @@ Passwords in --db are never printed. See docs/cli.md, "serve".`,
 	f.IntVar(&opts.MaxResultBytes, "max-result-bytes", server.DefaultMaxResultBytes, "largest tool result stored; a larger one fails the call with result_too_large (not retryable, no effect)")
 	f.StringVar(&opts.Tools, "tools", "", "tools file (YAML or JSON): http tools and the built-ins' policy; ${VAR} in header values comes from the environment (docs/tools.md, \"The tool registry\")")
 	f.DurationVar(&opts.MCPWait, "mcp-wait", mcpdoor.DefaultWait, "how long an MCP tools/call at /mcp waits for its call to be final before answering \"still running\" (capped at 30s, the longest Prefer: wait)")
+	f.BoolVar(&opts.UI, "ui", true, "serve the web console at /ui (default: on with --auth-tokens or on a loopback --addr, off otherwise; --ui=false turns it off)")
 	f.StringVar(&opts.InstanceHost, "instance-host", "", "host identity in lease owners, for dead-owner recovery (default: hostname + hash of boot id and pid namespace); never give two machines or containers the same value")
 	return cmd
 }
@@ -234,6 +240,7 @@ func runServe(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 		Retention:      o.Retention,
 		MaxResultBytes: o.MaxResultBytes,
 		MCPWait:        o.MCPWait,
+		NoUI:           !o.uiEnabled(),
 
 		MaxConcurrentBodies: o.MaxBodies,
 		MaxHeldWaits:        o.MaxHeldWaits,
@@ -250,8 +257,12 @@ func runServe(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 	if auth != nil {
 		authNote = fmt.Sprintf("auth: %d tokens", auth.Len())
 	}
-	fmt.Fprintf(streams.ErrOut, "idemctl serving on http://%s (db: %s, workers %d, lease %s, %s, retention %s)\n",
-		ln.Addr(), backend.Redact(o.DB), o.Workers, o.Lease, authNote, retentionText(o.Retention))
+	uiNote := "console off"
+	if o.uiEnabled() {
+		uiNote = "console /ui"
+	}
+	fmt.Fprintf(streams.ErrOut, "idemctl serving on http://%s (db: %s, workers %d, lease %s, %s, retention %s, %s)\n",
+		ln.Addr(), backend.Redact(o.DB), o.Workers, o.Lease, authNote, retentionText(o.Retention), uiNote)
 	return srv.Run(ctx, ln)
 }
 
@@ -262,4 +273,15 @@ func maxPending(n int) int {
 		return server.NoPendingLimit
 	}
 	return n
+}
+
+// uiEnabled is whether serve serves the web console: as --ui says when
+// given; by default only where every page is behind a token or reachable
+// from this host alone (a loopback --addr), not on a non-loopback address
+// opened with --insecure-no-auth.
+func (o *serveOptions) uiEnabled() bool {
+	if o.uiSet {
+		return o.UI
+	}
+	return o.AuthTokens != "" || server.CheckLoopback(o.Addr) == nil
 }

@@ -1,56 +1,56 @@
-// Package console is idemctl's read-only web console (docs/console.md):
-// the queue at a glance, the newest calls, and one call's whole story with
-// its audit timeline, served as plain HTML pages under /console/. It
-// renders with html/template, so every key, argument and detail is
-// escaped; it has no JavaScript and loads nothing but its own embedded
-// stylesheet.
+// Package console is idemctl's web console (docs/console.md): the queue at
+// a glance with its rates and attempt distribution, the calls with filters,
+// and one call's whole story with its audit timeline, served as HTML pages
+// under /ui. It renders with html/template, so every key, argument and
+// detail is escaped; its only script is its own embedded console.js (the
+// Content-Security-Policy forbids inline script and every other origin).
 //
-// The console only reads the store. It shows the calls of the request's
-// principal (the server's authentication decides who that is); the queue
-// summary is server-wide, as GET /stats is.
+// The console reads the store and does one thing: cancel a call, through
+// the server's own cancel path (Config.Cancel). It shows the calls of the
+// request's principal; the queue, rates and attempt figures are
+// server-wide, as GET /stats is.
+//
+// It authenticates its own requests (auth.go): the API's bearer header,
+// or the sign-in cookie that only /ui pages accept.
 package console
 
 import (
 	"bytes"
 	"context"
 	"embed"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"html/template"
 	"log/slog"
 	"net/http"
-	"net/url"
-	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
 )
 
-// Prefix is the path the console is served under.
-const Prefix = "/console/"
+// Prefix is the path the console is served under: /ui is the overview,
+// /ui/... the other pages.
+const Prefix = "/ui"
 
-// DefaultPageSize is how many calls the overview lists per page.
-const DefaultPageSize = 50
+// LegacyPrefix is where the console used to live; its GET requests are
+// redirected to the same page under Prefix.
+const LegacyPrefix = "/console/"
 
-//go:embed assets/*.html assets/*.css
+// Defaults of Config.
+const (
+	DefaultPageSize    = 50
+	DefaultRateMinutes = 30
+	DefaultRefresh     = 5 * time.Second
+)
+
+//go:embed assets/*.html assets/*.css assets/*.js assets/*.svg
 var assets embed.FS
 
 var (
-	pages = template.Must(template.New("").Funcs(template.FuncMap{
-		"ts":      formatTS,
-		"elapsed": func(d float64) string { return fmt.Sprintf("+%.3fs", d) },
-		"deref":   deref,
-		"derefI":  func(p *int64) string { return derefInt(p) },
-		"derefTS": func(p *float64) string { return derefTS(p) },
-		"pretty":  prettyJSON,
-		"age":     func(d time.Duration) string { return d.Round(time.Millisecond).String() },
-		// page is a link to the overview with v as its query. html/template
-		// would escape '=' and '&' in a value placed after '?'; the values
-		// are encoded here, and the path is ours, so the URL is safe.
-		"page": func(v url.Values) template.URL { return template.URL(Prefix + "?" + v.Encode()) },
-	}).ParseFS(assets, "assets/*.html"))
+	pages      = template.Must(template.New("").Funcs(funcs).ParseFS(assets, "assets/*.html"))
 	stylesheet = mustRead("assets/console.css")
+	script     = mustRead("assets/console.js")
+	favicon    = mustRead("assets/favicon.svg")
 )
 
 func mustRead(name string) []byte {
@@ -63,12 +63,18 @@ func mustRead(name string) []byte {
 
 // Config is what the console needs from the server it is part of.
 type Config struct {
-	// Store is read, never written.
+	// Store is read; the console writes only through Cancel.
 	Store store.Store
-	// Principal is the principal a request was authenticated as
-	// (store.DefaultPrincipal without authentication). Nil means
-	// store.DefaultPrincipal for every request.
-	Principal func(*http.Request) string
+	// Authenticate maps a bearer token to its principal. Nil means the
+	// server runs without authentication: every request is
+	// store.DefaultPrincipal and there is no sign-in.
+	Authenticate func(token string) (principal string, ok bool)
+	// AuthFailed is told about each refused credential ("missing" or
+	// "unknown"), for the server's metrics; nil ignores them.
+	AuthFailed func(reason string)
+	// Cancel is the server's cancel path (the same code as POST
+	// /v1/tool-calls/{id}/cancel). Required.
+	Cancel func(ctx context.Context, principal, callID string) (store.Call, store.CancelOutcome, error)
 	// ValidCallID reports whether an id has the shape the server hands
 	// out; other ids are 404 without a store lookup. Nil accepts any id.
 	ValidCallID func(string) bool
@@ -77,8 +83,13 @@ type Config struct {
 	// are the same string. Both are required.
 	EncodeCursor func(store.Cursor) string
 	DecodeCursor func(string) (store.Cursor, error)
-	// PageSize is how many calls a page lists; 0 means DefaultPageSize.
+	// PageSize is how many calls a list page shows; 0 means DefaultPageSize.
 	PageSize int
+	// RateMinutes is the overview's rate window; 0 means DefaultRateMinutes.
+	RateMinutes int
+	// Refresh is how often the overview refreshes itself; 0 means
+	// DefaultRefresh.
+	Refresh time.Duration
 	// Logger receives store errors; nil discards them.
 	Logger *slog.Logger
 }
@@ -88,47 +99,95 @@ type console struct {
 	log *slog.Logger
 }
 
-// New returns the console's handler for every path under Prefix.
+// New returns the console's handler for Prefix, everything under it, and
+// LegacyPrefix.
 func New(cfg Config) http.Handler {
-	if cfg.Principal == nil {
-		cfg.Principal = func(*http.Request) string { return store.DefaultPrincipal }
-	}
 	if cfg.ValidCallID == nil {
 		cfg.ValidCallID = func(string) bool { return true }
 	}
 	if cfg.PageSize <= 0 {
 		cfg.PageSize = DefaultPageSize
 	}
+	if cfg.RateMinutes <= 0 {
+		cfg.RateMinutes = DefaultRateMinutes
+	}
+	if cfg.Refresh <= 0 {
+		cfg.Refresh = DefaultRefresh
+	}
+	if cfg.AuthFailed == nil {
+		cfg.AuthFailed = func(string) {}
+	}
 	c := &console{cfg: cfg, log: cfg.Logger}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET "+Prefix+"{$}", c.overview)
-	mux.HandleFunc("GET "+Prefix+"calls/{call_id}", c.call)
-	mux.HandleFunc("GET "+Prefix+"style.css", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/css; charset=utf-8")
-		_, _ = w.Write(stylesheet)
-	})
-	mux.HandleFunc(Prefix, func(w http.ResponseWriter, r *http.Request) {
+	// Open: the sign-in page and the static files.
+	mux.HandleFunc("GET "+Prefix+"/signin", c.signinPage)
+	mux.HandleFunc("POST "+Prefix+"/signin", c.signin)
+	mux.HandleFunc("GET "+Prefix+"/static/console.css", static("text/css; charset=utf-8", stylesheet))
+	mux.HandleFunc("GET "+Prefix+"/static/console.js", static("text/javascript; charset=utf-8", script))
+	mux.HandleFunc("GET "+Prefix+"/static/favicon.svg", static("image/svg+xml", favicon))
+	// Everything else needs a principal.
+	mux.Handle("POST "+Prefix+"/signout", c.authed(c.signout))
+	mux.Handle("GET "+Prefix, c.authed(c.overview))
+	mux.Handle("GET "+Prefix+"/{$}", c.authed(c.overview))
+	mux.Handle("GET "+Prefix+"/calls", c.authed(c.calls))
+	mux.Handle("GET "+Prefix+"/search", c.authed(c.search))
+	mux.Handle("GET "+Prefix+"/calls/{call_id}", c.authed(c.call))
+	mux.Handle("GET "+Prefix+"/calls/{call_id}/cancel", c.authed(c.cancelPage))
+	mux.Handle("POST "+Prefix+"/calls/{call_id}/cancel", c.authed(c.cancel))
+	mux.HandleFunc(LegacyPrefix, legacyRedirect)
+	mux.HandleFunc(Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
-			c.fail(w, http.StatusMethodNotAllowed, "The console is read-only: only GET is allowed.")
+			c.fail(w, r, http.StatusMethodNotAllowed, "This page only answers GET.")
 			return
 		}
-		c.fail(w, http.StatusNotFound, "No such page.")
+		c.fail(w, r, http.StatusNotFound, "No such page.")
 	})
 	return secureHeaders(mux)
 }
 
-// secureHeaders sets the headers every console response carries: a
-// Content-Security-Policy that allows nothing but the console's own
-// stylesheet (no script at all, no framing, forms only to itself), and no
+// legacyRedirect sends /console/... to the same page under /ui (308, so a
+// bookmark keeps working and says where the page lives now).
+func legacyRedirect(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "the console moved to "+Prefix, http.StatusMethodNotAllowed)
+		return
+	}
+	rest := strings.TrimPrefix(r.URL.Path, LegacyPrefix)
+	target := Prefix
+	if rest != "" {
+		target += "/" + rest
+	}
+	if r.URL.RawQuery != "" {
+		target += "?" + r.URL.RawQuery
+	}
+	http.Redirect(w, r, target, http.StatusPermanentRedirect)
+}
+
+func static(contentType string, body []byte) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", contentType)
+		_, _ = w.Write(body)
+	}
+}
+
+// CSP is every console response's Content-Security-Policy: the console's
+// own stylesheet and script only (no inline script, no other origin),
+// fetches to itself (the overview's refresh), no framing, forms only to
+// itself.
+const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; " +
+	"form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+
+// secureHeaders sets the headers every console response carries, and no
 // caching, since pages show one principal's calls.
 func secureHeaders(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
-		h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+		h.Set("Content-Security-Policy", CSP)
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Referrer-Policy", "no-referrer")
 		h.Set("Cache-Control", "no-store")
@@ -136,139 +195,33 @@ func secureHeaders(next http.Handler) http.Handler {
 	})
 }
 
-// overviewData is the overview page's model.
-type overviewData struct {
-	Stats    store.Stats
-	Statuses []store.Status
-	Queue    store.Queue
-	Status   string
-	Tool     string
-	Calls    []store.Call
-	Next     url.Values // nil on the last page
-	First    url.Values // nil on the first page
-}
-
-// overview is GET /console/?status=&tool=&after=: the queue and the
-// principal's newest calls, a page at a time (keyset, as the API's list).
-func (c *console) overview(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
-	q := r.URL.Query()
-	principal := c.cfg.Principal(r)
-	d := overviewData{Statuses: store.Statuses, Status: q.Get("status"), Tool: q.Get("tool")}
-	f := store.ListFilter{Principal: &principal, Tool: d.Tool, Limit: c.cfg.PageSize + 1}
-	if d.Status != "" {
-		if st := store.Status(d.Status); !st.Valid() {
-			c.fail(w, http.StatusBadRequest, "status must be pending, running, succeeded or failed.")
-			return
-		}
-		f.Status = store.Status(d.Status)
-	}
-	if a := q.Get("after"); a != "" {
-		cur, err := c.cfg.DecodeCursor(a)
-		if err != nil {
-			c.fail(w, http.StatusBadRequest, "The page cursor (after) is not one this console made.")
-			return
-		}
-		f.After = &cur
-		d.First = filterValues(d.Status, d.Tool)
-	}
-	var err error
-	if d.Stats, err = c.cfg.Store.Stats(ctx); err != nil {
-		c.storeError(ctx, w, err)
-		return
-	}
-	if d.Queue, err = c.cfg.Store.Queue(ctx); err != nil {
-		c.storeError(ctx, w, err)
-		return
-	}
-	if d.Calls, err = c.cfg.Store.ListCalls(ctx, f); err != nil {
-		c.storeError(ctx, w, err)
-		return
-	}
-	// One call more than a page tells whether there is a next page.
-	if len(d.Calls) > c.cfg.PageSize {
-		d.Calls = d.Calls[:c.cfg.PageSize]
-		d.Next = filterValues(d.Status, d.Tool)
-		d.Next.Set("after", c.cfg.EncodeCursor(store.CursorOf(d.Calls[len(d.Calls)-1])))
-	}
-	c.render(w, "overview.html", d)
-}
-
-func filterValues(status, tool string) url.Values {
-	v := url.Values{}
-	if status != "" {
-		v.Set("status", status)
-	}
-	if tool != "" {
-		v.Set("tool", tool)
-	}
-	return v
-}
-
-// timelineRow is one audit event with its time since the first.
-type timelineRow struct {
-	store.AuditEvent
-	Elapsed float64
-}
-
-// callData is the call page's model.
-type callData struct {
-	Call     store.Call
-	Timeline []timelineRow
-}
-
-// call is GET /console/calls/{call_id}: the call's fields, its result or
-// error, its effect and its audit timeline. Another principal's call is
-// not found, exactly as in the API.
-func (c *console) call(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
-	id := r.PathValue("call_id")
-	if !c.cfg.ValidCallID(id) {
-		c.fail(w, http.StatusNotFound, "No such call.")
-		return
-	}
-	call, err := c.cfg.Store.Get(ctx, id)
-	if errors.Is(err, store.ErrNotFound) || (err == nil && call.Principal != c.cfg.Principal(r)) {
-		c.fail(w, http.StatusNotFound, "No such call.")
-		return
-	}
-	if err != nil {
-		c.storeError(ctx, w, err)
-		return
-	}
-	events, err := c.cfg.Store.Audit(ctx, id, 0) // the whole timeline
-	if err != nil {
-		c.storeError(ctx, w, err)
-		return
-	}
-	d := callData{Call: call}
-	for _, e := range events {
-		d.Timeline = append(d.Timeline, timelineRow{AuditEvent: e, Elapsed: e.TS - events[0].TS})
-	}
-	c.render(w, "call.html", d)
+// page is what every page template gets: the page's own data and the
+// layout's (who is signed in, the CSRF token for its forms).
+type page struct {
+	Title string
+	// Nav is the active tab: "overview" or "calls".
+	Nav string
+	// SignedIn: the request came with the sign-in cookie (a sign-out
+	// button is shown).
+	SignedIn bool
+	// CSRF is the token the page's forms carry.
+	CSRF string
+	// Refresh is the overview's refresh period in seconds (0: none).
+	Refresh int
+	Data    any
 }
 
 // render executes a page into a buffer first, so a template error is a
 // clean 500 rather than half a page.
-func (c *console) render(w http.ResponseWriter, name string, data any) {
+func (c *console) render(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
+	if s := sessionOf(r); s != nil {
+		p.SignedIn = s.cookie
+		p.CSRF = c.csrfToken(w, r, s)
+	}
 	var buf bytes.Buffer
-	if err := pages.ExecuteTemplate(&buf, name, data); err != nil {
+	if err := pages.ExecuteTemplate(&buf, name, p); err != nil {
 		c.log.Error("console: rendering", "page", name, "error", err)
 		http.Error(w, "internal error", http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	_, _ = buf.WriteTo(w)
-}
-
-// fail answers with an error page.
-func (c *console) fail(w http.ResponseWriter, status int, msg string) {
-	var buf bytes.Buffer
-	if err := pages.ExecuteTemplate(&buf, "error.html", map[string]any{
-		"Status": status, "Text": http.StatusText(status), "Message": msg,
-	}); err != nil {
-		c.log.Error("console: rendering", "page", "error.html", "error", err)
-		http.Error(w, http.StatusText(status), status)
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -276,53 +229,28 @@ func (c *console) fail(w http.ResponseWriter, status int, msg string) {
 	_, _ = buf.WriteTo(w)
 }
 
+type errorData struct {
+	Status  int
+	Text    string
+	Message string
+}
+
+// fail answers with an error page.
+func (c *console) fail(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	c.render(w, r, status, "error.html", page{Title: http.StatusText(status),
+		Data: errorData{Status: status, Text: http.StatusText(status), Message: msg}})
+}
+
 // storeError is 503 for a database that cannot answer now, 500 otherwise;
 // the detail goes to the log, not the page.
-func (c *console) storeError(ctx context.Context, w http.ResponseWriter, err error) {
+func (c *console) storeError(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, store.ErrUnavailable) {
-		c.fail(w, http.StatusServiceUnavailable, "The database cannot answer now; try again shortly.")
+		c.fail(w, r, http.StatusServiceUnavailable, "The database cannot answer now; try again shortly.")
 		return
 	}
-	if ctx.Err() != nil {
+	if r.Context().Err() != nil {
 		return // the client went away
 	}
 	c.log.Error("console: store", "error", err)
-	c.fail(w, http.StatusInternalServerError, "The console could not read the store; see the server's log.")
-}
-
-// formatTS is Unix seconds as UTC with milliseconds, as inspect prints them.
-func formatTS(ts float64) string {
-	sec := int64(ts)
-	return time.Unix(sec, int64((ts-float64(sec))*1e9)).UTC().Format("2006-01-02 15:04:05.000")
-}
-
-func deref(p *string) string {
-	if p == nil {
-		return "—"
-	}
-	return *p
-}
-
-func derefInt(p *int64) string {
-	if p == nil {
-		return "—"
-	}
-	return strconv.FormatInt(*p, 10)
-}
-
-func derefTS(p *float64) string {
-	if p == nil {
-		return "—"
-	}
-	return formatTS(*p)
-}
-
-// prettyJSON indents stored JSON for reading; anything that is not JSON
-// is shown as it is (the template escapes it either way).
-func prettyJSON(raw json.RawMessage) string {
-	var buf bytes.Buffer
-	if err := json.Indent(&buf, raw, "", "  "); err != nil {
-		return string(raw)
-	}
-	return buf.String()
+	c.fail(w, r, http.StatusInternalServerError, "The console could not read the store; see the server's log.")
 }

@@ -3,424 +3,307 @@ package console_test
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
-	"strconv"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/net/html"
-
-	"github.com/idemctl/idemctl/internal/console"
-	"github.com/idemctl/idemctl/internal/server"
-	"github.com/idemctl/idemctl/internal/server/apitest"
 	"github.com/idemctl/idemctl/internal/store"
-	"github.com/idemctl/idemctl/internal/store/sqlite"
 )
 
-// principalHeader tells the test console who the request is from (the
-// server's authentication does this in production).
-const principalHeader = "X-Test-Principal"
-
-type bundle struct {
-	st  store.Store
-	url string
-}
-
-// setup serves a console on a fresh SQLite store with a page size of
-// pageSize, its principal taken from principalHeader.
-func setup(t *testing.T, pageSize int) bundle {
-	t.Helper()
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "idem.db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	h := console.New(console.Config{
-		Store:     st,
-		Principal: func(r *http.Request) string { return r.Header.Get(principalHeader) },
-		EncodeCursor: func(c store.Cursor) string {
-			return strconv.FormatFloat(c.CreatedAt, 'g', -1, 64) + "_" + c.CallID
-		},
-		DecodeCursor: func(s string) (store.Cursor, error) {
-			var c store.Cursor
-			ts, id, ok := strings.Cut(s, "_")
-			if !ok {
-				return c, fmt.Errorf("bad cursor")
-			}
-			c.CallID = id
-			c.CreatedAt, err = strconv.ParseFloat(ts, 64)
-			return c, err
-		},
-		PageSize: pageSize,
-	})
-	ts := httptest.NewServer(h)
-	t.Cleanup(ts.Close)
-	return bundle{st: st, url: ts.URL}
-}
-
-var seq int
-
-// create records a pending call for principal and returns it.
-func (b bundle) create(t *testing.T, principal, key, tool, args string) store.Call {
-	t.Helper()
-	seq++
-	c, _, err := b.st.CreateOrGet(t.Context(), store.NewCall{
-		CallID: fmt.Sprintf("c_%016x", seq), Principal: principal, IdemKey: key,
-		Fingerprint: "fp", Tool: tool, ArgsJSON: json.RawMessage(args),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
-// claim claims every pending call and returns them by id.
-func (b bundle) claim(t *testing.T) map[string]store.Call {
-	t.Helper()
-	got, err := b.st.ClaimNext(t.Context(), "owner-1", time.Minute, 100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := map[string]store.Call{}
-	for _, c := range got {
-		m[c.CallID] = c
-	}
-	return m
-}
-
-// get fetches path with principal and returns the status and parsed page.
-func (b bundle) get(t *testing.T, path, principal string) (int, *html.Node, string) {
-	t.Helper()
-	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, b.url+path, nil)
-	req.Header.Set(principalHeader, principal)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	doc, err := html.Parse(strings.NewReader(string(raw)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") {
-		t.Errorf("%s: Content-Security-Policy %q", path, csp)
-	}
-	return resp.StatusCode, doc, string(raw)
-}
-
-// text is the visible text of n, whitespace collapsed.
-func text(n *html.Node) string {
-	var sb strings.Builder
-	var walk func(*html.Node)
-	walk = func(n *html.Node) {
-		if n.Type == html.TextNode {
-			sb.WriteString(n.Data)
-			sb.WriteString(" ")
-		}
-		for c := n.FirstChild; c != nil; c = c.NextSibling {
-			walk(c)
-		}
-	}
-	walk(n)
-	return strings.Join(strings.Fields(sb.String()), " ")
-}
-
-// find returns every element whose attribute attr equals val (or, with
-// val "", that has attr), or whose tag is tag when attr is "".
-func find(n *html.Node, tag, attr, val string) []*html.Node {
-	var out []*html.Node
-	var walk func(*html.Node)
-	walk = func(n *html.Node) {
-		if n.Type == html.ElementNode && (tag == "" || n.Data == tag) {
-			if attr == "" {
-				out = append(out, n)
-			} else {
-				for _, a := range n.Attr {
-					if a.Key == attr && (val == "" || a.Val == val) {
-						out = append(out, n)
-					}
-				}
-			}
-		}
-		for c := n.FirstChild; c != nil; c = c.NextSibling {
-			walk(c)
-		}
-	}
-	walk(n)
-	return out
-}
-
-func byID(t *testing.T, doc *html.Node, id string) string {
-	t.Helper()
-	n := find(doc, "", "id", id)
-	if len(n) != 1 {
-		t.Fatalf("want one element #%s, got %d", id, len(n))
-	}
-	return text(n[0])
-}
-
-// events is the timeline's event column, in order.
-func events(doc *html.Node) []string {
-	var out []string
-	for _, td := range find(doc, "td", "class", "event") {
-		out = append(out, text(td))
-	}
-	return out
-}
-
-// TestCallPageEachState renders a call in each state and checks its
-// status, result or error, effect and timeline events in order.
-func TestCallPageEachState(t *testing.T) {
-	b := setup(t, 0)
+// TestOverview checks the queue cards, the rate and attempt charts'
+// numbers and the recent failures (the principal's only).
+func TestOverview(t *testing.T) {
+	b := setup(t, 0, true)
 	ctx := t.Context()
-	pending := b.create(t, "", "k-pending", "echo", `{"n":1}`)
-	running := b.create(t, "", "k-running", "sleep", `{"ms":5}`)
-	ok := b.create(t, "", "k-ok", "charge", `{"amount":7}`)
-	bad := b.create(t, "", "k-bad", "fail", `{}`)
-	claimed := b.claim(t)
-	// pending: create a new one after the claim so it stays pending
-	_ = pending
-	pending = b.create(t, "", "k-pending-2", "echo", `{"n":2}`)
-	if _, err := b.st.Succeed(ctx, store.Completion{
-		CallID: ok.CallID, Owner: "owner-1", Attempt: claimed[ok.CallID].Attempt,
-		Result: json.RawMessage(`{"charged":7}`),
-		Effect: &store.Effect{EffectID: "e_ok", CallID: ok.CallID, Tool: "charge"},
-	}); err != nil {
-		t.Fatal(err)
+	b.create(t, "alice", "a", "echo", `{}`)
+	b.create(t, "alice", "b", "echo", `{}`)
+	bad := b.create(t, "alice", "bad", "charge", `{}`)
+	theirs := b.create(t, "bob", "theirs-bad", "charge", `{}`)
+	claimed := b.claim(t, "owner-1") // all four run, attempt 1
+	for _, c := range []store.Call{bad, theirs} {
+		if _, err := b.st.Fail(ctx, store.Completion{CallID: c.CallID, Owner: "owner-1", Attempt: claimed[c.CallID].Attempt,
+			Error: json.RawMessage(`{"code":"tool_failed","message":"card declined","retryable":false}`)}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if _, err := b.st.Fail(ctx, store.Completion{
-		CallID: bad.CallID, Owner: "owner-1", Attempt: claimed[bad.CallID].Attempt,
-		Error: json.RawMessage(`{"code":"tool_failed","message":"boom","retryable":false}`),
-	}); err != nil {
-		t.Fatal(err)
+	b.create(t, "alice", "c", "sleep", `{}`) // pending, attempt 0
+	r := b.get(t, "/ui", "tok-alice")
+	if r.code != http.StatusOK {
+		t.Fatalf("status %d", r.code)
 	}
-	cases := []struct {
-		call           store.Call
-		status, effect string
-		block, content string
-		events         []string
-	}{
-		{pending, "pending", "—", "", "", []string{"created"}},
-		{running, "running", "—", "", "", []string{"created", "claimed"}},
-		{ok, "succeeded", "e_ok", "result", `"charged": 7`, []string{"created", "claimed", "succeeded"}},
-		{bad, "failed", "—", "error", `"message": "boom"`, []string{"created", "claimed", "failed"}},
-	}
-	for _, tc := range cases {
-		t.Run(tc.status, func(t *testing.T) {
-			code, doc, _ := b.get(t, "/console/calls/"+tc.call.CallID, "")
-			if code != http.StatusOK {
-				t.Fatalf("status %d", code)
-			}
-			h1 := text(find(doc, "h1", "", "")[0])
-			if !strings.Contains(h1, tc.call.CallID) || !strings.HasSuffix(h1, tc.status) {
-				t.Errorf("heading %q, want the id and %s", h1, tc.status)
-			}
-			if !strings.Contains(text(doc), "effect "+tc.effect) {
-				t.Errorf("effect %q not shown", tc.effect)
-			}
-			if tc.block != "" && !strings.Contains(byID(t, doc, tc.block), tc.content) {
-				t.Errorf("#%s = %q, want %q", tc.block, byID(t, doc, tc.block), tc.content)
-			}
-			for _, other := range []string{"result", "error"} {
-				if other != tc.block && len(find(doc, "", "id", other)) != 0 {
-					t.Errorf("a %s call shows a #%s block", tc.status, other)
-				}
-			}
-			if got := events(doc); strings.Join(got, ",") != strings.Join(tc.events, ",") {
-				t.Errorf("timeline %v, want %v", got, tc.events)
-			}
-		})
-	}
-}
-
-// TestOverviewCounts checks the queue cards and the listed calls.
-func TestOverviewCounts(t *testing.T) {
-	b := setup(t, 0)
-	b.create(t, "", "a", "echo", `{}`)
-	b.create(t, "", "b", "echo", `{}`)
-	b.claim(t)
-	b.create(t, "", "c", "sleep", `{}`)
-	b.create(t, "someone", "theirs", "echo", `{}`)
-	code, doc, _ := b.get(t, "/console/", "")
-	if code != http.StatusOK {
-		t.Fatalf("status %d", code)
-	}
-	want := map[string]string{"depth": "2", "count-pending": "2", "count-running": "2",
-		"count-succeeded": "0", "count-failed": "0", "calls": "4", "effects": "0"}
+	want := map[string]string{"depth": "1", "count-pending": "1", "count-running": "2",
+		"count-succeeded": "0", "count-failed": "2", "calls": "5", "effects": "0",
+		"total-created": "5", "total-finished": "2", "total-failed": "2"}
 	for id, v := range want {
-		if got := byID(t, doc, id); got != v {
+		if got := textByID(t, r.doc, id); got != v {
 			t.Errorf("#%s = %q, want %q", id, got, v)
 		}
 	}
-	keys := find(doc, "td", "class", "key")
-	if len(keys) != 3 || text(keys[0]) != "c" {
-		t.Errorf("listed %d calls (want 3, newest c first, not another principal's)", len(keys))
+	bars := map[string]string{}
+	for _, rect := range find(r.doc, "rect", "class", "bar") {
+		bars[attr(rect, "data-attempt")] = attr(rect, "data-calls")
 	}
-	_, doc, _ = b.get(t, "/console/?status=running&tool=echo", "")
-	if keys := find(doc, "td", "class", "key"); len(keys) != 2 {
-		t.Errorf("filter status=running tool=echo listed %d calls, want 2", len(keys))
+	if fmt.Sprint(bars) != "map[0:1 1:4]" {
+		t.Errorf("attempt bars %v, want attempt 0: 1 call, attempt 1: 4 calls", bars)
 	}
-	if code, _, _ := b.get(t, "/console/?status=bogus", ""); code != http.StatusBadRequest {
-		t.Errorf("status=bogus: %d, want 400", code)
+	if n := len(find(byID(t, r.doc, "rates-chart"), "polyline", "", "")); n != 3 {
+		t.Errorf("rates chart has %d lines, want 3", n)
 	}
-	if code, _, _ := b.get(t, "/console/?after=nonsense", ""); code != http.StatusBadRequest {
-		t.Errorf("after=nonsense: %d, want 400", code)
+	failures := text(byID(t, r.doc, "failures"))
+	if !strings.Contains(failures, "bad") || !strings.Contains(failures, "card declined") || strings.Contains(failures, "theirs-bad") {
+		t.Errorf("recent failures %q: want alice's failed call only", failures)
+	}
+	if attr(find(r.doc, "body", "", "")[0], "data-refresh") != "5" {
+		t.Error("the overview does not ask console.js to refresh it")
 	}
 }
 
-// TestEscaping shows a hostile key, tool filter and args as text: no
-// element comes from user data.
+// TestCallTimeline renders a call that went through two claims, a
+// scheduled retry with heartbeats, a fenced completion, a recovery and a
+// success with an effect, and checks the timeline's events in order with
+// their owner, attempt, delay and heartbeat count, and the effect row.
+func TestCallTimeline(t *testing.T) {
+	b := setup(t, 0, false)
+	ctx := t.Context()
+	c := b.create(t, "", "order-42", "charge", `{"amount":7}`)
+	a1 := b.claim(t, "owner-1")[c.CallID]
+	if _, err := b.st.ScheduleRetry(ctx, store.Completion{CallID: c.CallID, Owner: "owner-1", Attempt: a1.Attempt,
+		Extensions: 2, Error: json.RawMessage(`{"code":"downstream_error","message":"503","retryable":true}`)}, 0); err != nil {
+		t.Fatal(err)
+	}
+	a2 := b.claim(t, "owner-2")[c.CallID]
+	// A stale completion of attempt 1: fenced.
+	if _, err := b.st.Succeed(ctx, store.Completion{CallID: c.CallID, Owner: "owner-1", Attempt: a1.Attempt,
+		Result: json.RawMessage(`{}`)}); err == nil {
+		t.Fatal("a stale completion was not fenced")
+	}
+	if err := b.st.Release(ctx, c.CallID, "owner-2", a2.Attempt, "owner process gone"); err != nil {
+		t.Fatal(err)
+	}
+	a3 := b.claim(t, "owner-3")[c.CallID]
+	if _, err := b.st.Succeed(ctx, store.Completion{CallID: c.CallID, Owner: "owner-3", Attempt: a3.Attempt, Extensions: 1,
+		Result: json.RawMessage(`{"charged":7}`), Effect: &store.Effect{EffectID: "e_42", CallID: c.CallID, Tool: "charge"}}); err != nil {
+		t.Fatal(err)
+	}
+	r := b.get(t, "/ui/calls/"+c.CallID, "")
+	if r.code != http.StatusOK {
+		t.Fatalf("status %d", r.code)
+	}
+	var got []string
+	for _, li := range find(byID(t, r.doc, "timeline"), "li", "", "") {
+		got = append(got, attr(li, "data-event")+" "+text(find(li, "div", "class", "ev-body")[0]))
+	}
+	want := []string{
+		"created tool charge",
+		"claimed owner owner-1 attempt 1",
+		"retry_scheduled retry in 0s heartbeats 2 downstream_error: 503",
+		"claimed owner owner-2 attempt 2",
+		"fenced owner owner-1 attempt 1 refused: call is running under owner owner-2 attempt 2",
+		"recover owner process gone",
+		"claimed owner owner-3 attempt 3",
+		"succeeded effect e_42 heartbeats 1",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("timeline:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if eff := textByID(t, r.doc, "effect"); !strings.Contains(eff, "e_42") {
+		t.Errorf("effect row %q", eff)
+	}
+	if res := textByID(t, r.doc, "result"); !strings.Contains(res, `"charged": 7`) {
+		t.Errorf("result %q", res)
+	}
+	if len(find(r.doc, "a", "id", "cancel")) != 0 {
+		t.Error("a succeeded call offers cancel")
+	}
+	curl := textByID(t, r.doc, "curl")
+	if !strings.HasPrefix(curl, "curl -sS '") || !strings.HasSuffix(curl, "/v1/tool-calls/"+c.CallID+"'") {
+		t.Errorf("curl %q", curl)
+	}
+}
+
+// TestCallPageStates: a pending call offers cancel and has no result,
+// effect or error; a failed one shows its error.
+func TestCallPageStates(t *testing.T) {
+	b := setup(t, 0, false)
+	pending := b.create(t, "", "k-pending", "echo", `{"n":1}`)
+	r := b.get(t, "/ui/calls/"+pending.CallID, "")
+	if len(find(r.doc, "a", "id", "cancel")) != 1 || len(find(r.doc, "", "id", "no-effect")) != 1 ||
+		len(find(r.doc, "", "id", "result")) != 0 || len(find(r.doc, "", "id", "error")) != 0 {
+		t.Error("pending call page: want a cancel link, no effect, no result, no error")
+	}
+	bad := b.create(t, "", "k-bad", "fail", `{}`)
+	cl := b.claim(t, "o")
+	if _, err := b.st.Fail(t.Context(), store.Completion{CallID: bad.CallID, Owner: "o", Attempt: cl[bad.CallID].Attempt,
+		Error: json.RawMessage(`{"code":"tool_failed","message":"boom","retryable":false}`)}); err != nil {
+		t.Fatal(err)
+	}
+	r = b.get(t, "/ui/calls/"+bad.CallID, "")
+	if e := textByID(t, r.doc, "error"); !strings.Contains(e, `"message": "boom"`) {
+		t.Errorf("error block %q", e)
+	}
+}
+
+// TestEscaping shows hostile keys, tools and args as text on every page:
+// no element comes from user data.
 func TestEscaping(t *testing.T) {
-	b := setup(t, 0)
+	b := setup(t, 0, false)
 	const hostile = `<script>alert(1)</script>`
-	c := b.create(t, "", hostile, "echo", `{"x":"</pre><script>alert(2)</script>"}`)
-	for _, path := range []string{"/console/", "/console/?tool=" + "%3Cscript%3E", "/console/calls/" + c.CallID} {
-		_, doc, raw := b.get(t, path, "")
-		if n := find(doc, "script", "", ""); len(n) != 0 {
-			t.Errorf("%s: %d <script> elements", path, len(n))
+	c := b.create(t, "", hostile, `<img src=x onerror=alert(3)>`, `{"x":"</pre><script>alert(2)</script>"}`)
+	cl := b.claim(t, `<b>owner</b>`)
+	if _, err := b.st.Fail(t.Context(), store.Completion{CallID: c.CallID, Owner: `<b>owner</b>`, Attempt: cl[c.CallID].Attempt,
+		Error: json.RawMessage(`{"code":"<script>x</script>","message":"<i>m</i>","retryable":false}`)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/ui", "/ui/calls", "/ui/calls?key=" + url.QueryEscape(hostile) + "&tool=%3Cscript%3E",
+		"/ui/calls/" + c.CallID, "/ui/calls/" + c.CallID + "/cancel"} {
+		r := b.get(t, path, "")
+		if r.code != http.StatusOK {
+			t.Errorf("%s: %d", path, r.code)
 		}
-		if strings.Contains(raw, "<script>") {
-			t.Errorf("%s: raw <script> in the page", path)
+		for _, tag := range []string{"img", "b", "i"} {
+			if n := find(r.doc, tag, "", ""); len(n) != 0 {
+				t.Errorf("%s: %d <%s> elements from user data", path, len(n), tag)
+			}
 		}
-		if path != "/console/?tool=%3Cscript%3E" && !strings.Contains(text(doc), hostile) {
+		// The only script element is console.js, by src.
+		for _, s := range find(r.doc, "script", "", "") {
+			if attr(s, "src") != "/ui/static/console.js" || text(s) != "" {
+				t.Errorf("%s: a script element that is not console.js", path)
+			}
+		}
+		if strings.Count(r.raw, "<script") != 1 {
+			t.Errorf("%s: raw <script in the page %d times", path, strings.Count(r.raw, "<script"))
+		}
+		if strings.Contains(path, "key=") {
+			if in := find(r.doc, "input", "name", "key"); len(in) != 1 || attr(in[0], "value") != hostile {
+				t.Errorf("%s: the key filter is not shown back as the input's value", path)
+			}
+		} else if !strings.Contains(text(r.doc), hostile) {
 			t.Errorf("%s: the key is not shown as text", path)
 		}
 	}
-	_, doc, _ := b.get(t, "/console/calls/"+c.CallID, "")
-	if got := byID(t, doc, "args"); !strings.Contains(got, "</pre><script>alert(2)</script>") {
+	r := b.get(t, "/ui/calls/"+c.CallID, "")
+	if got := textByID(t, r.doc, "args"); !strings.Contains(got, "</pre><script>alert(2)</script>") {
 		t.Errorf("args shown as %q", got)
 	}
 }
 
-// TestOtherPrincipalNotFound: a call of another principal is 404, exactly
-// like an unknown or malformed id.
+// TestOtherPrincipalNotFound: another principal's call is 404 on every
+// page that names it, exactly like an unknown id, and cannot be canceled.
 func TestOtherPrincipalNotFound(t *testing.T) {
-	b := setup(t, 0)
+	b := setup(t, 0, true)
 	c := b.create(t, "alice", "k", "echo", `{}`)
-	if code, _, _ := b.get(t, "/console/calls/"+c.CallID, "alice"); code != http.StatusOK {
-		t.Fatalf("owner: %d", code)
+	if r := b.get(t, "/ui/calls/"+c.CallID, "tok-alice"); r.code != http.StatusOK {
+		t.Fatalf("owner: %d", r.code)
 	}
-	for _, p := range []string{"bob", ""} {
-		code, _, raw := b.get(t, "/console/calls/"+c.CallID, p)
-		if code != http.StatusNotFound || strings.Contains(raw, `"k"`) {
-			t.Errorf("principal %q: %d, want 404", p, code)
+	for _, p := range []string{"/ui/calls/" + c.CallID, "/ui/calls/" + c.CallID + "/cancel", "/ui/calls/c_ffffffffffffffff"} {
+		if r := b.get(t, p, "tok-bob"); r.code != http.StatusNotFound || strings.Contains(r.raw, `>k<`) {
+			t.Errorf("bob GET %s: %d, want 404", p, r.code)
 		}
 	}
-	if code, _, _ := b.get(t, "/console/calls/c_ffffffffffffffff", "alice"); code != http.StatusNotFound {
-		t.Errorf("unknown id: %d", code)
+	if r := b.get(t, "/ui/calls", "tok-bob"); len(find(r.doc, "td", "class", "key")) != 0 {
+		t.Error("bob's list shows alice's call")
 	}
-	if code, _, _ := b.get(t, "/console/nowhere", "alice"); code != http.StatusNotFound {
-		t.Errorf("unknown page: %d", code)
+	// bob posts a cancel of alice's call with a valid CSRF token of his
+	// own (from the confirmation page of his own call).
+	own := b.create(t, "bob", "bobs", "echo", `{}`)
+	jar := client(t)
+	page := do(t, jar, http.MethodGet, b.url+"/ui/calls/"+own.CallID+"/cancel", nil, "Authorization", "Bearer tok-bob")
+	form := url.Values{"csrf": {csrfOf(t, page.doc, "/ui/calls/"+own.CallID+"/cancel")}}
+	if r := do(t, jar, http.MethodPost, b.url+"/ui/calls/"+c.CallID+"/cancel", form, "Authorization", "Bearer tok-bob"); r.code != http.StatusNotFound {
+		t.Errorf("bob canceling alice's call: %d, want 404", r.code)
+	}
+	if r := b.get(t, "/ui/nowhere", "tok-bob"); r.code != http.StatusNotFound {
+		t.Errorf("unknown page: %d", r.code)
+	}
+	if cur, _ := b.st.Get(t.Context(), c.CallID); cur.Status != store.StatusPending {
+		t.Errorf("alice's call is %s", cur.Status)
 	}
 }
 
-// TestPagination walks every page by its "older" link and sees each call
-// once, newest first.
-func TestPagination(t *testing.T) {
-	b := setup(t, 3)
+// TestCallsListFilters walks /ui/calls page by page (each call once,
+// newest first) and narrows it by key prefix, status and time.
+func TestCallsListFilters(t *testing.T) {
+	b := setup(t, 3, false)
 	var want []string
 	for i := range 8 {
 		want = append([]string{fmt.Sprintf("key-%d", i)}, want...)
 		b.create(t, "", fmt.Sprintf("key-%d", i), "echo", `{}`)
 	}
+	b.create(t, "", "other", "echo", `{}`)
+	keys := func(r resp) []string {
+		var out []string
+		for _, td := range find(r.doc, "td", "class", "key") {
+			out = append(out, text(td))
+		}
+		return out
+	}
 	var got []string
-	path, pages := "/console/", 0
+	path, pages := "/ui/calls?key=key-", 0
 	for path != "" {
-		pages++
-		if pages > 10 {
+		if pages++; pages > 10 {
 			t.Fatal("pagination does not end")
 		}
-		_, doc, _ := b.get(t, path, "")
-		for _, td := range find(doc, "td", "class", "key") {
-			got = append(got, text(td))
-		}
+		r := b.get(t, path, "")
+		got = append(got, keys(r)...)
 		path = ""
-		if next := find(doc, "a", "rel", "next"); len(next) == 1 {
-			for _, a := range next[0].Attr {
-				if a.Key == "href" {
-					path = a.Val
-				}
+		if next := find(r.doc, "a", "rel", "next"); len(next) == 1 {
+			path = attr(next[0], "href")
+			if !strings.Contains(path, "key=key-") {
+				t.Errorf("next link %q drops the filter", path)
 			}
 		}
 	}
 	if pages != 3 || strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("%d pages listed %v, want 3 pages of %v", pages, got, want)
 	}
+	future := time.Now().UTC().Add(time.Hour).Format("2006-01-02T15:04")
+	past := time.Now().UTC().Add(-time.Hour).Format("2006-01-02T15:04")
+	for q, n := range map[string]int{"?key=oth": 1, "?since=" + future: 0, "?until=" + future + "&key=key-7": 1,
+		"?since=" + past + "&status=pending&tool=echo": 3, "?status=running": 0} {
+		if r := b.get(t, "/ui/calls"+q, ""); len(keys(r)) != n {
+			t.Errorf("%s listed %v, want %d calls", q, keys(r), n)
+		}
+	}
+	for _, q := range []string{"?status=bogus", "?after=nonsense", "?since=yesterday"} {
+		if r := b.get(t, "/ui/calls"+q, ""); r.code != http.StatusBadRequest {
+			t.Errorf("%s: %d, want 400", q, r.code)
+		}
+	}
 }
 
-// TestServedByServerWithAuth runs the console inside a real server with a
-// token file: no token is 401, a token sees only its principal's calls,
-// and no page holds the token.
-func TestServedByServerWithAuth(t *testing.T) {
-	const aliceToken, bobToken = "alice-secret-token-1", "bob-secret-token-2"
-	path := filepath.Join(t.TempDir(), "tokens")
-	if err := os.WriteFile(path, []byte("alice:"+server.HashToken(aliceToken)+"\nbob:"+server.HashToken(bobToken)+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	auth, err := server.LoadAuth(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := apitest.Start(t, server.Config{Auth: auth})
-	do := func(method, path, token string, body io.Reader, hdr ...string) (int, string) {
-		t.Helper()
-		req, _ := http.NewRequestWithContext(t.Context(), method, base+path, body)
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		for i := 0; i+1 < len(hdr); i += 2 {
-			req.Header.Set(hdr[i], hdr[i+1])
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		raw, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(raw)
-	}
-	code, raw := do(http.MethodPost, "/v1/tool-calls", aliceToken,
-		strings.NewReader(`{"tool":"sleep","args":{"seconds":0}}`), "Idempotency-Key", "alice-key", "Content-Type", "application/json")
-	if code != http.StatusCreated && code != http.StatusAccepted && code != http.StatusOK {
-		t.Fatalf("create: %d %s", code, raw)
-	}
-	var call struct {
-		CallID string `json:"call_id"`
-	}
-	if err := json.Unmarshal([]byte(raw), &call); err != nil || call.CallID == "" {
-		t.Fatalf("create answer %s: %v", raw, err)
-	}
-	if code, _ := do(http.MethodGet, "/console/", "", nil); code != http.StatusUnauthorized {
-		t.Errorf("no token: %d, want 401", code)
-	}
-	code, page := do(http.MethodGet, "/console/", aliceToken, nil)
-	if code != http.StatusOK || !strings.Contains(page, "alice-key") {
-		t.Errorf("alice's overview: %d, key shown %v", code, strings.Contains(page, "alice-key"))
-	}
-	code, page2 := do(http.MethodGet, "/console/calls/"+call.CallID, aliceToken, nil)
-	if code != http.StatusOK {
-		t.Errorf("alice's call: %d", code)
-	}
-	code, bobs := do(http.MethodGet, "/console/", bobToken, nil)
-	if code != http.StatusOK || strings.Contains(bobs, "alice-key") {
-		t.Errorf("bob's overview: %d, shows alice's key %v", code, strings.Contains(bobs, "alice-key"))
-	}
-	if code, _ := do(http.MethodGet, "/console/calls/"+call.CallID, bobToken, nil); code != http.StatusNotFound {
-		t.Errorf("bob reading alice's call: %d, want 404", code)
-	}
-	for _, p := range []string{page, page2, bobs} {
-		if strings.Contains(p, aliceToken) || strings.Contains(p, bobToken) ||
-			strings.Contains(p, server.HashToken(aliceToken)) {
-			t.Error("a page holds a token or its hash")
+// TestSearch: an id or a key goes to the call; anything else lists the
+// calls with that key prefix; another principal's id or key is not found.
+func TestSearch(t *testing.T) {
+	b := setup(t, 0, true)
+	c := b.create(t, "alice", "order/7", "echo", `{}`)
+	b.create(t, "bob", "bobs-key", "echo", `{}`)
+	for q, loc := range map[string]string{
+		c.CallID:   "/ui/calls/" + c.CallID,
+		"order/7":  "/ui/calls/" + c.CallID,
+		"order":    "/ui/calls?key=order",
+		"bobs-key": "/ui/calls?key=bobs-key",
+	} {
+		r := b.get(t, "/ui/search?q="+url.QueryEscape(q), "tok-alice")
+		if r.code != http.StatusSeeOther || r.hdr.Get("Location") != loc {
+			t.Errorf("search %q: %d to %q, want %q", q, r.code, r.hdr.Get("Location"), loc)
 		}
 	}
-	if code, _ := do(http.MethodPost, "/console/", aliceToken, nil); code != http.StatusMethodNotAllowed {
-		t.Errorf("POST /console/: %d, want 405", code)
+	if r := b.get(t, "/ui/search?q="+c.CallID, "tok-bob"); r.hdr.Get("Location") == "/ui/calls/"+c.CallID {
+		t.Error("bob's search finds alice's call by id")
+	}
+}
+
+// TestLegacyRedirect: /console/... moved to /ui/... (308, query kept).
+func TestLegacyRedirect(t *testing.T) {
+	b := setup(t, 0, false)
+	for from, to := range map[string]string{"/console/": "/ui", "/console/calls/c_0000000000000001": "/ui/calls/c_0000000000000001",
+		"/console/?status=failed": "/ui?status=failed"} {
+		r := do(t, nil, http.MethodGet, b.url+from, nil)
+		if r.code != http.StatusPermanentRedirect || r.hdr.Get("Location") != to {
+			t.Errorf("%s: %d to %q, want 308 to %q", from, r.code, r.hdr.Get("Location"), to)
+		}
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/idemctl/idemctl/internal/console"
 )
 
 // MaxPrincipalLen bounds a principal's name in a token file.
@@ -194,7 +196,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if openPaths[r.URL.Path] {
+		if openPaths[r.URL.Path] || s.consolePath(r.URL.Path) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -216,4 +218,20 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, principal)))
 	})
+}
+
+// consolePath reports whether path is the web console's, which
+// authenticates its own requests (internal/console: the bearer header as
+// here, or its sign-in cookie, which only its pages accept).
+func (s *Server) consolePath(path string) bool {
+	return !s.cfg.NoUI && (path == console.Prefix || strings.HasPrefix(path, console.Prefix+"/") ||
+		strings.HasPrefix(path, console.LegacyPrefix))
+}
+
+// consoleAuth is the console's token check: nil without auth.
+func (s *Server) consoleAuth() func(string) (string, bool) {
+	if s.cfg.Auth == nil {
+		return nil
+	}
+	return s.cfg.Auth.principal
 }

@@ -115,35 +115,9 @@ func (s *Server) handleCallAction(w http.ResponseWriter, r *http.Request) {
 // with the call. Another principal's call is 404, as for a read.
 func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("call_id")
-	notFound := func() {
-		writeError(w, s.log, http.StatusNotFound, codeNotFound, "no call with id "+strconv.Quote(id))
-	}
-	if !isCallID(id) {
-		notFound()
-		return
-	}
-	principal := principalOf(r.Context())
-	// The principal is checked before anything changes.
-	cur, err := s.st.Get(r.Context(), id)
-	if err == nil && cur.Principal != principal {
-		err = store.ErrNotFound
-	}
+	call, out, err := s.cancelCall(r.Context(), principalOf(r.Context()), id)
 	if errors.Is(err, store.ErrNotFound) {
-		notFound()
-		return
-	}
-	if err != nil {
-		s.storeError(w, r, err, attrCallID, id)
-		return
-	}
-	errJSON, err := marshalJSON(canceledError)
-	if err != nil {
-		s.internalError(w, r, err)
-		return
-	}
-	call, out, err := s.st.Cancel(r.Context(), id, errJSON)
-	if errors.Is(err, store.ErrNotFound) { // purged meanwhile
-		notFound()
+		writeError(w, s.log, http.StatusNotFound, codeNotFound, "no call with id "+strconv.Quote(id))
 		return
 	}
 	if err != nil {
@@ -152,14 +126,8 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 	}
 	switch out {
 	case store.Canceled:
-		s.log.Info("call canceled", attrCallID, id, attrKey, call.IdemKey, attrPrincipal, principal)
-		s.waiters.notify(id)
 		writeJSON(w, s.log, http.StatusOK, viewOf(call))
 	case store.CancelRequested:
-		if call.Owner != nil && *call.Owner == s.owner {
-			s.exec.running.cancel(id)
-		}
-		s.log.Info("call cancel requested", attrCallID, id, attrKey, call.IdemKey, attrPrincipal, principal)
 		w.Header().Set("Location", CallPath(id))
 		w.Header().Set("Retry-After", "1")
 		writeJSON(w, s.log, http.StatusAccepted, viewOf(call))
@@ -170,4 +138,41 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 			Call:  &v,
 		})
 	}
+}
+
+// cancelCall is the one cancel path, for the API and the console: a
+// malformed id, an unknown call and another principal's call are all
+// store.ErrNotFound, checked before anything changes; a pending call is
+// failed canceled, a running one asked to stop (its tool's context is
+// cancelled at once when it runs in this process).
+func (s *Server) cancelCall(ctx context.Context, principal, id string) (store.Call, store.CancelOutcome, error) {
+	if !isCallID(id) {
+		return store.Call{}, 0, store.ErrNotFound
+	}
+	cur, err := s.st.Get(ctx, id)
+	if err == nil && cur.Principal != principal {
+		err = store.ErrNotFound
+	}
+	if err != nil {
+		return store.Call{}, 0, err
+	}
+	errJSON, err := marshalJSON(canceledError)
+	if err != nil {
+		return store.Call{}, 0, err
+	}
+	call, out, err := s.st.Cancel(ctx, id, errJSON)
+	if err != nil {
+		return store.Call{}, 0, err // ErrNotFound: purged meanwhile
+	}
+	switch out {
+	case store.Canceled:
+		s.log.Info("call canceled", attrCallID, id, attrKey, call.IdemKey, attrPrincipal, principal)
+		s.waiters.notify(id)
+	case store.CancelRequested:
+		if call.Owner != nil && *call.Owner == s.owner {
+			s.exec.running.cancel(id)
+		}
+		s.log.Info("call cancel requested", attrCallID, id, attrKey, call.IdemKey, attrPrincipal, principal)
+	}
+	return call, out, nil
 }

@@ -55,16 +55,24 @@ func (s *Server) routes() http.Handler {
 	route(http.MethodGet, "/metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{
 		ErrorLog: slogPrinter{s.log},
 	}).ServeHTTP)
-	// The read-only web console (docs/console.md): behind the same
-	// authentication as the API, showing the principal's calls only.
-	mux.Handle(console.Prefix, console.New(console.Config{
-		Store:        s.st,
-		Principal:    func(r *http.Request) string { return principalOf(r.Context()) },
-		ValidCallID:  isCallID,
-		EncodeCursor: encodeCursor,
-		DecodeCursor: decodeCursor,
-		Logger:       s.log,
-	}))
+	if !s.cfg.NoUI {
+		// The web console (docs/console.md) authenticates its own requests
+		// (bearer header or its sign-in cookie; authenticate lets its paths
+		// through) and cancels through the API's own cancel path.
+		ui := console.New(console.Config{
+			Store:        s.st,
+			Authenticate: s.consoleAuth(),
+			AuthFailed:   func(reason string) { s.m.authFailures.WithLabelValues(reason).Inc() },
+			Cancel:       s.cancelCall,
+			ValidCallID:  isCallID,
+			EncodeCursor: encodeCursor,
+			DecodeCursor: decodeCursor,
+			Logger:       s.log,
+		})
+		mux.Handle(console.Prefix, ui)
+		mux.Handle(console.Prefix+"/", ui)
+		mux.Handle(console.LegacyPrefix, ui)
+	}
 	mux.HandleFunc("/", s.handleNotFound)
 	// authenticate is outermost: it hands on a copy of the request (with
 	// the principal in its context), and instrument must see the copy the

@@ -68,3 +68,39 @@ func TestListPages(t *testing.T) {
 		}
 	}
 }
+
+// TestListKeyPrefixAndTime: key_prefix narrows to keys starting with it,
+// since/until to a creation-time window (RFC 3339); a bad time is 400.
+func TestListKeyPrefixAndTime(t *testing.T) {
+	b, _ := setupAuth(t)
+	for _, k := range []string{"order-1", "order-2", "refund-1"} {
+		b.post(k, `{"tool":"charge","args":{"amount":1}}`, "Authorization", bearer(aliceToken))
+	}
+	b.post("order-3", `{"tool":"charge","args":{"amount":1}}`, "Authorization", bearer(bobToken))
+	keys := func(v ListView) string {
+		var out []string
+		for _, c := range v.Calls {
+			out = append(out, c.IdemKey)
+		}
+		return fmt.Sprint(out)
+	}
+	if got := keys(listPage(t, b, "?key_prefix=order-", aliceToken)); got != "[order-2 order-1]" {
+		t.Errorf("key_prefix=order-: %s", got)
+	}
+	past, future := "2000-01-01T00:00:00Z", "2999-01-01T00:00:00Z"
+	if got := keys(listPage(t, b, "?since="+past+"&until="+future+"&key_prefix=r", aliceToken)); got != "[refund-1]" {
+		t.Errorf("since/until around now: %s", got)
+	}
+	if got := keys(listPage(t, b, "?since="+future, aliceToken)); got != "[]" {
+		t.Errorf("since the future: %s", got)
+	}
+	if got := keys(listPage(t, b, "?until="+past, aliceToken)); got != "[]" {
+		t.Errorf("until the past: %s", got)
+	}
+	for _, q := range []string{"?since=yesterday", "?until=2026-12-01"} {
+		r := b.get("/v1/tool-calls"+q, "Authorization", bearer(aliceToken))
+		if r.status != http.StatusBadRequest || r.errCode(t) != codeBadRequest {
+			t.Errorf("GET /v1/tool-calls%s: %d %s, want 400 bad_request", q, r.status, r.body)
+		}
+	}
+}

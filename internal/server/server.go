@@ -146,6 +146,9 @@ type Config struct {
 	// final before answering "still running" (docs/mcp.md, "The wait");
 	// zero means mcpdoor.DefaultWait. Capped by MaxWait.
 	MCPWait time.Duration
+	// NoUI turns the web console (/ui, docs/console.md) off: its paths
+	// are then 404 like any unknown path. serve's --ui decides it.
+	NoUI bool
 	// Version is reported by GET /v1; empty means the module version
 	// from the build information.
 	Version string

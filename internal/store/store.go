@@ -32,6 +32,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -271,6 +272,84 @@ type AttemptBucket struct {
 	Calls   int64
 }
 
+// MaxRateMinutes bounds Store.Rates' window (one day).
+const MaxRateMinutes = 24 * 60
+
+// RateBucket is one minute of Store.Rates.
+type RateBucket struct {
+	// Minute is the bucket's start, Unix seconds (a multiple of 60).
+	Minute int64
+	// Created counts calls created in the minute.
+	Created int64
+	// Succeeded and Failed count calls whose last update, in that final
+	// state, fell in the minute.
+	Succeeded, Failed int64
+}
+
+// Rates is Store.Rates' answer: Now is the database's clock when it was
+// read, Buckets the minutes from the first of the window to Now's, oldest
+// first (after FillRates: every minute, zeros included).
+type Rates struct {
+	Now     float64
+	Buckets []RateBucket
+}
+
+// RateWindowStart is the first second Store.Rates counts: the start of
+// the minute minutes whole minutes before now's.
+func RateWindowStart(now float64, minutes int) int64 {
+	return MinuteOf(now) - int64(minutes)*60
+}
+
+// MinuteOf is the start of the minute ts falls in, Unix seconds.
+func MinuteOf(ts float64) int64 {
+	m := int64(ts) / 60 * 60
+	if ts < 0 && float64(m) != ts {
+		m -= 60
+	}
+	return m
+}
+
+// FillRates completes a backend's sparse buckets into one bucket per
+// minute of the window, oldest first; buckets outside it are dropped.
+func FillRates(now float64, minutes int, sparse []RateBucket) Rates {
+	start := RateWindowStart(now, minutes)
+	out := Rates{Now: now, Buckets: make([]RateBucket, minutes+1)}
+	for i := range out.Buckets {
+		out.Buckets[i].Minute = start + int64(i)*60
+	}
+	for _, b := range sparse {
+		i := (b.Minute - start) / 60
+		if b.Minute < start || i >= int64(len(out.Buckets)) || b.Minute%60 != 0 {
+			continue
+		}
+		out.Buckets[i].Created += b.Created
+		out.Buckets[i].Succeeded += b.Succeeded
+		out.Buckets[i].Failed += b.Failed
+	}
+	return out
+}
+
+// AddRate adds n to b's counter for kind, as backends' Rates statements
+// name them: "created", or the final status.
+func AddRate(b *RateBucket, kind string, n int64) {
+	switch kind {
+	case "created":
+		b.Created += n
+	case string(StatusSucceeded):
+		b.Succeeded += n
+	case string(StatusFailed):
+		b.Failed += n
+	}
+}
+
+// CheckRateMinutes is Store.Rates' argument check, shared by backends.
+func CheckRateMinutes(minutes int) error {
+	if minutes < 0 || minutes > MaxRateMinutes {
+		return fmt.Errorf("rates: minutes must be 0 to %d, got %d", MaxRateMinutes, minutes)
+	}
+	return nil
+}
+
 // Queue is the pending queue at one instant (/stats, /metrics, and the
 // back-pressure of new keys).
 type Queue struct {
@@ -303,6 +382,13 @@ type ListFilter struct {
 	// order (keyset pagination): the cursor of the last call of the
 	// previous page.
 	After *Cursor
+	// KeyPrefix, if set, lists only calls whose own idempotency key
+	// starts with it (byte for byte, case-sensitive; alias keys of intent
+	// deduplication are not searched).
+	KeyPrefix string
+	// Since and Until, if set, list only calls created at or after Since
+	// and before Until (Unix seconds, the database's clock).
+	Since, Until *float64
 }
 
 // Cursor is a position in ListCalls' order, newest first: created_at
@@ -319,7 +405,9 @@ func CursorOf(c Call) Cursor { return Cursor{CreatedAt: c.CreatedAt, CallID: c.C
 // Keyset reports whether f needs the keyset listing: a principal, a tool
 // or a cursor. That listing orders ties by call_id on every backend; the
 // plain one (inspect, the scheduler) by insertion.
-func (f ListFilter) Keyset() bool { return f.Principal != nil || f.Tool != "" || f.After != nil }
+func (f ListFilter) Keyset() bool {
+	return f.Principal != nil || f.Tool != "" || f.After != nil || f.KeyPrefix != "" || f.Since != nil || f.Until != nil
+}
 
 // ToolQuota caps how many calls of one tool a ClaimNext may claim.
 type ToolQuota struct {
@@ -474,6 +562,9 @@ type Store interface {
 	ListCalls(ctx context.Context, f ListFilter) ([]Call, error)
 	// ListEffects returns effects newest first (limit 0 = all).
 	ListEffects(ctx context.Context, limit int) ([]Effect, error)
+	// EffectOf returns the effect row of a call (effects.call_id is
+	// unique), or ErrNotFound when the call left none.
+	EffectOf(ctx context.Context, callID string) (Effect, error)
 	// Audit returns audit rows in order; callID "" means all calls
 	// (limit 0 = all; with a limit, the newest limit rows, still in order).
 	// An unknown call has no rows: an empty list, not ErrNotFound.
@@ -482,6 +573,16 @@ type Store interface {
 	Dupes(ctx context.Context) ([]Dupe, error)
 	// Attempts returns the attempt distribution, by attempt ascending.
 	Attempts(ctx context.Context) ([]AttemptBucket, error)
+	// Rates counts, per minute of the database's clock, the calls created
+	// and the calls that became final (succeeded or failed, by their last
+	// update) over the last minutes whole minutes plus the current one
+	// (docs/console.md, "Rates"). It reads the calls table only, so every
+	// instance on one database sees the same numbers, before and after a
+	// restart; a purged call is no longer counted. The backend returns the
+	// minutes that have calls; FillRates completes the series.
+	//
+	// Errors: a plain error for minutes < 0 or > MaxRateMinutes.
+	Rates(ctx context.Context, minutes int) (Rates, error)
 	// Stats counts calls, effects and calls by status.
 	Stats(ctx context.Context) (Stats, error)
 

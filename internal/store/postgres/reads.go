@@ -83,6 +83,16 @@ func keysetSQL(f store.ListFilter) (string, []any) {
 	if f.Tool != "" {
 		where = append(where, "tool = "+arg(f.Tool))
 	}
+	if f.KeyPrefix != "" {
+		p := arg(f.KeyPrefix)
+		where = append(where, "substr(idem_key, 1, length("+p+"::text)) = "+p+"::text")
+	}
+	if f.Since != nil {
+		where = append(where, "created_at >= "+arg(*f.Since)+"::double precision")
+	}
+	if f.Until != nil {
+		where = append(where, "created_at < "+arg(*f.Until)+"::double precision")
+	}
 	if f.After != nil {
 		where = append(where, "(created_at, call_id) < ("+arg(f.After.CreatedAt)+"::double precision, "+arg(f.After.CallID)+"::text)")
 	}
@@ -268,4 +278,51 @@ FROM calls WHERE status = 'pending'`).Scan(&q.Pending, &age)
 		q.OldestPendingAge = max(0, time.Duration(*age*float64(time.Second)))
 	}
 	return q, nil
+}
+
+// Rates counts calls created and calls finished per minute since the
+// start of the window (store.Store.Rates), in one statement (one
+// snapshot), by the database server's clock. idx_calls_created and
+// idx_calls_final_updated serve the two halves.
+func (s *Store) Rates(ctx context.Context, minutes int) (store.Rates, error) {
+	if err := store.CheckRateMinutes(minutes); err != nil {
+		return store.Rates{}, err
+	}
+	var now float64
+	if err := s.pool.QueryRow(ctx, `SELECT `+dbNow).Scan(&now); err != nil {
+		return store.Rates{}, interpret(ctx, err)
+	}
+	start := store.RateWindowStart(now, minutes)
+	rows, err := s.pool.Query(ctx, `
+SELECT (floor(created_at / 60) * 60)::bigint, 'created', count(*) FROM calls
+WHERE created_at >= $1::double precision GROUP BY 1
+UNION ALL
+SELECT (floor(updated_at / 60) * 60)::bigint, status, count(*) FROM calls
+WHERE status IN ('succeeded', 'failed') AND updated_at >= $1::double precision GROUP BY 1, 2`, float64(start))
+	if err != nil {
+		return store.Rates{}, interpret(ctx, err)
+	}
+	sparse, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.RateBucket, error) {
+		var (
+			b    store.RateBucket
+			kind string
+			n    int64
+		)
+		err := r.Scan(&b.Minute, &kind, &n)
+		store.AddRate(&b, kind, n)
+		return b, err
+	})
+	if err != nil {
+		return store.Rates{}, interpret(ctx, err)
+	}
+	return store.FillRates(now, minutes, sparse), nil
+}
+
+// EffectOf returns the effect row of a call, or store.ErrNotFound.
+func (s *Store) EffectOf(ctx context.Context, callID string) (store.Effect, error) {
+	var e store.Effect
+	err := s.pool.QueryRow(ctx, `
+SELECT effect_id, call_id, tool, amount, created_at FROM effects WHERE call_id = $1`, callID).
+		Scan(&e.EffectID, &e.CallID, &e.Tool, &e.Amount, &e.CreatedAt)
+	return e, interpret(ctx, err)
 }

@@ -180,6 +180,15 @@ func keysetQuery(f store.ListFilter) (string, []any) {
 	if f.Tool != "" {
 		where, args = append(where, "tool = ?"), append(args, f.Tool)
 	}
+	if f.KeyPrefix != "" {
+		where, args = append(where, "substr(idem_key, 1, length(?)) = ?"), append(args, f.KeyPrefix, f.KeyPrefix)
+	}
+	if f.Since != nil {
+		where, args = append(where, "created_at >= ?"), append(args, *f.Since)
+	}
+	if f.Until != nil {
+		where, args = append(where, "created_at < ?"), append(args, *f.Until)
+	}
 	if f.After != nil {
 		where = append(where, "(created_at < ? OR (created_at = ? AND call_id < ?))")
 		args = append(args, f.After.CreatedAt, f.After.CreatedAt, f.After.CallID)
@@ -359,4 +368,62 @@ func (s *Store) Queue(ctx context.Context) (store.Queue, error) {
 		q.OldestPendingAge = max(0, time.Duration((s.now()-oldest.Float64)*float64(time.Second)))
 	}
 	return q, nil
+}
+
+// Rates counts calls created and calls finished per minute since the
+// start of the window (store.Store.Rates), in one statement (one
+// snapshot). idx_calls_created and idx_calls_final_updated serve the two
+// halves, so the cost grows with the calls of the window only.
+func (s *Store) Rates(ctx context.Context, minutes int) (store.Rates, error) {
+	if err := store.CheckRateMinutes(minutes); err != nil {
+		return store.Rates{}, err
+	}
+	if err := s.closedErr("rates"); err != nil {
+		return store.Rates{}, err
+	}
+	now := s.now()
+	start := store.RateWindowStart(now, minutes)
+	rows, err := s.r.QueryContext(ctx, `
+SELECT CAST(created_at / 60 AS INTEGER) * 60, 'created', count(*) FROM calls
+WHERE created_at >= ? GROUP BY 1
+UNION ALL
+SELECT CAST(updated_at / 60 AS INTEGER) * 60, status, count(*) FROM calls
+WHERE status IN ('succeeded', 'failed') AND updated_at >= ? GROUP BY 1, 2`, start, start)
+	if err != nil {
+		return store.Rates{}, mapErr(ctx, "rates", err)
+	}
+	defer rows.Close()
+	var sparse []store.RateBucket
+	for rows.Next() {
+		var (
+			b    store.RateBucket
+			kind string
+			n    int64
+		)
+		if err := rows.Scan(&b.Minute, &kind, &n); err != nil {
+			return store.Rates{}, mapErr(ctx, "rates", err)
+		}
+		store.AddRate(&b, kind, n)
+		sparse = append(sparse, b)
+	}
+	if err := rows.Err(); err != nil {
+		return store.Rates{}, mapErr(ctx, "rates", err)
+	}
+	return store.FillRates(now, minutes, sparse), nil
+}
+
+// EffectOf returns the effect row of a call, or store.ErrNotFound.
+func (s *Store) EffectOf(ctx context.Context, callID string) (store.Effect, error) {
+	if err := s.closedErr("effect"); err != nil {
+		return store.Effect{}, err
+	}
+	var (
+		e      store.Effect
+		amount sql.NullInt64
+	)
+	err := s.r.QueryRowContext(ctx,
+		`SELECT effect_id, call_id, tool, amount, created_at FROM effects WHERE call_id = ?`, callID).
+		Scan(&e.EffectID, &e.CallID, &e.Tool, &amount, &e.CreatedAt)
+	e.Amount = nullInt(amount)
+	return e, mapErr(ctx, "effect of "+callID, err)
 }

@@ -129,6 +129,15 @@ func testListEffects(t *testing.T, open func(t *testing.T) store.Store) {
 	if effs[1].Tool != "send_email" || effs[1].Amount != nil {
 		t.Fatalf("email effect = %+v, want tool send_email and no amount", effs[1])
 	}
+	// EffectOf finds each call's row; a call without one is ErrNotFound.
+	for _, e := range effs {
+		got, err := s.EffectOf(t.Context(), e.CallID)
+		if err != nil || got.EffectID != e.EffectID || got.Tool != e.Tool || got.CreatedAt != e.CreatedAt {
+			t.Fatalf("EffectOf(%s) = %+v, %v; want %+v", e.CallID, got, err, e)
+		}
+	}
+	_, err := s.EffectOf(t.Context(), create(t, s, "no-effect").CallID)
+	wantErr(t, "EffectOf a call without an effect", err, store.ErrNotFound)
 	lim, err := s.ListEffects(t.Context(), 2)
 	if err != nil {
 		t.Fatal(err)

@@ -125,6 +125,9 @@ func Run(t *testing.T, f Factory) {
 	t.Run("PrincipalScoping", func(t *testing.T) { testPrincipalScoping(t, open) })
 	t.Run("Purge", func(t *testing.T) { testPurge(t, su) })
 	t.Run("ListKeyset", func(t *testing.T) { testListKeyset(t, su) })
+	// filters.go
+	t.Run("ListFilters", func(t *testing.T) { testListFilters(t, su) })
+	t.Run("Rates", func(t *testing.T) { testRates(t, su) })
 	// dedup.go
 	t.Run("IntentDedup", func(t *testing.T) { testIntentDedup(t, su) })
 	// cancel.go

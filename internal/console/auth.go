@@ -1,0 +1,261 @@
+package console
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/idemctl/idemctl/internal/store"
+)
+
+// Cookie names. Both are HttpOnly, SameSite=Strict, scoped to /ui, and
+// Secure when the request came over TLS.
+const (
+	// SessionCookie holds the bearer token a browser signed in with
+	// (base64url, so any token survives cookie syntax). Only /ui pages
+	// read it; the API does not.
+	SessionCookie = "idemctl_session"
+	// CSRFCookie holds a random nonce per browser session; the CSRF token
+	// of the console's forms is derived from it (csrfFor).
+	CSRFCookie = "idemctl_csrf"
+	// CSRFField is the forms' hidden field.
+	CSRFField = "csrf"
+)
+
+// session is who a console request is from.
+type session struct {
+	principal string
+	// token is the credential (bearer header or cookie); "" without auth.
+	token string
+	// cookie: it came from the sign-in cookie, not a header.
+	cookie bool
+}
+
+type sessionKey struct{}
+
+func sessionOf(r *http.Request) *session {
+	s, _ := r.Context().Value(sessionKey{}).(*session)
+	return s
+}
+
+// principalOf is the request's principal (authed has run).
+func principalOf(r *http.Request) string {
+	if s := sessionOf(r); s != nil {
+		return s.principal
+	}
+	return store.DefaultPrincipal
+}
+
+// authed runs h for an authenticated request. Without Authenticate every
+// request is the default principal. With it, the bearer header comes
+// first (as in the API: a wrong one is 401, never a fallback to the
+// cookie), then the sign-in cookie; a request with neither, or a cookie
+// whose token is no longer accepted, is sent to the sign-in page (a GET)
+// or refused (401).
+func (c *console) authed(h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c.cfg.Authenticate == nil {
+			h(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, &session{})))
+			return
+		}
+		if hdr := r.Header.Get("Authorization"); hdr != "" {
+			scheme, token, ok := strings.Cut(hdr, " ")
+			token = strings.TrimSpace(token)
+			principal, known := "", false
+			if ok && strings.EqualFold(scheme, "Bearer") && token != "" {
+				principal, known = c.cfg.Authenticate(token)
+			}
+			if !known {
+				c.cfg.AuthFailed("unknown")
+				w.Header().Set("WWW-Authenticate", `Bearer realm="idemctl", error="invalid_token"`)
+				c.fail(w, r, http.StatusUnauthorized, "The Authorization header does not hold a token this server accepts.")
+				return
+			}
+			h(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, &session{principal: principal, token: token})))
+			return
+		}
+		if token, ok := cookieToken(r); ok {
+			if principal, known := c.cfg.Authenticate(token); known {
+				h(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, &session{principal: principal, token: token, cookie: true})))
+				return
+			}
+			c.cfg.AuthFailed("unknown")
+			clearCookies(w, r) // revoked since sign-in
+		} else {
+			c.cfg.AuthFailed("missing")
+		}
+		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			http.Redirect(w, r, Prefix+"/signin?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+			return
+		}
+		c.fail(w, r, http.StatusUnauthorized, "Sign in first.")
+	})
+}
+
+func cookieToken(r *http.Request) (string, bool) {
+	ck, err := r.Cookie(SessionCookie)
+	if err != nil || ck.Value == "" {
+		return "", false
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(ck.Value)
+	if err != nil || len(raw) == 0 {
+		return "", false
+	}
+	return string(raw), true
+}
+
+func setCookie(w http.ResponseWriter, r *http.Request, name, value string, maxAge int) {
+	http.SetCookie(w, &http.Cookie{
+		Name: name, Value: value, Path: Prefix, MaxAge: maxAge,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
+	})
+}
+
+func clearCookies(w http.ResponseWriter, r *http.Request) {
+	setCookie(w, r, SessionCookie, "", -1)
+	setCookie(w, r, CSRFCookie, "", -1)
+}
+
+// csrfToken is the CSRF token for the forms of this response: derived
+// from the browser's nonce cookie (set here when missing) and the
+// request's credential, so a page can post only with the nonce cookie a
+// same-site request carries and, with auth, only for the token that
+// rendered it. Stateless: any instance on the database checks it.
+func (c *console) csrfToken(w http.ResponseWriter, r *http.Request, s *session) string {
+	nonce := ""
+	if ck, err := r.Cookie(CSRFCookie); err == nil && validNonce(ck.Value) {
+		nonce = ck.Value
+	} else {
+		nonce = newNonce()
+		setCookie(w, r, CSRFCookie, nonce, 0)
+		// The form must verify against the cookie the browser will hold.
+		r.AddCookie(&http.Cookie{Name: CSRFCookie, Value: nonce})
+	}
+	return csrfFor(s.token, nonce)
+}
+
+func newNonce() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return hex.EncodeToString(b)
+}
+
+func validNonce(v string) bool {
+	if len(v) != 32 {
+		return false
+	}
+	_, err := hex.DecodeString(v)
+	return err == nil
+}
+
+// csrfFor is HMAC-SHA256(token, nonce): without the token (auth off) it
+// still binds the form to the nonce cookie, which a cross-site request
+// neither sends (SameSite=Strict) nor can read (HttpOnly).
+func csrfFor(token, nonce string) string {
+	m := hmac.New(sha256.New, []byte("idemctl console csrf\x00"+token))
+	m.Write([]byte(nonce))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// checkPost refuses a state-changing request that is not from the
+// console's own page: a cross-site Sec-Fetch-Site or Origin, or a missing
+// or wrong CSRF token (compared in constant time). ok false means the
+// 403 page has been written and nothing was done.
+func (c *console) checkPost(w http.ResponseWriter, r *http.Request, needToken bool) bool {
+	if !sameOrigin(r) {
+		c.fail(w, r, http.StatusForbidden, "This form must be sent from the console's own page.")
+		return false
+	}
+	if !needToken {
+		return true
+	}
+	s := sessionOf(r)
+	ck, err := r.Cookie(CSRFCookie)
+	got := r.PostFormValue(CSRFField)
+	if s == nil || err != nil || !validNonce(ck.Value) || got == "" ||
+		!hmac.Equal([]byte(got), []byte(csrfFor(s.token, ck.Value))) {
+		c.fail(w, r, http.StatusForbidden, "The form's security token is missing or wrong (reload the page and try again). Nothing was changed.")
+		return false
+	}
+	return true
+}
+
+// sameOrigin: a browser says where a request comes from with
+// Sec-Fetch-Site and Origin; either, when present, must be this site.
+func sameOrigin(r *http.Request) bool {
+	if sfs := r.Header.Get("Sec-Fetch-Site"); sfs != "" && sfs != "same-origin" && sfs != "none" {
+		return false
+	}
+	if o := r.Header.Get("Origin"); o != "" {
+		u, err := url.Parse(o)
+		if err != nil || u.Host != r.Host {
+			return false
+		}
+	}
+	return true
+}
+
+type signinData struct {
+	Next    string
+	Message string
+}
+
+// safeNext is where to go after signing in: a console page, never
+// another site.
+func safeNext(next string) string {
+	if next == Prefix || (strings.HasPrefix(next, Prefix+"/") && !strings.ContainsAny(next, "\\") &&
+		!strings.HasPrefix(next, Prefix+"/signin")) {
+		return next
+	}
+	return Prefix
+}
+
+// signinPage is GET /ui/signin: the form (without auth there is nothing
+// to sign in to: the overview).
+func (c *console) signinPage(w http.ResponseWriter, r *http.Request) {
+	next := safeNext(r.URL.Query().Get("next"))
+	if c.cfg.Authenticate == nil {
+		http.Redirect(w, r, next, http.StatusSeeOther)
+		return
+	}
+	c.render(w, r, http.StatusOK, "signin.html", page{Title: "Sign in", Data: signinData{Next: next}})
+}
+
+// signin is POST /ui/signin: a token the server accepts is kept in the
+// session cookie, with a fresh CSRF nonce; a wrong one shows the form
+// again (401), never echoing what was typed.
+func (c *console) signin(w http.ResponseWriter, r *http.Request) {
+	if c.cfg.Authenticate == nil {
+		http.Redirect(w, r, Prefix, http.StatusSeeOther)
+		return
+	}
+	if !c.checkPost(w, r, false) {
+		return
+	}
+	next := safeNext(r.PostFormValue("next"))
+	token := strings.TrimSpace(r.PostFormValue("token"))
+	if _, ok := c.cfg.Authenticate(token); token == "" || !ok {
+		c.cfg.AuthFailed("unknown")
+		c.render(w, r, http.StatusUnauthorized, "signin.html", page{Title: "Sign in",
+			Data: signinData{Next: next, Message: "This server does not accept that token."}})
+		return
+	}
+	setCookie(w, r, SessionCookie, base64.RawURLEncoding.EncodeToString([]byte(token)), 0)
+	setCookie(w, r, CSRFCookie, newNonce(), 0)
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// signout is POST /ui/signout: both cookies are cleared.
+func (c *console) signout(w http.ResponseWriter, r *http.Request) {
+	if !c.checkPost(w, r, true) {
+		return
+	}
+	clearCookies(w, r)
+	http.Redirect(w, r, Prefix+"/signin", http.StatusSeeOther)
+}
