@@ -160,6 +160,7 @@ see docs/cli.md, "Exit codes".`,
 var alwaysReadEnv = map[string]bool{
 	envPrefix + "_CONFIG":            true,
 	envPrefix + "_TEST_POSTGRES_URL": true,
+	envPrefix + "_FAILPOINTS":        true, // serve --chaos (docs/failpoints.md)
 }
 
 // envName is the environment variable that may set flag name.
