@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/failpoint"
-	"github.com/idemctl/idemctl/internal/server/servertest"
 	"github.com/idemctl/idemctl/internal/serveproc"
+	"github.com/idemctl/idemctl/internal/server/servertest"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/backend"
 	"github.com/idemctl/idemctl/internal/store/postgres/pgtest"
@@ -50,7 +50,7 @@ type loadReq struct {
 
 // The load reaches every failpoint (each request says which):
 var load = []loadReq{
-	{"charge-1", "charge", map[string]any{"amount": 1}},             // create, claim, succeed
+	{"charge-1", "charge", map[string]any{"amount": 1}},              // create, claim, succeed
 	{"email-1", "send_email", map[string]any{"to": "a@example.com"}}, // an effect tool without amount
 	{"slow-1", "sleep", map[string]any{"seconds": 0.8}},              // lease extension (every lease/3)
 	{"fail-1", "fail", map[string]any{"retryable": false}},           // fail
