@@ -57,9 +57,9 @@ var load = []loadReq{
 	{"retry-1", "fail", map[string]any{"times": 1}},                  // retry (tools file: 3 attempts), then succeed
 	// The worker freezes past its 1s lease after the tool: recover, a
 	// second attempt, and a fenced late commit.
-	{"paused-1", "charge", map[string]any{"amount": 3, "_pause_before_commit": 1.6}},
+	{"paused-1", "charge", map[string]any{"amount": 3, "_pause_before_commit": 2.5}},
 	{"cancel-1", "sleep", map[string]any{"seconds": 2.5}},  // canceled while running: cancel
-	{"abandon-1", "sleep", map[string]any{"seconds": 2.5}}, // abandoned at SIGTERM: release
+	{"abandon-1", "sleep", map[string]any{"seconds": 4}}, // still running at SIGTERM, abandoned: release
 	{"charge-2", "charge", map[string]any{"amount": 2}},
 }
 
