@@ -58,8 +58,8 @@ var load = []loadReq{
 	// The worker freezes past its 1s lease after the tool: recover, a
 	// second attempt, and a fenced late commit.
 	{"paused-1", "charge", map[string]any{"amount": 3, "_pause_before_commit": 2.5}},
-	{"cancel-1", "sleep", map[string]any{"seconds": 2.5}},  // canceled while running: cancel
-	{"abandon-1", "sleep", map[string]any{"seconds": 4}}, // still running at SIGTERM, abandoned: release
+	{"cancel-1", "sleep", map[string]any{"seconds": 2.5}}, // canceled while running: cancel
+	{"abandon-1", "sleep", map[string]any{"seconds": 4}},  // still running at SIGTERM, abandoned: release
 	{"charge-2", "charge", map[string]any{"amount": 2}},
 }
 
