@@ -56,8 +56,12 @@ var load = []loadReq{
 	{"fail-1", "fail", map[string]any{"retryable": false}},           // fail
 	{"retry-1", "fail", map[string]any{"times": 1}},                  // retry (tools file: 3 attempts), then succeed
 	// The worker freezes past its 1s lease after the tool: recover, a
-	// second attempt, and a fenced late commit.
-	{"paused-1", "charge", map[string]any{"amount": 3, "_pause_before_commit": 2.5}},
+	// second attempt, and a fenced late commit whose effect must not land.
+	// send_email runs one at a time (toolsFile), and the frozen worker
+	// holds that slot, so no claim can take the expired call over directly:
+	// recovery must (a claim racing recovery otherwise can, and the point
+	// would not be reached).
+	{"paused-1", "send_email", map[string]any{"to": "b@example.com", "_pause_before_commit": 2.5}},
 	{"cancel-1", "sleep", map[string]any{"seconds": 2.5}}, // canceled while running: cancel
 	{"abandon-1", "sleep", map[string]any{"seconds": 4}},  // still running at SIGTERM, abandoned: release
 	{"charge-2", "charge", map[string]any{"amount": 2}},
@@ -66,11 +70,15 @@ var load = []loadReq{
 // effectTools are the tools whose success writes an effect row.
 var effectTools = map[string]bool{"charge": true, "send_email": true}
 
-// toolsFile gives fail server-side retries, so the load reaches ScheduleRetry.
+// toolsFile gives fail server-side retries, so the load reaches
+// ScheduleRetry, and runs send_email one call at a time (see paused-1).
 const toolsFile = `tools:
   - name: fail
     kind: builtin
     retry: {max_attempts: 3, initial_backoff: 50ms, max_backoff: 100ms}
+  - name: send_email
+    kind: builtin
+    concurrency: 1
 `
 
 // crashSkip is how many times a crash cell lets its point pass before the
