@@ -157,10 +157,12 @@ see docs/cli.md, "Exit codes".`,
 }
 
 // alwaysReadEnv are the IDEMCTL_* variables read on purpose that are not a
-// flag's: the config file's path and the PostgreSQL URL the tests use.
+// flag's: the config file's path, the PostgreSQL URL the tests use, and the
+// failpoints serve --chaos arms.
 var alwaysReadEnv = map[string]bool{
 	envPrefix + "_CONFIG":            true,
 	envPrefix + "_TEST_POSTGRES_URL": true,
+	envPrefix + "_FAILPOINTS":        true, // serve --chaos (docs/failpoints.md)
 }
 
 // envName is the environment variable that may set flag name.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/idemctl/idemctl/internal/failpoint"
 	"github.com/idemctl/idemctl/internal/mcpdoor"
 	"github.com/idemctl/idemctl/internal/server"
 	"github.com/idemctl/idemctl/internal/store"
@@ -49,8 +50,9 @@ type serveOptions struct {
 	UI    bool
 	uiSet bool
 
-	level slog.Level        // parsed by Validate
-	tools *toolreg.Registry // loaded by Validate (nil: the built-ins)
+	level      slog.Level          // parsed by Validate
+	tools      *toolreg.Registry   // loaded by Validate (nil: the built-ins)
+	failpoints *failpoint.Registry // IDEMCTL_FAILPOINTS, parsed by Validate (nil: none)
 }
 
 // Validate checks the flags. The loopback rule for --chaos is enforced by
@@ -106,6 +108,11 @@ func (o *serveOptions) Validate() error {
 	if o.ShutdownGrace < 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-grace must not be negative, got %s", o.ShutdownGrace))
 	}
+	fps, err := loadFailpoints(o.Chaos)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	o.failpoints = fps
 	level, logErrs := checkLogFlags(o.LogFormat, o.LogLevel)
 	o.level = level
 	errs = append(errs, logErrs...)
@@ -163,7 +170,7 @@ Passwords in --db are never printed. See docs/cli.md, "serve".`,
 	f.IntVar(&opts.Workers, "workers", server.DefaultWorkers, "tool executions run at once (a goroutine each; sized for I/O-bound tools)")
 	f.DurationVar(&opts.Lease, "lease", server.DefaultLease, "how long a call stays claimed after its worker's last heartbeat (every lease/3); at least 1s")
 	f.IntVar(&opts.MaxPending, "max-pending", server.DefaultMaxPending, "pending calls beyond which a new key gets 503 overloaded; 0 = unlimited")
-	f.BoolVar(&opts.Chaos, "chaos", false, "enable the test-only args _crash_after_commit, _crash_before_commit and _pause_before_commit (loopback addresses only)")
+	f.BoolVar(&opts.Chaos, "chaos", false, "enable the test-only args _crash_after_commit, _crash_before_commit and _pause_before_commit, and IDEMCTL_FAILPOINTS (loopback addresses only)")
 	addLogFlags(f, &opts.LogFormat, &opts.LogLevel)
 	f.DurationVar(&opts.ShutdownGrace, "shutdown-grace", server.DefaultShutdownGrace, "on SIGINT/SIGTERM, how long running tools may take to finish")
 	f.StringVar(&opts.Pprof, "pprof", "", "serve Go's profiles (/debug/pprof/) on this loopback address, e.g. 127.0.0.1:6060; off when empty")
@@ -224,6 +231,7 @@ func runServe(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 		return fmt.Errorf("opening database %s: %w", backend.Redact(o.DB), err)
 	}
 	defer st.Close()
+	st = armFailpoints(o.failpoints, st, logger)
 
 	srv, err := server.New(server.Config{
 		Addr:           o.Addr,

@@ -91,6 +91,10 @@ type Config struct {
 	// WaitReady makes a start also wait for GET /readyz to answer 200, not
 	// only for the serving line.
 	WaitReady bool
+	// Env are KEY=VALUE pairs added to the process's environment, after
+	// the caller's IDEMCTL_* variables are dropped (IDEMCTL_FAILPOINTS,
+	// say).
+	Env []string
 }
 
 // Process is a running (or exited) `idemctl serve`, which can be restarted.
@@ -163,7 +167,7 @@ func (p *Process) CommandLine() string {
 func (p *Process) start(ctx context.Context, addr string) error {
 	full := p.args(addr)
 	cmd := exec.Command(p.cfg.Binary, full...) // not CommandContext: the server outlives ctx
-	cmd.Env = cleanEnv()
+	cmd.Env = append(cleanEnv(), p.cfg.Env...)
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	if err := startChild(cmd); err != nil {

@@ -447,8 +447,8 @@ func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, s.log, http.StatusOK, statusView{Status: "ok"})
 }
 
-// handleReadyz is GET /readyz: the database answers and the server is not
-// stopping.
+// handleReadyz is GET /readyz: the server is not stopping, its writes
+// are not failing (writehealth.go), and the database answers.
 func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	select {
 	case <-s.closing:
@@ -456,6 +456,11 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 		writeError(w, s.log, http.StatusServiceUnavailable, codeUnavailable, "shutting down")
 		return
 	default:
+	}
+	if !s.health.ready() {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, s.log, http.StatusServiceUnavailable, codeUnavailable, "database writes failing")
+		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()

@@ -208,6 +208,7 @@ type Server struct {
 
 	started   atomic.Bool
 	closing   chan struct{} // closed when a stop begins: waits return, readyz fails
+	health    *writeHealth  // whether the database takes writes (readyz)
 	closeOnce sync.Once
 	purgeDone chan struct{} // closed when the purge task has ended (nil if none)
 }
@@ -246,6 +247,8 @@ func New(cfg Config, st store.Store) (*Server, error) {
 		self.Host = "unknown-host"
 	}
 	owner := fmt.Sprintf("%s/%d", self, instances.Add(1))
+	health := &writeHealth{log: log, retest: writeRetest}
+	st = &healthStore{Store: st, h: health} // every write's outcome, for /readyz (writehealth.go)
 
 	s := &Server{
 		cfg:             cfg,
@@ -257,6 +260,7 @@ func New(cfg Config, st store.Store) (*Server, error) {
 		owner:           owner,
 		closing:         make(chan struct{}),
 		whyNoDeadOwners: why,
+		health:          health,
 	}
 	maxPending := int64(max(cfg.MaxPending, 0))
 	s.m, err = newMetrics(st, maxPending, cfg.Registry)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemctl/idemctl/internal/failpoint"
 	"github.com/idemctl/idemctl/internal/store"
 )
 
@@ -134,7 +135,7 @@ func (s *Store) createOrGetOnce(ctx context.Context, n store.NewCall) (store.Cal
 	if n.Intent != "" {
 		intent = &n.Intent
 	}
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, beforeCommit(failpoint.CreateBeforeCommit, func() bool { return out != store.Existing }, func(tx pgx.Tx) error {
 		handled, err := s.aliasOrDedup(ctx, tx, n, &call, &out)
 		if err != nil || handled {
 			return err
@@ -207,7 +208,7 @@ RETURNING `+callColumnsOf("calls"), call.CallID))
 		}
 		out = store.RetryReset
 		return insertAudit(ctx, tx, call.UpdatedAt, call.CallID, store.EventRetryReset, store.DetailRetryReset(prevErr))
-	})
+	}))
 	if err != nil {
 		return store.Call{}, 0, err
 	}
@@ -376,11 +377,15 @@ func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration
 			capped, left = append(capped, q.Tool), append(left, int32(min(q.Max, math.MaxInt32)))
 		}
 	}
-	rows, err := s.pool.Query(ctx, claimSQL, owner, limit, lease.Seconds(), store.DetailClaimed(owner), full, capped, left)
-	if err != nil {
-		return nil, interpret(ctx, err)
-	}
-	calls, err := collectCalls(rows)
+	var calls []store.Call
+	err := s.writeStmt(ctx, failpoint.ClaimBeforeCommit, func(q querier) (bool, error) {
+		rows, err := q.Query(ctx, claimSQL, owner, limit, lease.Seconds(), store.DetailClaimed(owner), full, capped, left)
+		if err != nil {
+			return false, err
+		}
+		calls, err = collectCalls(rows)
+		return len(calls) > 0, err
+	})
 	if err != nil {
 		return nil, interpret(ctx, err)
 	}
@@ -438,7 +443,7 @@ func (s *Store) complete(ctx context.Context, c store.Completion, status store.S
 	}
 
 	var call store.Call
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, beforeCommit(completePoint(status), nil, func(tx pgx.Tx) error {
 		var err error
 		call, err = scanCall(tx.QueryRow(ctx, `
 UPDATE calls
@@ -487,7 +492,7 @@ RETURNING `+callColumns, c.CallID))
 			detail = store.DetailFailed(c)
 		}
 		return insertAudit(ctx, tx, call.UpdatedAt, call.CallID, event, detail)
-	})
+	}))
 	if errors.Is(err, store.ErrFenced) {
 		return store.Call{}, s.auditFenced(ctx, c)
 	}
@@ -508,7 +513,7 @@ func (s *Store) ScheduleRetry(ctx context.Context, c store.Completion, delay tim
 		return store.Call{}, fmt.Errorf("postgres schedule retry: negative delay %v", delay)
 	}
 	var call store.Call
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, beforeCommit(failpoint.RetryBeforeCommit, nil, func(tx pgx.Tx) error {
 		var err error
 		call, err = scanCall(tx.QueryRow(ctx, `
 UPDATE calls
@@ -528,7 +533,7 @@ RETURNING `+callColumnsOf("calls"),
 		}
 		return insertAudit(ctx, tx, call.UpdatedAt, call.CallID, store.EventRetryScheduled,
 			store.DetailRetryScheduled(delay, c))
-	})
+	}))
 	if errors.Is(err, store.ErrFenced) {
 		return store.Call{}, s.auditFenced(ctx, c)
 	}
@@ -598,7 +603,7 @@ func (s *Store) RecoverExpired(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	ids := []string{}
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, beforeCommit(failpoint.RecoverBeforeCommit, func() bool { return len(ids) > 0 }, func(tx pgx.Tx) error {
 		ids = ids[:0]
 		rows, err := tx.Query(ctx, recoverSQL)
 		if err != nil {
@@ -631,7 +636,7 @@ func (s *Store) RecoverExpired(ctx context.Context) ([]string, error) {
 SELECT a.ts, a.call_id, a.event, a.detail FROM unnest($1::double precision[], $2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS a(ts, call_id, event, detail, n)
 ORDER BY n`, ts, ids, events, details)
 		return err
-	})
+	}))
 	if err != nil {
 		return nil, err
 	}
@@ -644,7 +649,7 @@ func (s *Store) Release(ctx context.Context, callID, owner string, attempt int64
 	if err := s.writable(); err != nil {
 		return err
 	}
-	return s.inTx(ctx, func(tx pgx.Tx) error {
+	return s.inTx(ctx, beforeCommit(failpoint.ReleaseBeforeCommit, nil, func(tx pgx.Tx) error {
 		var ts float64
 		err := tx.QueryRow(ctx, `
 UPDATE calls
@@ -668,7 +673,7 @@ RETURNING updated_at`, callID, owner, attempt).Scan(&ts)
 			return err
 		}
 		return insertAudit(ctx, tx, ts, callID, store.EventRecover, reason)
-	})
+	}))
 }
 
 // extendLeaseSQL is a heartbeat in one round trip: the fenced update, and
@@ -696,7 +701,10 @@ func (s *Store) ExtendLease(ctx context.Context, callID, owner string, attempt i
 		return fmt.Errorf("postgres extend lease: lease must be positive, got %v", lease)
 	}
 	var extended, exists, cancel bool
-	err := s.pool.QueryRow(ctx, extendLeaseSQL, callID, owner, attempt, lease.Seconds()).Scan(&extended, &exists, &cancel)
+	err := s.writeStmt(ctx, failpoint.LeaseBeforeCommit, func(q querier) (bool, error) {
+		err := q.QueryRow(ctx, extendLeaseSQL, callID, owner, attempt, lease.Seconds()).Scan(&extended, &exists, &cancel)
+		return extended, err
+	})
 	switch {
 	case err != nil:
 		return interpret(ctx, err)

@@ -160,7 +160,7 @@ func run(op *writeOp, tx *sql.Tx) (err error) {
 			err = &panicError{name: op.name, value: v, stack: debug.Stack()}
 		}
 	}()
-	return op.fn(context.WithoutCancel(op.ctx), tx)
+	return withBeforeCommit(context.WithoutCancel(op.ctx), op, tx) // op.fn, then its failpoint (failpoint.go)
 }
 
 // runAlone runs one write in a transaction of its own on conn: the retry

@@ -135,4 +135,6 @@ func Run(t *testing.T, f Factory) {
 	// instances.go
 	t.Run("Instances", func(t *testing.T) { testInstances(t, su) })
 	t.Run("ClosedStore", func(t *testing.T) { testClosedStore(t, su) })
+	// failpoint.go
+	t.Run("BeforeCommitFailpoints", func(t *testing.T) { testBeforeCommitFailpoints(t, open) })
 }
