@@ -167,44 +167,53 @@ var errSlowPath = errors.New("postgres: create needs the full transaction")
 // Before this, a create was seven round trips (BEGIN, lock, alias lookup,
 // INSERT, audit INSERT, COMMIT): BENCHMARKS.md, section 13.
 func (s *Store) createFast(ctx context.Context, n store.NewCall, args string, intent *string) (store.Call, store.Outcome, error) {
-	b := &pgx.Batch{}
-	b.Queue(lockKeySQL, n.Principal, n.IdemKey)
-	b.Queue(createSQL, n.CallID, n.IdemKey, n.Fingerprint, n.ClientID, n.Seq, n.Tool, args, n.Principal, intent,
-		store.ViaOf(n.Via), store.DetailCreated(n.Tool))
-	b.Queue(`SELECT `+callColumns+` FROM calls WHERE principal = $1 AND idem_key = $2`, n.Principal, n.IdemKey)
-	br := s.pool.SendBatch(ctx, b)
-	defer br.Close()
-	if _, err := br.Exec(); err != nil {
+	var (
+		call store.Call
+		out  store.Outcome
+	)
+	if err := s.creates.run(ctx, s.createOp(n, args, intent, &call, &out)); err != nil {
 		return store.Call{}, 0, err
 	}
-	created, err := scanCall(br.QueryRow())
-	if err == nil {
-		if err := br.Close(); err != nil { // the implicit commit
-			return store.Call{}, 0, err
-		}
-		return created, store.Created, nil
+	return call, out, nil
+}
+
+// createOp is createFast's write, answering into call and out.
+func (s *Store) createOp(n store.NewCall, args string, intent *string, call *store.Call, out *store.Outcome) *groupOp {
+	return &groupOp{
+		key: "k" + n.Principal + "\x01" + n.IdemKey,
+		queue: func(b *pgx.Batch) {
+			b.Queue(lockKeySQL, n.Principal, n.IdemKey)
+			b.Queue(createSQL, n.CallID, n.IdemKey, n.Fingerprint, n.ClientID, n.Seq, n.Tool, args, n.Principal, intent,
+				store.ViaOf(n.Via), store.DetailCreated(n.Tool))
+			b.Queue(`SELECT `+callColumns+` FROM calls WHERE principal = $1 AND idem_key = $2`, n.Principal, n.IdemKey)
+		},
+		read: func(r *results) error {
+			*call, *out = store.Call{}, 0
+			if _, err := r.Exec(); err != nil {
+				return err
+			}
+			created, err := scanCall(r.QueryRow())
+			existing, errExisting := scanCall(r.QueryRow())
+			switch {
+			case err == nil:
+				*call, *out = created, store.Created
+				return nil
+			case !errors.Is(err, pgx.ErrNoRows):
+				return err
+			case errors.Is(errExisting, pgx.ErrNoRows):
+				return errSlowPath // an alias, or the winner vanished
+			case errExisting != nil:
+				return errExisting
+			case existing.Fingerprint != n.Fingerprint:
+				// Same key, different request: refuse, write nothing (409).
+				return fmt.Errorf("postgres create: %w", &store.ConflictError{CallID: existing.CallID, Key: n.IdemKey})
+			case existing.Status == store.StatusFailed:
+				return errSlowPath // may be reset: decided under FOR UPDATE
+			}
+			*call, *out = existing, store.Existing
+			return nil
+		},
 	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return store.Call{}, 0, err
-	}
-	call, err := scanCall(br.QueryRow())
-	if errors.Is(err, pgx.ErrNoRows) {
-		return store.Call{}, 0, errSlowPath // an alias, or the winner vanished
-	}
-	if err != nil {
-		return store.Call{}, 0, err
-	}
-	if err := br.Close(); err != nil {
-		return store.Call{}, 0, err
-	}
-	switch {
-	case call.Fingerprint != n.Fingerprint:
-		// Same key, different request: refuse, write nothing (409).
-		return store.Call{}, 0, fmt.Errorf("postgres create: %w", &store.ConflictError{CallID: call.CallID, Key: n.IdemKey})
-	case call.Status == store.StatusFailed:
-		return store.Call{}, 0, errSlowPath // may be reset: decided under FOR UPDATE
-	}
-	return call, store.Existing, nil
 }
 
 func (s *Store) createOrGetOnce(ctx context.Context, n store.NewCall) (store.Call, store.Outcome, error) {
@@ -644,16 +653,29 @@ func (s *Store) completeFast(ctx context.Context, c store.Completion, status sto
 	if status == store.StatusFailed {
 		detail = store.DetailFailed(c)
 	}
-	call, err := scanCall(s.pool.QueryRow(ctx, completeSQL,
-		c.CallID, c.Owner, c.Attempt, string(status), result, errObj, effectID, tool, amount, event, detail))
-	var pgErr *pgconn.PgError
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return store.Call{}, store.ErrFenced
-	case errors.As(err, &pgErr) && pgErr.Code == "23505": // unique_violation
-		return store.Call{}, errSlowPath
+	var call store.Call
+	op := &groupOp{
+		key: c.CallID,
+		queue: func(b *pgx.Batch) {
+			b.Queue(completeSQL, c.CallID, c.Owner, c.Attempt, string(status), result, errObj, effectID, tool, amount, event, detail)
+		},
+		read: func(r *results) error {
+			var err error
+			call, err = scanCall(r.QueryRow())
+			var pgErr *pgconn.PgError
+			switch {
+			case errors.Is(err, pgx.ErrNoRows):
+				return store.ErrFenced
+			case errors.As(err, &pgErr) && pgErr.Code == "23505": // unique_violation
+				return errSlowPath
+			}
+			return err
+		},
 	}
-	return call, err
+	if err := s.completions.run(ctx, op); err != nil {
+		return store.Call{}, err
+	}
+	return call, nil
 }
 
 // ScheduleRetry returns the call to pending with a not-before time of the
