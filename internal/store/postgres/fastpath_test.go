@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/postgres/pgtest"
@@ -131,5 +134,63 @@ func TestGroupFailsOnlyTheBadWrite(t *testing.T) {
 	}
 	if got := scalar[int64](t, s, `SELECT count(*) FROM audit WHERE event = 'created'`); got != n {
 		t.Errorf("created audit rows = %d, want %d", got, n)
+	}
+}
+
+// stuckPool is a SendBatch that blocks until release is closed, then
+// fails: committers busy for as long as a test wants.
+type stuckPool struct{ entered, release chan struct{} }
+
+var errStuck = errors.New("stuck pool")
+
+func (p stuckPool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	p.entered <- struct{}{}
+	<-p.release
+	return pgx.FailedBatchResults(b, errStuck)
+}
+
+// TestGroupWaitIsBounded: while every committer is busy, a write waits for
+// one at most the group's wait (the lock timeout), then fails with
+// ErrUnavailable without running; the writes already taken are answered
+// once their batches end.
+func TestGroupWaitIsBounded(t *testing.T) {
+	pool := stuckPool{entered: make(chan struct{}, committers), release: make(chan struct{})}
+	g := newGroup(pool, 100*time.Millisecond)
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(pool.release) }) }
+	defer g.stop()
+	defer release() // before stop: a failing test must not leave the committers stuck
+	ran := make(chan struct{}, committers+1)
+	op := func() *groupOp {
+		return &groupOp{queue: func(*pgx.Batch) {}, read: func(r *results) error {
+			ran <- struct{}{}
+			_, err := r.Exec()
+			return err
+		}}
+	}
+	// A generous context: the bound under test is g.wait, not this.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	busy := make(chan error, committers)
+	for range committers {
+		go func() { busy <- g.run(ctx, op()) }()
+	}
+	// Each committer takes one write and blocks in SendBatch.
+	for range committers {
+		<-pool.entered
+	}
+
+	err := g.run(ctx, op())
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("a write with every committer busy: err = %v, want ErrUnavailable", err)
+	}
+	release()
+	for range committers {
+		if err := <-busy; !errors.Is(err, errStuck) {
+			t.Errorf("a write taken before: err = %v, want its batch's error", err)
+		}
+	}
+	if n := len(ran); n != committers {
+		t.Errorf("writes that ran = %d, want %d (the refused one must not run)", n, committers)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -107,6 +108,9 @@ type group struct {
 	pool interface {
 		SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 	}
+	// wait bounds how long a write waits to be taken by a committer: the
+	// lock timeout, as for a write waiting on a lock in the database.
+	wait time.Duration
 	ops  chan *groupOp
 	quit chan struct{}
 	wg   sync.WaitGroup
@@ -114,8 +118,8 @@ type group struct {
 
 func newGroup(pool interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-}) *group {
-	g := &group{pool: pool, ops: make(chan *groupOp), quit: make(chan struct{})}
+}, wait time.Duration) *group {
+	g := &group{pool: pool, wait: wait, ops: make(chan *groupOp), quit: make(chan struct{})}
 	g.wg.Add(committers)
 	for range committers {
 		go g.loop()
@@ -131,15 +135,21 @@ func (g *group) stop() {
 }
 
 // run submits op and waits for its answer. A write not yet taken by a
-// committer gives up with its ctx; once taken, it runs to its end and is
-// answered (its statements run under a context without the cancellation:
-// cancelling one statement would abort the whole batch's transaction).
+// committer gives up with its ctx, or with ErrUnavailable after g.wait;
+// once taken, it runs to its end and is answered (its statements run under
+// a context without the cancellation: cancelling one statement would abort
+// the whole batch's transaction).
 func (g *group) run(ctx context.Context, op *groupOp) error {
 	op.done = make(chan error, 1)
+	busy := time.NewTimer(g.wait)
+	defer busy.Stop()
+	busyErr := fmt.Errorf("postgres: %w: no committer free for %v", store.ErrUnavailable, g.wait)
 	select {
 	case g.ops <- op:
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-busy.C:
+		return busyErr
 	case <-g.quit:
 		return fmt.Errorf("postgres: %w: store closed", store.ErrUnavailable)
 	}
@@ -149,6 +159,10 @@ func (g *group) run(ctx context.Context, op *groupOp) error {
 	case <-ctx.Done():
 		if op.state.CompareAndSwap(opQueued, opAbandoned) {
 			return ctx.Err()
+		}
+	case <-busy.C:
+		if op.state.CompareAndSwap(opQueued, opAbandoned) {
+			return busyErr
 		}
 	}
 	return <-op.done

@@ -90,7 +90,9 @@ func Open(ctx context.Context, url string, opts store.Options) (*Store, error) {
 	// fails with 55P03, which we report as ErrUnavailable (503), the same
 	// contract as SQLite's busy timeout. Options win over the URL, the URL
 	// over the default.
+	wait := defaultLockTimeout
 	if opts.BusyTimeout > 0 {
+		wait = opts.BusyTimeout
 		params["lock_timeout"] = fmt.Sprintf("%dms", opts.BusyTimeout.Milliseconds())
 	} else if _, ok := params["lock_timeout"]; !ok {
 		params["lock_timeout"] = fmt.Sprintf("%dms", defaultLockTimeout.Milliseconds())
@@ -122,7 +124,7 @@ func Open(ctx context.Context, url string, opts store.Options) (*Store, error) {
 		return nil, err
 	}
 	if !opts.ReadOnly {
-		s.creates, s.completions = newGroup(pool), newGroup(pool)
+		s.creates, s.completions = newGroup(pool, wait), newGroup(pool, wait)
 	}
 	return s, nil
 }
