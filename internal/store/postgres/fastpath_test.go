@@ -194,3 +194,32 @@ func TestGroupWaitIsBounded(t *testing.T) {
 		t.Errorf("writes that ran = %d, want %d (the refused one must not run)", n, committers)
 	}
 }
+
+// TestGroupAlignsResults: a write that answers before reading all of its
+// statements' results (an early decision, or a panic) does not shift the
+// results the next write of its batch reads.
+func TestGroupAlignsResults(t *testing.T) {
+	s := open(t, pgtest.Schema(t), store.Options{})
+	early := &groupOp{
+		queue: func(b *pgx.Batch) {
+			b.Queue(`SELECT 'not a call'`)
+			b.Queue(`SELECT 'nor this'`)
+		},
+		read: func(r *results) error { return nil }, // reads none of them
+		done: make(chan error, 1),
+	}
+	var (
+		call store.Call
+		out  store.Outcome
+	)
+	n := newCall(t, "k")
+	next := s.createOp(n, string(n.ArgsJSON), nil, &call, &out)
+	next.key, next.done = "z", make(chan error, 1) // after early, in key order
+	s.creates.commit([]*groupOp{early, next})
+	if err := <-early.done; err != nil {
+		t.Fatalf("early write: %v", err)
+	}
+	if err := <-next.done; err != nil || out != store.Created || call.CallID != n.CallID {
+		t.Fatalf("the write after it = %s %v, %v; want Created %s", call.CallID, out, err, n.CallID)
+	}
+}

@@ -53,6 +53,8 @@ const committers = 4
 // that failed (anything but no rows): then the batch was rolled back.
 type results struct {
 	br pgx.BatchResults
+	// read counts the results the current write has read.
+	read int
 	// first is the first failure read (anything but no rows).
 	first error
 }
@@ -65,13 +67,17 @@ func (r *results) note(err error) {
 
 // Exec reads the next result as an Exec.
 func (r *results) Exec() (pgconn.CommandTag, error) {
+	r.read++
 	tag, err := r.br.Exec()
 	r.note(err)
 	return tag, err
 }
 
 // QueryRow reads the next result as a one-row query.
-func (r *results) QueryRow() pgx.Row { return row{r, r.br.QueryRow()} }
+func (r *results) QueryRow() pgx.Row {
+	r.read++
+	return row{r, r.br.QueryRow()}
+}
 
 type row struct {
 	r   *results
@@ -226,12 +232,22 @@ func (g *group) commit(ops []*groupOp) {
 func (g *group) send(ops []*groupOp) (errs []error, failed error) {
 	errs = make([]error, len(ops))
 	b := &pgx.Batch{}
-	for _, op := range ops {
+	stmts := make([]int, len(ops))
+	for i, op := range ops {
+		n := b.Len()
 		op.queue(b)
+		stmts[i] = b.Len() - n
 	}
 	r := &results{br: g.pool.SendBatch(context.Background(), b)}
 	for i, op := range ops {
+		r.read = 0
 		errs[i] = read(op, r)
+		// A read that returned early left some of its results unread:
+		// read them, so the next write reads its own.
+		for ; r.read < stmts[i]; r.read++ {
+			_, err := r.br.Exec()
+			r.note(err)
+		}
 	}
 	// Close reads what is left; the batch committed only if no statement
 	// failed.
