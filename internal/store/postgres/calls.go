@@ -164,7 +164,7 @@ var errSlowPath = errors.New("postgres: create needs the full transaction")
 // failed call that may be reset, a vanished winner) is errSlowPath, and
 // then nothing was written.
 //
-// Before this, a create was seven round trips (BEGIN, lock, alias lookup,
+// Before this, a create was six round trips (BEGIN, lock, alias lookup,
 // INSERT, audit INSERT, COMMIT): BENCHMARKS.md, section 13.
 func (s *Store) createFast(ctx context.Context, n store.NewCall, args string, intent *string) (store.Call, store.Outcome, error) {
 	var (

@@ -149,13 +149,12 @@ func (g *group) run(ctx context.Context, op *groupOp) error {
 	op.done = make(chan error, 1)
 	busy := time.NewTimer(g.wait)
 	defer busy.Stop()
-	busyErr := fmt.Errorf("postgres: %w: no committer free for %v", store.ErrUnavailable, g.wait)
 	select {
 	case g.ops <- op:
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-busy.C:
-		return busyErr
+		return g.busyErr()
 	case <-g.quit:
 		return fmt.Errorf("postgres: %w: store closed", store.ErrUnavailable)
 	}
@@ -168,10 +167,16 @@ func (g *group) run(ctx context.Context, op *groupOp) error {
 		}
 	case <-busy.C:
 		if op.state.CompareAndSwap(opQueued, opAbandoned) {
-			return busyErr
+			return g.busyErr()
 		}
 	}
 	return <-op.done
+}
+
+// busyErr is a write's answer when no committer took it within g.wait
+// (made only then: formatting it costs more than queueing a write).
+func (g *group) busyErr() error {
+	return fmt.Errorf("postgres: %w: no committer free for %v", store.ErrUnavailable, g.wait)
 }
 
 func (g *group) loop() {
