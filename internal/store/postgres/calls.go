@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemctl/idemctl/internal/failpoint"
 	"github.com/idemctl/idemctl/internal/store"
@@ -122,6 +123,100 @@ func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, s
 	return store.Call{}, 0, fmt.Errorf("postgres: create or get %q: %w", n.IdemKey, errWinnerVanished)
 }
 
+// createSQL inserts a new call and its created audit row in one statement
+// ($1 call id, $2 key, $3 fingerprint, $4 client id, $5 seq, $6 tool, $7
+// args, $8 principal, $9 intent, $10 via, $11 the created audit detail),
+// unless the key is a call's own key (ON CONFLICT: nothing, no row) or an
+// alias (NOT EXISTS: nothing, no row). It returns the new call.
+const createSQL = `
+WITH clock AS MATERIALIZED (
+  SELECT ` + dbNow + ` AS now
+), created AS (
+  INSERT INTO calls (call_id, principal, idem_key, fingerprint, client_id, seq, tool, args_json,
+                     status, attempt, created_at, updated_at, intent, via)
+  SELECT $1, $8, $2, $3, $4, $5, $6, $7, 'pending', 0, clock.now, clock.now, $9, $10
+  FROM clock
+  WHERE NOT EXISTS (SELECT 1 FROM key_aliases WHERE principal = $8 AND idem_key = $2)
+  ON CONFLICT (principal, idem_key) DO NOTHING
+  RETURNING ` + callColumns + `
+), audited AS (
+  INSERT INTO audit (ts, call_id, event, detail)
+  SELECT created_at, call_id, '` + store.EventCreated + `', $11::text FROM created
+)
+SELECT ` + callColumns + ` FROM created`
+
+// lockKeySQL is the per-key advisory lock of aliasOrDedup.
+const lockKeySQL = `SELECT pg_advisory_xact_lock(hashtextextended($1 || chr(1) || $2, 0))`
+
+// errSlowPath: createFast could not decide alone; createOrGetOnce's
+// transaction decides (nothing was written).
+var errSlowPath = errors.New("postgres: create needs the full transaction")
+
+// createFast is the common create-or-get of a key with no dedup rule, in
+// one round trip: one pipelined batch, which PostgreSQL runs as one
+// implicit transaction, of the key's advisory lock (as aliasOrDedup takes
+// it), the insert of the call with its audit row unless the key is an
+// alias or a call's own key (createSQL), and, for when it was not
+// inserted, a read of the key's call. Each statement takes its snapshot
+// after the lock is held (READ COMMITTED), so the alias check sees
+// whatever an earlier holder of the lock committed, exactly as
+// aliasOrDedup's SELECT does. It answers Created, and a replay of a
+// non-failed call (Existing) or a conflict; anything else (an alias, a
+// failed call that may be reset, a vanished winner) is errSlowPath, and
+// then nothing was written.
+//
+// Before this, a create was six round trips (BEGIN, lock, alias lookup,
+// INSERT, audit INSERT, COMMIT): BENCHMARKS.md, section 13.
+func (s *Store) createFast(ctx context.Context, n store.NewCall, args string, intent *string) (store.Call, store.Outcome, error) {
+	var (
+		call store.Call
+		out  store.Outcome
+	)
+	if err := s.creates.run(ctx, s.createOp(n, args, intent, &call, &out)); err != nil {
+		return store.Call{}, 0, err
+	}
+	return call, out, nil
+}
+
+// createOp is createFast's write, answering into call and out.
+func (s *Store) createOp(n store.NewCall, args string, intent *string, call *store.Call, out *store.Outcome) *groupOp {
+	return &groupOp{
+		key: "k" + n.Principal + "\x01" + n.IdemKey,
+		queue: func(b *pgx.Batch) {
+			b.Queue(lockKeySQL, n.Principal, n.IdemKey)
+			b.Queue(createSQL, n.CallID, n.IdemKey, n.Fingerprint, n.ClientID, n.Seq, n.Tool, args, n.Principal, intent,
+				store.ViaOf(n.Via), store.DetailCreated(n.Tool))
+			b.Queue(`SELECT `+callColumns+` FROM calls WHERE principal = $1 AND idem_key = $2`, n.Principal, n.IdemKey)
+		},
+		read: func(r *results) error {
+			*call, *out = store.Call{}, 0
+			if _, err := r.Exec(); err != nil {
+				return err
+			}
+			created, err := scanCall(r.QueryRow())
+			existing, errExisting := scanCall(r.QueryRow())
+			switch {
+			case err == nil:
+				*call, *out = created, store.Created
+				return nil
+			case !errors.Is(err, pgx.ErrNoRows):
+				return err
+			case errors.Is(errExisting, pgx.ErrNoRows):
+				return errSlowPath // an alias, or the winner vanished
+			case errExisting != nil:
+				return errExisting
+			case existing.Fingerprint != n.Fingerprint:
+				// Same key, different request: refuse, write nothing (409).
+				return fmt.Errorf("postgres create: %w", &store.ConflictError{CallID: existing.CallID, Key: n.IdemKey})
+			case existing.Status == store.StatusFailed:
+				return errSlowPath // may be reset: decided under FOR UPDATE
+			}
+			*call, *out = existing, store.Existing
+			return nil
+		},
+	}
+}
+
 func (s *Store) createOrGetOnce(ctx context.Context, n store.NewCall) (store.Call, store.Outcome, error) {
 	var (
 		call store.Call
@@ -134,6 +229,16 @@ func (s *Store) createOrGetOnce(ctx context.Context, n store.NewCall) (store.Cal
 	var intent *string
 	if n.Intent != "" {
 		intent = &n.Intent
+	}
+	// The one-round-trip path (group.go) has no step between its statements
+	// and the commit, so with failpoints armed every create takes the
+	// transaction below, where the before-commit point sits
+	// (docs/failpoints.md).
+	if (n.DedupWindow <= 0 || n.Intent == "") && !failpoint.Enabled() {
+		call, out, err := s.createFast(ctx, n, args, intent)
+		if !errors.Is(err, errSlowPath) {
+			return call, out, interpret(ctx, err)
+		}
 	}
 	err := s.inTx(ctx, beforeCommit(failpoint.CreateBeforeCommit, func() bool { return out != store.Existing }, func(tx pgx.Tx) error {
 		handled, err := s.aliasOrDedup(ctx, tx, n, &call, &out)
@@ -228,8 +333,7 @@ RETURNING `+callColumnsOf("calls"), call.CallID))
 // with a statement that starts after the lock is held, so at READ
 // COMMITTED it sees whatever the previous holder committed.
 func (s *Store) aliasOrDedup(ctx context.Context, tx pgx.Tx, n store.NewCall, call *store.Call, out *store.Outcome) (bool, error) {
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1 || chr(1) || $2, 0))`,
-		n.Principal, n.IdemKey); err != nil {
+	if _, err := tx.Exec(ctx, lockKeySQL, n.Principal, n.IdemKey); err != nil {
 		return false, err
 	}
 	var aliasOf, aliasFP string
@@ -443,6 +547,17 @@ func (s *Store) complete(ctx context.Context, c store.Completion, status store.S
 	}
 
 	var call store.Call
+	// As for creates: with failpoints armed the transaction below runs, so
+	// the completion's before-commit point is reached.
+	if !failpoint.Enabled() {
+		fast, err := s.completeFast(ctx, c, status, result, errObj, effectID, event)
+		switch {
+		case errors.Is(err, store.ErrFenced):
+			return store.Call{}, s.auditFenced(ctx, c)
+		case !errors.Is(err, errSlowPath):
+			return fast, interpret(ctx, err)
+		}
+	}
 	err := s.inTx(ctx, beforeCommit(completePoint(status), nil, func(tx pgx.Tx) error {
 		var err error
 		call, err = scanCall(tx.QueryRow(ctx, `
@@ -497,6 +612,81 @@ RETURNING `+callColumns, c.CallID))
 		return store.Call{}, s.auditFenced(ctx, c)
 	}
 	if err != nil {
+		return store.Call{}, err
+	}
+	return call, nil
+}
+
+// completeSQL is complete's common case in one statement ($1 call id, $2
+// owner, $3 attempt, $4 status, $5 result, $6 error, $7 effect id, $8
+// effect tool, $9 amount, $10 audit event, $11 audit detail): the fenced
+// UPDATE, the effect row (when $7 is set) and the audit row. The effect is
+// a plain INSERT, without complete's ON CONFLICT: a call that already has
+// an effect, or an effect id another call holds, fails the statement (and
+// so writes nothing), and complete's transaction then decides, as before.
+// No row: fenced, and nothing was written.
+var completeSQL = `
+WITH clock AS MATERIALIZED (
+  SELECT ` + dbNow + ` AS now
+), done AS (
+  UPDATE calls
+  SET status = $4, result_json = $5, error_json = $6, effect_id = $7,
+      lease_until = NULL, owner = NULL, updated_at = clock.now
+  FROM clock
+  WHERE call_id = $1
+    -- The fencing token: still running, still ours, still this attempt.
+    AND status = 'running' AND owner = $2 AND attempt = $3
+  RETURNING ` + callColumnsOf("calls") + `
+), effect AS (
+  INSERT INTO effects (effect_id, call_id, tool, amount, created_at)
+  SELECT $7, call_id, coalesce(nullif($8, ''), tool), $9, updated_at FROM done WHERE $7::text IS NOT NULL
+), audited AS (
+  INSERT INTO audit (ts, call_id, event, detail)
+  SELECT updated_at, call_id, $10::text, $11::text FROM done
+)
+SELECT ` + callColumns + ` FROM done`
+
+// completeFast runs completeSQL: one round trip where complete's
+// transaction takes five (BEGIN, UPDATE, effect INSERT, audit INSERT,
+// COMMIT). It returns store.ErrFenced when the fence refused the
+// completion, errSlowPath when the statement failed on a constraint (then
+// nothing was written and complete's transaction decides), and otherwise
+// the completed call.
+func (s *Store) completeFast(ctx context.Context, c store.Completion, status store.Status,
+	result, errObj, effectID *string, event string) (store.Call, error) {
+	var (
+		tool   string
+		amount *int64
+	)
+	if e := c.Effect; status == store.StatusSucceeded && e != nil {
+		tool, amount = e.Tool, e.Amount
+	} else {
+		effectID = nil // no effect row, and effect_id stays NULL
+	}
+	detail := store.DetailSucceeded(effectID, c)
+	if status == store.StatusFailed {
+		detail = store.DetailFailed(c)
+	}
+	var call store.Call
+	op := &groupOp{
+		key: c.CallID,
+		queue: func(b *pgx.Batch) {
+			b.Queue(completeSQL, c.CallID, c.Owner, c.Attempt, string(status), result, errObj, effectID, tool, amount, event, detail)
+		},
+		read: func(r *results) error {
+			var err error
+			call, err = scanCall(r.QueryRow())
+			var pgErr *pgconn.PgError
+			switch {
+			case errors.Is(err, pgx.ErrNoRows):
+				return store.ErrFenced
+			case errors.As(err, &pgErr) && pgErr.Code == "23505": // unique_violation
+				return errSlowPath
+			}
+			return err
+		},
+	}
+	if err := s.completions.run(ctx, op); err != nil {
 		return store.Call{}, err
 	}
 	return call, nil

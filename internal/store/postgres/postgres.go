@@ -54,9 +54,12 @@ const defaultLockTimeout = 5 * time.Second
 // concurrent use; several Stores (in one process or many) may share one
 // database.
 type Store struct {
-	pool      *pgxpool.Pool
-	readOnly  bool
-	closeOnce sync.Once
+	pool     *pgxpool.Pool
+	readOnly bool
+	// creates and completions commit the one-round-trip writes in groups
+	// (group.go); nil on a read-only store.
+	creates, completions *group
+	closeOnce            sync.Once
 }
 
 // Open connects to the PostgreSQL database at url (a postgres:// URL or a
@@ -87,7 +90,9 @@ func Open(ctx context.Context, url string, opts store.Options) (*Store, error) {
 	// fails with 55P03, which we report as ErrUnavailable (503), the same
 	// contract as SQLite's busy timeout. Options win over the URL, the URL
 	// over the default.
+	wait := defaultLockTimeout
 	if opts.BusyTimeout > 0 {
+		wait = opts.BusyTimeout
 		params["lock_timeout"] = fmt.Sprintf("%dms", opts.BusyTimeout.Milliseconds())
 	} else if _, ok := params["lock_timeout"]; !ok {
 		params["lock_timeout"] = fmt.Sprintf("%dms", defaultLockTimeout.Milliseconds())
@@ -118,6 +123,9 @@ func Open(ctx context.Context, url string, opts store.Options) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
+	if !opts.ReadOnly {
+		s.creates, s.completions = newGroup(pool, wait), newGroup(pool, wait)
+	}
 	return s, nil
 }
 
@@ -141,7 +149,13 @@ func (s *Store) Ping(ctx context.Context) error {
 // Close closes the pool, waiting for connections in use to be returned.
 // It is safe to call more than once.
 func (s *Store) Close() error {
-	s.closeOnce.Do(s.pool.Close)
+	s.closeOnce.Do(func() {
+		if s.creates != nil {
+			s.creates.stop()
+			s.completions.stop()
+		}
+		s.pool.Close()
+	})
 	return nil
 }
 

@@ -1,0 +1,225 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/store/postgres/pgtest"
+)
+
+// TestCreateWaitsForAliasWriter: the one-round-trip create (createFast)
+// takes the key's advisory lock before it checks the aliases, like the
+// full transaction. While another transaction holds the lock and has
+// inserted the key as an alias (a dedup in flight), a create of that key
+// waits, and once the alias commits it answers with the aliased call: the
+// key never becomes both an alias and a call's own key.
+func TestCreateWaitsForAliasWriter(t *testing.T) {
+	s := open(t, pgtest.Schema(t), store.Options{})
+	target := create(t, s, "target")
+
+	tx, err := s.pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	n := newCall(t, "alias")
+	if _, err := tx.Exec(t.Context(), lockKeySQL, n.Principal, n.IdemKey); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(t.Context(), `INSERT INTO key_aliases (principal, idem_key, call_id, fingerprint, created_at)
+VALUES ($1, $2, $3, $4, 0)`, n.Principal, n.IdemKey, target.CallID, n.Fingerprint); err != nil {
+		t.Fatal(err)
+	}
+
+	type answer struct {
+		call store.Call
+		out  store.Outcome
+		err  error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		c, out, err := s.CreateOrGet(context.Background(), n)
+		done <- answer{c, out, err}
+	}()
+	// The create must be waiting on the lock; give it time to get there
+	// (if it did not wait, it has already answered Created).
+	waitUntil(t, func() bool {
+		return scalar[int64](t, s, `SELECT count(*) FROM pg_stat_activity
+WHERE wait_event_type = 'Lock' AND wait_event = 'advisory' AND pid <> pg_backend_pid()
+  AND application_name = current_setting('application_name')`) > 0
+	}, func() string {
+		select {
+		case a := <-done:
+			return "the create did not wait for the alias writer's lock: " + a.out.String()
+		default:
+			return "no session waits on the advisory lock"
+		}
+	})
+	if err := tx.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	a := <-done
+	if a.err != nil || a.out != store.Existing || a.call.CallID != target.CallID {
+		t.Fatalf("CreateOrGet of the alias key = %s %v, %v; want Existing %s", a.call.CallID, a.out, a.err, target.CallID)
+	}
+	if k := scalar[int64](t, s, `SELECT count(*) FROM calls WHERE idem_key = $1`, n.IdemKey); k != 0 {
+		t.Fatalf("calls with the alias key as their own key = %d, want 0", k)
+	}
+}
+
+// waitUntil polls cond every 20 ms for up to 30 s (a generous deadline for
+// a loaded machine), failing with why() if it never holds.
+func waitUntil(t *testing.T, cond func() bool, why func() string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal(why())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestGroupFailsOnlyTheBadWrite: creates committed as one batch, one of
+// which fails (its call id is another key's: a unique violation, which
+// rolls back PostgreSQL's implicit transaction for the whole batch). The
+// bad write alone is refused; every other write of the batch is answered
+// Created and its call and audit row are stored.
+func TestGroupFailsOnlyTheBadWrite(t *testing.T) {
+	s := open(t, pgtest.Schema(t), store.Options{})
+	taken := create(t, s, "taken")
+
+	type answer struct {
+		call store.Call
+		out  store.Outcome
+		err  error
+	}
+	const n = 5
+	ops := make([]*groupOp, n)
+	answers := make([]answer, n)
+	calls := make([]store.NewCall, n)
+	for i := range n {
+		calls[i] = newCall(t, fmt.Sprintf("k%d", i))
+		if i == 2 {
+			calls[i].CallID = taken.CallID // the bad write, mid-batch
+		}
+		ops[i] = s.createOp(calls[i], string(calls[i].ArgsJSON), nil, &answers[i].call, &answers[i].out)
+		ops[i].done = make(chan error, 1)
+	}
+	// One batch, as a committer takes waiting writes.
+	s.creates.commit(ops)
+	for i, op := range ops {
+		answers[i].err = <-op.done
+	}
+	for i, a := range answers {
+		if i == 2 {
+			if !errors.Is(interpret(t.Context(), a.err), store.ErrRefused) {
+				t.Errorf("the bad write: err = %v, want ErrRefused", a.err)
+			}
+			continue
+		}
+		if a.err != nil || a.out != store.Created || a.call.CallID != calls[i].CallID {
+			t.Errorf("write %d: %s %v, %v; want Created %s", i, a.call.CallID, a.out, a.err, calls[i].CallID)
+		}
+	}
+	if got := scalar[int64](t, s, `SELECT count(*) FROM calls`); got != n {
+		t.Errorf("calls stored = %d, want %d (the first and the four good writes)", got, n)
+	}
+	if got := scalar[int64](t, s, `SELECT count(*) FROM audit WHERE event = 'created'`); got != n {
+		t.Errorf("created audit rows = %d, want %d", got, n)
+	}
+}
+
+// stuckPool is a SendBatch that blocks until release is closed, then
+// fails: committers busy for as long as a test wants.
+type stuckPool struct{ entered, release chan struct{} }
+
+var errStuck = errors.New("stuck pool")
+
+func (p stuckPool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	p.entered <- struct{}{}
+	<-p.release
+	return pgx.FailedBatchResults(b, errStuck)
+}
+
+// TestGroupWaitIsBounded: while every committer is busy, a write waits for
+// one at most the group's wait (the lock timeout), then fails with
+// ErrUnavailable without running; the writes already taken are answered
+// once their batches end.
+func TestGroupWaitIsBounded(t *testing.T) {
+	pool := stuckPool{entered: make(chan struct{}, committers), release: make(chan struct{})}
+	g := newGroup(pool, 100*time.Millisecond)
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(pool.release) }) }
+	defer g.stop()
+	defer release() // before stop: a failing test must not leave the committers stuck
+	ran := make(chan struct{}, committers+1)
+	op := func() *groupOp {
+		return &groupOp{queue: func(*pgx.Batch) {}, read: func(r *results) error {
+			ran <- struct{}{}
+			_, err := r.Exec()
+			return err
+		}}
+	}
+	// A generous context: the bound under test is g.wait, not this.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	busy := make(chan error, committers)
+	for range committers {
+		go func() { busy <- g.run(ctx, op()) }()
+	}
+	// Each committer takes one write and blocks in SendBatch.
+	for range committers {
+		<-pool.entered
+	}
+
+	err := g.run(ctx, op())
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("a write with every committer busy: err = %v, want ErrUnavailable", err)
+	}
+	release()
+	for range committers {
+		if err := <-busy; !errors.Is(err, errStuck) {
+			t.Errorf("a write taken before: err = %v, want its batch's error", err)
+		}
+	}
+	if n := len(ran); n != committers {
+		t.Errorf("writes that ran = %d, want %d (the refused one must not run)", n, committers)
+	}
+}
+
+// TestGroupAlignsResults: a write that answers before reading all of its
+// statements' results (an early decision, or a panic) does not shift the
+// results the next write of its batch reads.
+func TestGroupAlignsResults(t *testing.T) {
+	s := open(t, pgtest.Schema(t), store.Options{})
+	early := &groupOp{
+		queue: func(b *pgx.Batch) {
+			b.Queue(`SELECT 'not a call'`)
+			b.Queue(`SELECT 'nor this'`)
+		},
+		read: func(r *results) error { return nil }, // reads none of them
+		done: make(chan error, 1),
+	}
+	var (
+		call store.Call
+		out  store.Outcome
+	)
+	n := newCall(t, "k")
+	next := s.createOp(n, string(n.ArgsJSON), nil, &call, &out)
+	next.key, next.done = "z", make(chan error, 1) // after early, in key order
+	s.creates.commit([]*groupOp{early, next})
+	if err := <-early.done; err != nil {
+		t.Fatalf("early write: %v", err)
+	}
+	if err := <-next.done; err != nil || out != store.Created || call.CallID != n.CallID {
+		t.Fatalf("the write after it = %s %v, %v; want Created %s", call.CallID, out, err, n.CallID)
+	}
+}

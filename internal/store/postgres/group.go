@@ -1,0 +1,280 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idemctl/idemctl/internal/store"
+)
+
+// Group commit.
+//
+// The one-round-trip writes (createFast, completeFast) are handed to a
+// group: a few committer goroutines, each of which takes every write of its
+// kind that is waiting (up to maxGroup), queues their statements into one
+// pgx.Batch and sends it. PostgreSQL runs a batch as one implicit
+// transaction: one round trip, one commit and one WAL flush for the whole
+// group instead of one each. Only once the batch has committed is any of
+// its writes answered, so every answer is still durable
+// (synchronous_commit stays on).
+//
+// A statement that fails aborts the implicit transaction, and with it the
+// other writes of the batch, which did nothing wrong. Then each write of
+// the batch runs again in a batch of its own and is answered with the
+// outcome of that run: the failing write fails alone, and no write is told
+// it committed unless its own statements did. A write's read function
+// starts from scratch when it runs again.
+//
+// Each kind has its own group (creates, completions), and a batch holds
+// its writes in the order of their sort key (the idempotency key, the call
+// id): two batches running at once then take the row and advisory locks
+// they share in the same order and cannot deadlock on each other.
+
+// maxGroup bounds the writes sent in one batch.
+const maxGroup = 64
+
+// committers is how many batches of one kind may be in flight at once: on
+// a server of several cores, PostgreSQL runs them in parallel, and while
+// one batch waits for its WAL flush the next one builds up.
+const committers = 4
+
+// results are what a groupOp's read sees of the batch: its own statements'
+// results, in the order it queued them. They record the first statement
+// that failed (anything but no rows): then the batch was rolled back.
+type results struct {
+	br pgx.BatchResults
+	// read counts the results the current write has read.
+	read int
+	// first is the first failure read (anything but no rows).
+	first error
+}
+
+func (r *results) note(err error) {
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) && r.first == nil {
+		r.first = err
+	}
+}
+
+// Exec reads the next result as an Exec.
+func (r *results) Exec() (pgconn.CommandTag, error) {
+	r.read++
+	tag, err := r.br.Exec()
+	r.note(err)
+	return tag, err
+}
+
+// QueryRow reads the next result as a one-row query.
+func (r *results) QueryRow() pgx.Row {
+	r.read++
+	return row{r, r.br.QueryRow()}
+}
+
+type row struct {
+	r   *results
+	row pgx.Row
+}
+
+func (w row) Scan(dest ...any) error {
+	err := w.row.Scan(dest...)
+	w.r.note(err)
+	return err
+}
+
+// groupOp is one write waiting for a committer.
+type groupOp struct {
+	// key orders the writes of a batch (see above).
+	key string
+	// queue adds the write's statements to b.
+	queue func(b *pgx.Batch)
+	// read reads their results and decides the write's answer. It must
+	// only set state that a later run sets again.
+	read  func(r *results) error
+	state atomic.Int32 // opQueued, opTaken or opAbandoned
+	done  chan error   // capacity 1
+}
+
+const (
+	opQueued int32 = iota
+	opTaken
+	opAbandoned
+)
+
+// group is the committers of one kind of write.
+type group struct {
+	pool interface {
+		SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+	}
+	// wait bounds how long a write waits to be taken by a committer: the
+	// lock timeout, as for a write waiting on a lock in the database.
+	wait time.Duration
+	ops  chan *groupOp
+	quit chan struct{}
+	wg   sync.WaitGroup
+}
+
+func newGroup(pool interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}, wait time.Duration) *group {
+	g := &group{pool: pool, wait: wait, ops: make(chan *groupOp), quit: make(chan struct{})}
+	g.wg.Add(committers)
+	for range committers {
+		go g.loop()
+	}
+	return g
+}
+
+// stop ends the committers once the batches in flight are answered; a
+// write submitted afterwards fails with ErrUnavailable.
+func (g *group) stop() {
+	close(g.quit)
+	g.wg.Wait()
+}
+
+// run submits op and waits for its answer. A write not yet taken by a
+// committer gives up with its ctx, or with ErrUnavailable after g.wait;
+// once taken, it runs to its end and is answered (its statements run under
+// a context without the cancellation: cancelling one statement would abort
+// the whole batch's transaction).
+func (g *group) run(ctx context.Context, op *groupOp) error {
+	op.done = make(chan error, 1)
+	busy := time.NewTimer(g.wait)
+	defer busy.Stop()
+	select {
+	case g.ops <- op:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-busy.C:
+		return g.busyErr()
+	case <-g.quit:
+		return fmt.Errorf("postgres: %w: store closed", store.ErrUnavailable)
+	}
+	select {
+	case err := <-op.done:
+		return err
+	case <-ctx.Done():
+		if op.state.CompareAndSwap(opQueued, opAbandoned) {
+			return ctx.Err()
+		}
+	case <-busy.C:
+		if op.state.CompareAndSwap(opQueued, opAbandoned) {
+			return g.busyErr()
+		}
+	}
+	return <-op.done
+}
+
+// busyErr is a write's answer when no committer took it within g.wait
+// (made only then: formatting it costs more than queueing a write).
+func (g *group) busyErr() error {
+	return fmt.Errorf("postgres: %w: no committer free for %v", store.ErrUnavailable, g.wait)
+}
+
+func (g *group) loop() {
+	defer g.wg.Done()
+	batch := make([]*groupOp, 0, maxGroup)
+	for {
+		select {
+		case op := <-g.ops:
+			batch = append(batch[:0], op)
+		case <-g.quit:
+			return
+		}
+	more:
+		for len(batch) < maxGroup {
+			select {
+			case op := <-g.ops:
+				batch = append(batch, op)
+			default:
+				break more
+			}
+		}
+		g.commit(batch)
+		clear(batch)
+	}
+}
+
+// commit sends ops as one batch and answers each of them.
+func (g *group) commit(ops []*groupOp) {
+	live := ops[:0:0]
+	for _, op := range ops {
+		if op.state.CompareAndSwap(opQueued, opTaken) {
+			live = append(live, op)
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
+	slices.SortStableFunc(live, func(a, b *groupOp) int { return strings.Compare(a.key, b.key) })
+	errs, failed := g.send(live)
+	var pgErr *pgconn.PgError
+	if len(live) > 1 && errors.As(failed, &pgErr) {
+		// A statement failed, so PostgreSQL rolled the whole batch back:
+		// each write runs again on its own. (A failure below SQL, such as
+		// a lost connection, leaves the outcome unknown, as it does for a
+		// write sent alone: every write of the batch reports it.)
+		for i, op := range live {
+			alone, _ := g.send([]*groupOp{op})
+			errs[i] = alone[0]
+		}
+	}
+	for i, op := range live {
+		op.done <- errs[i]
+	}
+}
+
+// send runs ops in one batch and returns each one's answer and, if the
+// batch did not commit, why.
+func (g *group) send(ops []*groupOp) (errs []error, failed error) {
+	errs = make([]error, len(ops))
+	b := &pgx.Batch{}
+	stmts := make([]int, len(ops))
+	for i, op := range ops {
+		n := b.Len()
+		op.queue(b)
+		stmts[i] = b.Len() - n
+	}
+	r := &results{br: g.pool.SendBatch(context.Background(), b)}
+	for i, op := range ops {
+		r.read = 0
+		errs[i] = read(op, r)
+		// A read that returned early left some of its results unread:
+		// read them, so the next write reads its own.
+		for ; r.read < stmts[i]; r.read++ {
+			_, err := r.br.Exec()
+			r.note(err)
+		}
+	}
+	// Close reads what is left; the batch committed only if no statement
+	// failed.
+	if err := r.br.Close(); err != nil && r.first == nil {
+		r.first = err
+	}
+	if r.first != nil {
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = fmt.Errorf("write batch rolled back: %w", r.first)
+			}
+		}
+	}
+	return errs, r.first
+}
+
+// read runs op's read function, turning a panic (a bug) into its error.
+func read(op *groupOp, r *results) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("postgres: write panicked (a bug): %v\n%s", v, debug.Stack())
+		}
+	}()
+	return op.read(r)
+}
