@@ -149,7 +149,8 @@ func New(cfg Config) http.Handler {
 	return secureHeaders(mux)
 }
 
-// legacyRedirect sends /console/... to the same page under /ui (308, so a
+// legacyRedirect sends /console/... to the same page under /ui (a query
+// on /console/ was the old overview's list: /ui/calls) (308, so a
 // bookmark keeps working and says where the page lives now).
 func legacyRedirect(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -161,6 +162,8 @@ func legacyRedirect(w http.ResponseWriter, r *http.Request) {
 	target := Prefix
 	if rest != "" {
 		target += "/" + rest
+	} else if r.URL.RawQuery != "" {
+		target += "/calls" // the old overview's list and its filters
 	}
 	if r.URL.RawQuery != "" {
 		target += "?" + r.URL.RawQuery

@@ -300,7 +300,7 @@ func TestSearch(t *testing.T) {
 func TestLegacyRedirect(t *testing.T) {
 	b := setup(t, 0, false)
 	for from, to := range map[string]string{"/console/": "/ui", "/console/calls/c_0000000000000001": "/ui/calls/c_0000000000000001",
-		"/console/?status=failed": "/ui?status=failed"} {
+		"/console/?status=failed&after=x": "/ui/calls?status=failed&after=x"} {
 		r := do(t, nil, http.MethodGet, b.url+from, nil)
 		if r.code != http.StatusPermanentRedirect || r.hdr.Get("Location") != to {
 			t.Errorf("%s: %d to %q, want 308 to %q", from, r.code, r.hdr.Get("Location"), to)

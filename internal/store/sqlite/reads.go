@@ -373,7 +373,10 @@ func (s *Store) Queue(ctx context.Context) (store.Queue, error) {
 // Rates counts calls created and calls finished per minute since the
 // start of the window (store.Store.Rates), in one statement (one
 // snapshot). idx_calls_created and idx_calls_final_updated serve the two
-// halves, so the cost grows with the calls of the window only.
+// halves, so the cost grows with the calls of the window only. The second
+// index is named: without statistics SQLite's planner prefers
+// idx_calls_status (status = ?) and reads every final call (14 s instead
+// of milliseconds over a million calls).
 func (s *Store) Rates(ctx context.Context, minutes int) (store.Rates, error) {
 	if err := store.CheckRateMinutes(minutes); err != nil {
 		return store.Rates{}, err
@@ -387,7 +390,7 @@ func (s *Store) Rates(ctx context.Context, minutes int) (store.Rates, error) {
 SELECT CAST(created_at / 60 AS INTEGER) * 60, 'created', count(*) FROM calls
 WHERE created_at >= ? GROUP BY 1
 UNION ALL
-SELECT CAST(updated_at / 60 AS INTEGER) * 60, status, count(*) FROM calls
+SELECT CAST(updated_at / 60 AS INTEGER) * 60, status, count(*) FROM calls INDEXED BY idx_calls_final_updated
 WHERE status IN ('succeeded', 'failed') AND updated_at >= ? GROUP BY 1, 2`, start, start)
 	if err != nil {
 		return store.Rates{}, mapErr(ctx, "rates", err)
