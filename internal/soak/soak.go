@@ -240,7 +240,13 @@ func (r *run) setup(ctx context.Context) error {
 	}
 	r.logf("seed %d; work dir %s; database %s (%s); %d instance(s), %d clients; downstream %s (%s)",
 		o.Seed, dir, backend.Redact(dsn), kind, o.Instances, o.Clients, dsURL, mode)
-	r.inst, err = startInstances(ctx, r.hist, o.Binary, dir, o.Instances, args)
+	redact := func(msg string) string {
+		for _, secret := range []string{serverDSN, dsn} {
+			msg = strings.ReplaceAll(msg, secret, backend.Redact(secret))
+		}
+		return msg
+	}
+	r.inst, err = startInstances(ctx, r.hist, o.Binary, dir, o.Instances, args, redact)
 	if err != nil {
 		return err
 	}
