@@ -81,8 +81,6 @@ type Options struct {
 type Report struct {
 	Seed   uint64
 	Checks []Check
-	// Err is a failure to run (not a violation).
-	Err error
 }
 
 // Failed reports a violated invariant.
@@ -132,12 +130,10 @@ type run struct {
 	logf   func(format string, args ...any)
 
 	dir       string
-	kind      backend.Kind
 	walPath   string
 	app       string // application_name of the servers' PostgreSQL connections
 	adminDSN  string
 	ds        *downstream.Server
-	dsStop    func()
 	inst      *instances
 	t         *target
 	obs       observer
@@ -198,7 +194,6 @@ func (r *run) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.kind = kind
 	serverDSN, readerDSN := dsn, dsn
 	if kind == backend.SQLite {
 		if !strings.HasPrefix(strings.ToLower(target), "file:") {
@@ -333,13 +328,11 @@ func (r *run) load(ctx context.Context) error {
 	}()
 
 	gen := NewFaultGenerator(o.Seed, FaultKinds(o.PGFaults, o.PGRestartCmd != ""), o.MinGap, o.MaxGap)
-	var timer <-chan time.Time
 	durationOver := make(chan struct{})
 	if o.Duration > 0 {
-		timer = time.After(o.Duration)
 		go func() {
 			select {
-			case <-timer:
+			case <-time.After(o.Duration):
 			case <-ctx.Done():
 			}
 			close(durationOver)
