@@ -79,7 +79,7 @@ func (in *instances) supervise(ctx context.Context, i int) {
 		planned := in.killing[i]
 		in.killing[i], in.up[i] = false, false
 		in.mu.Unlock()
-		in.recordExit(i, planned, "")
+		in.recordExit(i, planned, false)
 		select {
 		case <-in.stop:
 			return
@@ -93,7 +93,7 @@ func (in *instances) supervise(ctx context.Context, i int) {
 			// The new process exited before it was ready: a crash hook
 			// it claimed at once (status 3), or a failure to start,
 			// which no_unplanned_exit must see.
-			in.recordExit(i, false, "during a restart, before /readyz answered: ")
+			in.recordExit(i, false, true)
 			select {
 			case <-in.stop:
 				return
@@ -114,24 +114,29 @@ func (in *instances) supervise(ctx context.Context, i int) {
 	}
 }
 
-// recordExit records the exit of instance i's current run: planned when
-// the soak killed it, or when it exited with status 3 (only the soak's
-// crash hooks make serve do that; it then tells the fault runner).
-func (in *instances) recordExit(i int, planned bool, why string) {
+// recordExit records the exit of instance i's current run (starting: a
+// restarted process that exited before /readyz answered). It is planned
+// when the soak killed it, or when it exited with status 3: only the
+// soak's crash hooks make serve do that, and the fault runner is told.
+func (in *instances) recordExit(i int, planned, starting bool) {
 	p := in.procs[i]
 	at := in.hist.Now()
 	how := "unknown"
 	if st := p.State(); st != nil {
 		how = st.String()
 	}
-	if p.ExitCode() == exitcode.Crash {
+	code := p.ExitCode()
+	if code == exitcode.Crash {
 		planned = true
 		select {
 		case in.crashes <- i:
 		default:
 		}
 	}
-	in.hist.Event(Event{Kind: EventExit, Instance: i, At: at, End: at, Planned: planned, Detail: why + how})
+	if starting {
+		how = "while starting, before /readyz answered: " + how
+	}
+	in.hist.Event(Event{Kind: EventExit, Instance: i, At: at, End: at, Planned: planned, Code: code, Starting: starting, Detail: how})
 }
 
 // kill sends SIGKILL to instance i once it is up (waiting up to wait);
