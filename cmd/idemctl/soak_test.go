@@ -170,3 +170,17 @@ func TestSoakAgainstABase(t *testing.T) {
 		t.Log(out)
 	}
 }
+
+// TestSoakNeverPrintsTheDatabasePassword: a server that cannot start on a
+// PostgreSQL DSN is an error (exit 4) that quotes the serve command line,
+// with the password redacted there and everywhere else.
+func TestSoakNeverPrintsTheDatabasePassword(t *testing.T) {
+	bin := servertest.Binary(t)
+	out, errOut, code := cliRun(t, "soak", "--binary", bin, "--db", "postgres://soak:s3cr3t-pw@127.0.0.1:1/nowhere?sslmode=disable", "--cycles", "1")
+	if code != exitcode.Error || !strings.Contains(errOut, "exited before serving") || !strings.Contains(out+errOut, "soak:xxxxx@127.0.0.1:1") {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if strings.Contains(out+errOut, "s3cr3t-pw") {
+		t.Fatalf("the password was printed:\n%s\n%s", out, errOut)
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"sort"
 	"time"
+
+	"github.com/idemctl/idemctl/internal/exitcode"
 )
 
 // DBGrace is how long after a database fault ends (the terminate query
@@ -410,17 +412,21 @@ func checkIntegrity(in Input) Check {
 }
 
 func checkExits(in Input) Check {
-	c := Check{Name: "no_unplanned_exit", What: "an instance exits only when the soak kills it or a crash hook fires (exit status 3)"}
+	c := Check{Name: "no_unplanned_exit", What: "an instance exits only when the soak kills it, a crash hook fires (exit status 3), or it cannot open the database while starting in a database window (exit status 4)"}
 	if !in.Servers {
 		c.Skipped = "the servers of a --base deployment are not the soak's to watch"
 		return c
 	}
+	db := dbWindows(in.Events)
 	for _, e := range in.Events {
 		if e.Kind != EventExit {
 			continue
 		}
 		c.Checked++
-		if !e.Planned {
+		// serve exits 4 when it cannot open the database at start
+		// (docs/cli.md, "Exit codes"); a supervisor starts it again.
+		dbAway := e.Starting && e.Code == exitcode.Error && anyOverlap(db, Attempt{Start: e.At, End: e.At})
+		if !e.Planned && !dbAway {
 			c.Violations = append(c.Violations, Violation{fmt.Sprintf("instance %d", e.Instance), fmt.Sprintf("exited at %s: %s", offset(e.At), e.Detail)})
 		}
 	}

@@ -161,7 +161,20 @@ func TestJudgeReportsEachViolation(t *testing.T) {
 			in.Observed.Integrity = "*** in database main *** Page 4 is never used"
 		}, []string{"sqlite_integrity"}, "database"},
 		{"instance died on its own", func(in *Input) {
-			in.Events = append(in.Events, Event{Kind: EventExit, Instance: 1, At: 20 * s, End: 20 * s, Detail: "exit status 4"})
+			in.Events = append(in.Events, Event{Kind: EventExit, Instance: 1, At: 20 * s, End: 20 * s, Code: -1, Detail: "signal: segmentation fault"})
+		}, []string{"no_unplanned_exit"}, "instance 1"},
+		{"running instance exited 4 while the database was away", func(in *Input) {
+			in.Events = append(in.Events,
+				Event{Kind: EventPGTerminate, Instance: -1, At: 20 * s, End: 20 * s},
+				Event{Kind: EventExit, Instance: 1, At: 21 * s, End: 21 * s, Code: 4, Detail: "exit status 4"})
+		}, []string{"no_unplanned_exit"}, "instance 1"},
+		{"starting instance exited 4 with the database there", func(in *Input) {
+			in.Events = append(in.Events, Event{Kind: EventExit, Instance: 1, At: 21 * s, End: 21 * s, Code: 4, Starting: true})
+		}, []string{"no_unplanned_exit"}, "instance 1"},
+		{"starting instance exited 1 while the database was away", func(in *Input) {
+			in.Events = append(in.Events,
+				Event{Kind: EventPGTerminate, Instance: -1, At: 20 * s, End: 20 * s},
+				Event{Kind: EventExit, Instance: 1, At: 21 * s, End: 21 * s, Code: 1, Starting: true})
 		}, []string{"no_unplanned_exit"}, "instance 1"},
 	}
 	for _, tc := range cases {
@@ -194,6 +207,9 @@ func TestJudgeExcusesWhatTheRulesAllow(t *testing.T) {
 		{"503 unavailable within the grace after a terminate", Attempt{Key: "k2", Variant: Same, Start: 1*s + DBGrace - 1, End: 1*s + DBGrace, HTTP: 503, Code: "unavailable"},
 			[]Event{{Kind: EventPGTerminate, Instance: -1, At: 1 * s, End: 1 * s}}},
 		{"different payload answered 503 overloaded", Attempt{Key: "k1", Variant: Different, Start: 7 * s, End: 7 * s, HTTP: 503, Code: "overloaded", Acked: true}, nil},
+		{"starting instance exited 4 while the database was away", Attempt{Key: "k2", Variant: Same, Start: 7 * s, End: 7 * s, HTTP: 200, CallID: "c2"},
+			[]Event{{Kind: EventPGTerminate, Instance: -1, At: 20 * s, End: 20 * s},
+				{Kind: EventExit, Instance: 1, At: 20*s + DBGrace - 1, End: 20*s + DBGrace - 1, Code: 4, Starting: true}}},
 		{"different payload without an answer", Attempt{Key: "k1", Variant: Different, Start: 7 * s, End: 7 * s, Err: "timed out", Acked: true}, nil},
 	}
 	for _, tc := range cases {

@@ -72,7 +72,11 @@ type Event struct {
 	At, End  time.Duration
 	// Planned: an exit the soak caused (a kill, a crash hook's exit 3).
 	Planned bool
-	Detail  string
+	// Code is an exit's status (-1 for a signal); Starting marks the exit
+	// of a restarted process before /readyz answered.
+	Code     int
+	Starting bool
+	Detail   string
 }
 
 // History is everything that happened in one run, safe for concurrent

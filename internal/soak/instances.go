@@ -6,6 +6,7 @@ package soak
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -21,9 +22,12 @@ import (
 const restartTries = 5
 
 type instances struct {
-	hist  *History
-	procs []*serveproc.Process
-	logs  []*os.File
+	hist *History
+	// redact hides the database password in serveproc's messages, which
+	// quote the serve command line.
+	redact func(string) string
+	procs  []*serveproc.Process
+	logs   []*os.File
 
 	mu      sync.Mutex
 	up      []bool
@@ -36,8 +40,8 @@ type instances struct {
 
 // startInstances starts n servers with the same flags, logging each to
 // dir/server-I.log, and their supervisors.
-func startInstances(ctx context.Context, hist *History, bin, dir string, n int, args []string) (*instances, error) {
-	in := &instances{hist: hist, up: make([]bool, n), killing: make([]bool, n),
+func startInstances(ctx context.Context, hist *History, bin, dir string, n int, args []string, redact func(string) string) (*instances, error) {
+	in := &instances{hist: hist, redact: redact, up: make([]bool, n), killing: make([]bool, n),
 		crashes: make(chan int, 64), stop: make(chan struct{})}
 	for i := range n {
 		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("server-%d.log", i)))
@@ -49,7 +53,7 @@ func startInstances(ctx context.Context, hist *History, bin, dir string, n int, 
 		p, err := serveproc.Start(ctx, serveproc.Config{Binary: bin, Args: args, Log: f, WaitReady: true})
 		if err != nil {
 			in.close()
-			return nil, err
+			return nil, errors.New(redact(err.Error()))
 		}
 		in.procs = append(in.procs, p)
 		in.up[i] = true
@@ -71,24 +75,11 @@ func (in *instances) supervise(ctx context.Context, i int) {
 			return
 		case <-p.Done():
 		}
-		at := in.hist.Now()
-		code := p.ExitCode()
 		in.mu.Lock()
 		planned := in.killing[i]
 		in.killing[i], in.up[i] = false, false
 		in.mu.Unlock()
-		how := "unknown"
-		if st := p.State(); st != nil {
-			how = st.String()
-		}
-		if code == exitcode.Crash {
-			planned = true // only the soak's crash hooks make serve exit 3
-			select {
-			case in.crashes <- i:
-			default:
-			}
-		}
-		in.hist.Event(Event{Kind: EventExit, Instance: i, At: at, End: at, Planned: planned, Detail: how})
+		in.recordExit(i, planned, false)
 		select {
 		case <-in.stop:
 			return
@@ -99,6 +90,10 @@ func (in *instances) supervise(ctx context.Context, i int) {
 			if err = p.Restart(ctx); err == nil {
 				break
 			}
+			// The new process exited before it was ready: a crash hook
+			// it claimed at once (status 3), or a failure to start,
+			// which no_unplanned_exit must see.
+			in.recordExit(i, false, true)
 			select {
 			case <-in.stop:
 				return
@@ -107,7 +102,7 @@ func (in *instances) supervise(ctx context.Context, i int) {
 		}
 		if err != nil {
 			in.mu.Lock()
-			in.errs = append(in.errs, fmt.Errorf("instance %d: restart failed %d times: %w", i, restartTries, err))
+			in.errs = append(in.errs, fmt.Errorf("instance %d: restart failed %d times: %s", i, restartTries, in.redact(err.Error())))
 			in.mu.Unlock()
 			return
 		}
@@ -117,6 +112,31 @@ func (in *instances) supervise(ctx context.Context, i int) {
 		in.up[i] = true
 		in.mu.Unlock()
 	}
+}
+
+// recordExit records the exit of instance i's current run (starting: a
+// restarted process that exited before /readyz answered). It is planned
+// when the soak killed it, or when it exited with status 3: only the
+// soak's crash hooks make serve do that, and the fault runner is told.
+func (in *instances) recordExit(i int, planned, starting bool) {
+	p := in.procs[i]
+	at := in.hist.Now()
+	how := "unknown"
+	if st := p.State(); st != nil {
+		how = st.String()
+	}
+	code := p.ExitCode()
+	if code == exitcode.Crash {
+		planned = true
+		select {
+		case in.crashes <- i:
+		default:
+		}
+	}
+	if starting {
+		how = "while starting, before /readyz answered: " + how
+	}
+	in.hist.Event(Event{Kind: EventExit, Instance: i, At: at, End: at, Planned: planned, Code: code, Starting: starting, Detail: how})
 }
 
 // kill sends SIGKILL to instance i once it is up (waiting up to wait);

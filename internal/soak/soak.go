@@ -81,8 +81,6 @@ type Options struct {
 type Report struct {
 	Seed   uint64
 	Checks []Check
-	// Err is a failure to run (not a violation).
-	Err error
 }
 
 // Failed reports a violated invariant.
@@ -132,12 +130,10 @@ type run struct {
 	logf   func(format string, args ...any)
 
 	dir       string
-	kind      backend.Kind
 	walPath   string
 	app       string // application_name of the servers' PostgreSQL connections
 	adminDSN  string
 	ds        *downstream.Server
-	dsStop    func()
 	inst      *instances
 	t         *target
 	obs       observer
@@ -198,7 +194,6 @@ func (r *run) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.kind = kind
 	serverDSN, readerDSN := dsn, dsn
 	if kind == backend.SQLite {
 		if !strings.HasPrefix(strings.ToLower(target), "file:") {
@@ -240,7 +235,13 @@ func (r *run) setup(ctx context.Context) error {
 	}
 	r.logf("seed %d; work dir %s; database %s (%s); %d instance(s), %d clients; downstream %s (%s)",
 		o.Seed, dir, backend.Redact(dsn), kind, o.Instances, o.Clients, dsURL, mode)
-	r.inst, err = startInstances(ctx, r.hist, o.Binary, dir, o.Instances, args)
+	redact := func(msg string) string {
+		for _, secret := range []string{serverDSN, dsn} {
+			msg = strings.ReplaceAll(msg, secret, backend.Redact(secret))
+		}
+		return msg
+	}
+	r.inst, err = startInstances(ctx, r.hist, o.Binary, dir, o.Instances, args, redact)
 	if err != nil {
 		return err
 	}
@@ -327,13 +328,11 @@ func (r *run) load(ctx context.Context) error {
 	}()
 
 	gen := NewFaultGenerator(o.Seed, FaultKinds(o.PGFaults, o.PGRestartCmd != ""), o.MinGap, o.MaxGap)
-	var timer <-chan time.Time
 	durationOver := make(chan struct{})
 	if o.Duration > 0 {
-		timer = time.After(o.Duration)
 		go func() {
 			select {
-			case <-timer:
+			case <-time.After(o.Duration):
 			case <-ctx.Done():
 			}
 			close(durationOver)
