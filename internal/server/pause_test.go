@@ -80,10 +80,17 @@ func TestChaosPauseBeforeCommitFencedAfterTakeover(t *testing.T) {
 			fenced = &rows[i]
 		}
 	}
+	// The recover row is there when a recovery pass (A's or B's) reset the
+	// expired lease before B's claim; B's claim may also take the expired
+	// running call directly (the claim condition includes expired leases,
+	// docs/lifecycle.md), which writes no recover row. Both are the same
+	// takeover; which one happens is scheduling.
 	want := []string{store.EventCreated, store.EventClaimed, store.EventRecover, store.EventClaimed,
 		store.EventSucceeded, store.EventFenced}
-	if strings.Join(story, ",") != strings.Join(want, ",") {
-		t.Fatalf("audit %v, want %v", story, want)
+	direct := []string{store.EventCreated, store.EventClaimed, store.EventClaimed,
+		store.EventSucceeded, store.EventFenced}
+	if got := strings.Join(story, ","); got != strings.Join(want, ",") && got != strings.Join(direct, ",") {
+		t.Fatalf("audit %v, want %v (or without the recover row)", story, want)
 	}
 	if claims[0].Detail != a.srv.Owner() || claims[1].Detail != b.srv.Owner() {
 		t.Fatalf("claims by %q then %q, want A (%s) then B (%s)", claims[0].Detail, claims[1].Detail, a.srv.Owner(), b.srv.Owner())
