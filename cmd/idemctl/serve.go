@@ -30,6 +30,7 @@ type serveOptions struct {
 	LogFormat     string
 	LogLevel      string
 	ShutdownGrace time.Duration
+	DBWait        time.Duration
 	InstanceHost  string
 	MaxBodies     int
 	// Pprof is the loopback address of the profiling server (--pprof);
@@ -105,6 +106,9 @@ func (o *serveOptions) Validate() error {
 	if o.MCPWait < 0 {
 		errs = append(errs, fmt.Errorf("--mcp-wait must not be negative (0 means the default, %s), got %s", mcpdoor.DefaultWait, o.MCPWait))
 	}
+	if o.DBWait < 0 {
+		errs = append(errs, fmt.Errorf("--db-wait must not be negative, got %s", o.DBWait))
+	}
 	if o.ShutdownGrace < 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-grace must not be negative, got %s", o.ShutdownGrace))
 	}
@@ -172,6 +176,7 @@ Passwords in --db are never printed. See docs/cli.md, "serve".`,
 	f.IntVar(&opts.MaxPending, "max-pending", server.DefaultMaxPending, "pending calls beyond which a new key gets 503 overloaded; 0 = unlimited")
 	f.BoolVar(&opts.Chaos, "chaos", false, "enable the test-only args _crash_after_commit, _crash_before_commit and _pause_before_commit, and IDEMCTL_FAILPOINTS (loopback addresses only)")
 	addLogFlags(f, &opts.LogFormat, &opts.LogLevel)
+	f.DurationVar(&opts.DBWait, "db-wait", defaultDBWait, "at start, how long to keep trying while the database is unavailable (0: try once)")
 	f.DurationVar(&opts.ShutdownGrace, "shutdown-grace", server.DefaultShutdownGrace, "on SIGINT/SIGTERM, how long running tools may take to finish")
 	f.StringVar(&opts.Pprof, "pprof", "", "serve Go's profiles (/debug/pprof/) on this loopback address, e.g. 127.0.0.1:6060; off when empty")
 	f.IntVar(&opts.MaxBodies, "max-concurrent-bodies", server.DefaultMaxConcurrentBodies, "request bodies read at once; beyond, 503 overloaded (bounds memory: up to 1 MiB each)")
@@ -226,7 +231,9 @@ func runServe(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 		defer stopReload()
 	}
 
-	st, err := backend.Open(ctx, o.DB, store.Options{})
+	st, err := openWithWait(ctx, func(ctx context.Context) (store.Store, error) {
+		return backend.Open(ctx, o.DB, store.Options{})
+	}, o.DBWait, 250*time.Millisecond, logger, o.DB)
 	if err != nil {
 		return fmt.Errorf("opening database %s: %w", backend.Redact(o.DB), err)
 	}
