@@ -34,7 +34,8 @@ func (b *syncBuffer) String() string {
 func TestDurationsLoggedAsText(t *testing.T) {
 	var out syncBuffer
 	b := setup(t, func(c *Config) {
-		c.Logger = slog.New(slog.NewJSONHandler(&out, nil))
+		// Debug: a call's own lines (with its duration) are debug lines.
+		c.Logger = slog.New(slog.NewJSONHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		c.Lease = 30 * time.Second
 	})
 	c := b.post("k-log-durations", `{"tool":"charge","args":{"amount":1}}`).call(t)
