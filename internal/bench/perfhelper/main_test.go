@@ -45,7 +45,7 @@ func TestGenSQLite(t *testing.T) {
 		t.Fatalf("generated call %+v: want effect eff_ + its call id's hex", got)
 	}
 	// History lies in the past: a new call sorts after it.
-	if now := float64(time.Now().Unix()); got.CreatedAt > now {
+	if now := float64(time.Now().UnixNano()) / 1e9; got.CreatedAt > now {
 		t.Fatalf("generated created_at %v after now %v", got.CreatedAt, now)
 	}
 	audit, err := st.Audit(t.Context(), got.CallID, 10)
