@@ -188,14 +188,14 @@ type Config struct {
 
 // Server is the HTTP service plus its executor. Create it with New.
 type Server struct {
-	cfg  Config
-	st   store.Store
-	log  *slog.Logger
-	m    *metrics
-	exec *executor
+	cfg     Config
+	st      store.Store
+	log     *slog.Logger
+	m       *metrics
+	exec    *executor
+	waiters *waiters
 	// newCallID makes the id of a new call (newCallID; tests replace it).
 	newCallID func() (string, error)
-	waiters   *waiters
 	// bodySlots and waitSlots are semaphores: a send takes a slot
 	// (MaxConcurrentBodies, MaxHeldWaits), a receive gives it back.
 	bodySlots chan struct{}
