@@ -2,9 +2,11 @@ package bench
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -671,5 +673,44 @@ func TestBackpressureIsNotAFailure(t *testing.T) {
 				t.Errorf("refusals %q, want %q", rep.Refusals, want)
 			}
 		})
+	}
+}
+
+// TestServeBare: the exported ceiling answers 202 {"ok":true} on any path
+// and stops when its context ends.
+func TestServeBare(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- ServeBare(ctx, addr) }()
+	var resp *http.Response
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		resp, err = http.Post("http://"+addr+"/v1/tool-calls", "application/json", strings.NewReader(`{"tool":"charge"}`))
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted || strings.TrimSpace(string(body)) != `{"ok":true}` {
+		t.Fatalf("bare handler answered %d %q", resp.StatusCode, body)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("ServeBare after cancel: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("ServeBare did not return after its context ended")
 	}
 }

@@ -136,3 +136,22 @@ func bareHandler() http.Handler {
 		_, _ = io.WriteString(w, `{"ok":true}`+"\n")
 	})
 }
+
+// ServeBare serves the ceiling's bare handler on addr, with the same
+// http.Server settings as the service, until ctx ends: the ceiling for a
+// load generator other than bench's own (scripts/perf drives it with wrk).
+func ServeBare(ctx context.Context, addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", addr, err)
+	}
+	hs := newHTTPServer(bareHandler())
+	go func() {
+		<-ctx.Done()
+		_ = hs.Close()
+	}()
+	if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

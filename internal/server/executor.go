@@ -86,6 +86,9 @@ type executor struct {
 	stopErr    error
 
 	lastErr map[string]string // scheduler-only: dedupes repeated error logs
+	// lastOwnerPass is when the scheduler last looked for calls of dead
+	// owners (scheduler-only; zero: never).
+	lastOwnerPass time.Time
 }
 
 // Wake asks the scheduler to claim now rather than at its next tick. It never

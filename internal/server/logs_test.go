@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"log/slog"
 	"strings"
@@ -34,7 +35,8 @@ func (b *syncBuffer) String() string {
 func TestDurationsLoggedAsText(t *testing.T) {
 	var out syncBuffer
 	b := setup(t, func(c *Config) {
-		c.Logger = slog.New(slog.NewJSONHandler(&out, nil))
+		// Debug: a call's own lines (with its duration) are debug lines.
+		c.Logger = slog.New(slog.NewJSONHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		c.Lease = 30 * time.Second
 	})
 	c := b.post("k-log-durations", `{"tool":"charge","args":{"amount":1}}`).call(t)
@@ -62,5 +64,41 @@ func TestDurationsLoggedAsText(t *testing.T) {
 		t.Errorf("no call duration logged (got %v)", seen[attrDuration])
 	} else if _, err := time.ParseDuration(d); err != nil {
 		t.Errorf("duration %q: %v", d, err)
+	}
+}
+
+// TestCallStepsNotLoggedAtInfo: an ordinary call's steps (created, claimed,
+// succeeded) are debug lines, so at info a call that simply succeeds writes
+// nothing (BENCHMARKS.md §11: a tenth of the accepted rate); at debug each
+// step has its line.
+func TestCallStepsNotLoggedAtInfo(t *testing.T) {
+	for _, level := range []slog.Level{slog.LevelInfo, slog.LevelDebug} {
+		var out syncBuffer
+		b := setup(t, func(c *Config) {
+			c.Logger = slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: level}))
+		})
+		c := b.post("k-quiet", `{"tool":"charge","args":{"amount":1}}`).call(t)
+		b.waitFinal(c.CallID)
+		// The run logs after its commit: stop the server, which waits
+		// for every run, before reading.
+		if err := b.srv.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		var lines []string
+		for _, line := range strings.Split(out.String(), "\n") {
+			if strings.Contains(line, c.CallID) {
+				lines = append(lines, line)
+			}
+		}
+		if level == slog.LevelInfo && len(lines) != 0 {
+			t.Errorf("at info, an ordinary call logged %d lines: %q", len(lines), lines)
+		}
+		if level == slog.LevelDebug {
+			for _, msg := range []string{`msg="tool call created"`, `msg="claimed call"`, `msg="call succeeded"`} {
+				if !strings.Contains(strings.Join(lines, "\n"), msg) {
+					t.Errorf("at debug, no %s line for the call: %q", msg, lines)
+				}
+			}
+		}
 	}
 }

@@ -122,7 +122,8 @@ func (e *executor) execute(c store.Call) {
 	}
 	e.m.executions.WithLabelValues(c.Tool, string(done.Status)).Inc()
 	e.m.execSeconds.WithLabelValues(c.Tool).Observe(time.Since(start).Seconds())
-	log.Info("call "+string(done.Status), attrStatus, done.Status, durationAttr(attrDuration, time.Since(start)),
+	// Debug: per call; idemctl_executions_total counts outcomes.
+	log.Debug("call "+string(done.Status), attrStatus, done.Status, durationAttr(attrDuration, time.Since(start)),
 		"lease_extensions", extensions)
 
 	if e.chaos && chaos.CrashAfterCommit && done.Status == store.StatusSucceeded {

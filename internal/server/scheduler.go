@@ -27,12 +27,24 @@ func (e *executor) schedule(ctx context.Context) {
 
 // tick recovers what can be recovered, refreshes the pending count, then
 // claims up to the free capacity, in batches, and starts a run per call.
+//
+// Expired leases are recovered before every claim (one index probe on a
+// read connection when there is nothing to recover), so a lapsed call is
+// audited recover before it is claimed again. The dead-owner pass runs at
+// most once per interval, however often the scheduler is woken: wake-ups
+// come with every new call and every finished run (thousands a second
+// under load), and the pass lists every running call (BENCHMARKS.md §14:
+// that listing on every wake-up was a tenth of the server's allocations).
+// It is for crashed processes, where one interval more changes nothing.
 func (e *executor) tick(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
 	e.recoverExpired(ctx)
-	e.releaseDeadOwners(ctx)
+	if now := time.Now(); e.lastOwnerPass.IsZero() || now.Sub(e.lastOwnerPass) >= e.interval {
+		e.lastOwnerPass = now
+		e.releaseDeadOwners(ctx)
+	}
 	e.refreshQueue(ctx)
 	for ctx.Err() == nil {
 		free := e.limit.free()
@@ -55,7 +67,9 @@ func (e *executor) tick(ctx context.Context) {
 			e.limit.acquire(c.Tool)
 			e.m.busyWorkers.Inc()
 			e.m.attempts.Observe(float64(c.Attempt))
-			e.log.Info("claimed call", attrCallID, c.CallID, attrKey, c.IdemKey,
+			// Debug: per call (idemctl_claim_queries_total and the
+			// attempts histogram count claims at info's price).
+			e.log.Debug("claimed call", attrCallID, c.CallID, attrKey, c.IdemKey,
 				attrTool, c.Tool, attrAttempt, c.Attempt)
 			e.runs.Add(1)
 			go e.run(c)

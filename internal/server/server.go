@@ -109,8 +109,9 @@ type Config struct {
 	// (docs/tools.md, "Chaos hooks"). Refused
 	// unless Addr is a loopback address.
 	Chaos bool
-	// RecoverInterval is the scheduler's tick: lease recovery and claiming
-	// (200 ms by default).
+	// RecoverInterval is the scheduler's tick (200 ms by default): lease
+	// recovery and claiming; the dead-owner pass runs at most once per
+	// interval however often the scheduler is woken.
 	RecoverInterval time.Duration
 	// ShutdownGrace bounds how long a stop waits for running tools.
 	ShutdownGrace time.Duration
@@ -196,6 +197,8 @@ type Server struct {
 	m       *metrics
 	exec    *executor
 	waiters *waiters
+	// newCallID makes the id of a new call (newCallID; tests replace it).
+	newCallID func() (string, error)
 	// bodySlots and waitSlots are semaphores: a send takes a slot
 	// (MaxConcurrentBodies, MaxHeldWaits), a receive gives it back.
 	bodySlots chan struct{}
@@ -253,6 +256,7 @@ func New(cfg Config, st store.Store) (*Server, error) {
 	s := &Server{
 		cfg:             cfg,
 		st:              st,
+		newCallID:       newCallID,
 		log:             log,
 		waiters:         newWaiters(),
 		bodySlots:       make(chan struct{}, cfg.MaxConcurrentBodies),

@@ -166,7 +166,7 @@ var errSlowPath = errors.New("postgres: create needs the full transaction")
 // then nothing was written.
 //
 // Before this, a create was six round trips (BEGIN, lock, alias lookup,
-// INSERT, audit INSERT, COMMIT): BENCHMARKS.md, section 13.
+// INSERT, audit INSERT, COMMIT): BENCHMARKS.md, section 15.
 func (s *Store) createFast(ctx context.Context, n store.NewCall, args string, intent *string) (store.Call, store.Outcome, error) {
 	var (
 		call store.Call

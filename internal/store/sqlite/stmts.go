@@ -179,7 +179,7 @@ const (
 )
 
 // sqlListByStatus serves ListCalls with a status filter (the scheduler
-// lists running calls on every tick to find those of dead owners). The
+// lists running calls once per scheduler interval to find those of dead owners). The
 // status is a literal, one statement per status, not a parameter: SQLite
 // 3.54 expires an ORDER BY statement with a "col = ?" term whenever that
 // parameter is bound again after the driver unbinds it, so a parameter
