@@ -429,3 +429,27 @@ func TestMigrateNotBeforeKeepsRows(t *testing.T) {
 		t.Fatalf("ClaimNext after migration = %+v, %v; want the old pending call", got, err)
 	}
 }
+
+// TestWriteConnectionPragmas: the write connection keeps synchronous=FULL
+// (every commit fsynced) and holds the savepoints' sub-journal in memory
+// (temp_store=MEMORY) with its larger page cache: the settings the group
+// commit's cost depends on (BENCHMARKS.md §14).
+func TestWriteConnectionPragmas(t *testing.T) {
+	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "p.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, p := range []struct {
+		pragma string
+		want   int
+	}{{"synchronous", 2}, {"temp_store", 2}, {"cache_size", writeCacheKiB}} {
+		var got int
+		if err := s.w.QueryRowContext(context.Background(), "PRAGMA "+p.pragma).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != p.want {
+			t.Errorf("write connection: PRAGMA %s = %d, want %d", p.pragma, got, p.want)
+		}
+	}
+}
