@@ -307,8 +307,28 @@ func (r *Registry) Run(ctx context.Context, inv tools.Invocation) (tools.Outcome
 	if !ok {
 		return tools.Outcome{}, fmt.Errorf("%w %q", tools.ErrUnknownTool, inv.Tool)
 	}
-	return t.runner.Run(ctx, inv)
+	if t.Kind != KindBuiltin || t.Timeout <= 0 {
+		// An http tool bounds its own attempt (downstream_timeout).
+		return t.runner.Run(ctx, inv)
+	}
+	tctx, cancel := context.WithTimeoutCause(ctx, t.Timeout, errToolTimeout)
+	defer cancel()
+	out, err := t.runner.Run(tctx, inv)
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(tctx), errToolTimeout) {
+		// Our bound, not the caller's cancel (shutdown, lost lease,
+		// cancel request): an outcome to record, retryable like a
+		// downstream timeout.
+		return tools.Outcome{Err: &tools.ToolError{Code: ErrorCodeToolTimeout,
+			Message: fmt.Sprintf("no result within the tool's timeout (%s)", t.Timeout), Retryable: true}}, nil
+	}
+	return out, err
 }
+
+// ErrorCodeToolTimeout is a built-in tool's failure when its timeout (from
+// the tools file) ran out before it finished.
+const ErrorCodeToolTimeout = "tool_timeout"
+
+var errToolTimeout = errors.New("tool timeout")
 
 var builtins = mustBuiltins()
 

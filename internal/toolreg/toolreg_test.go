@@ -392,3 +392,36 @@ func TestParseDedup(t *testing.T) {
 		}
 	}
 }
+
+// TestBuiltinTimeout: a built-in tool's timeout from the tools file bounds
+// its attempt: a sleep longer than it fails with tool_timeout (retryable),
+// a shorter one succeeds, and a cancel by the caller stays the caller's
+// (an error, no outcome to record).
+func TestBuiltinTimeout(t *testing.T) {
+	r, err := Parse([]byte("tools:\n  - {name: sleep, kind: builtin, timeout: 50ms}\n"), env())
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(ctx context.Context, seconds string) (tools.Outcome, error) {
+		return r.Run(ctx, tools.Invocation{CallID: "c_1", Tool: "sleep", Args: args(t, `{"seconds": `+seconds+`}`), Attempt: 1})
+	}
+	out, err := run(context.Background(), "10")
+	if err != nil {
+		t.Fatalf("sleep past the timeout: error %v, want a failed outcome", err)
+	}
+	if out.Err == nil || out.Err.Code != ErrorCodeToolTimeout || !out.Err.Retryable {
+		t.Fatalf("sleep past the timeout: outcome %+v, want a retryable %s", out, ErrorCodeToolTimeout)
+	}
+	if out, err := run(context.Background(), "0.001"); err != nil || out.Err != nil {
+		t.Fatalf("sleep within the timeout: outcome %+v, error %v, want success", out, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if out, err := run(ctx, "10"); err == nil || out.Err != nil {
+		t.Fatalf("cancelled by the caller: outcome %+v, error %v, want the caller's error", out, err)
+	}
+	// Without a timeout a built-in is not bounded: the built-ins registry.
+	if tl, _ := Builtins().Lookup("sleep"); tl.Timeout != 0 {
+		t.Fatalf("built-in sleep has a default timeout %v, want none", tl.Timeout)
+	}
+}
