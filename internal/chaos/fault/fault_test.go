@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -207,14 +208,33 @@ func TestLeaseExpiryStaleCommitFenced(t *testing.T) {
 
 func TestCancelCleansUp(t *testing.T) {
 	r, _, tmp := setup(t, Options{})
-	// lease-expiry takes seconds; cancel it once its first server is up.
-	ctx, cancel := context.WithTimeout(t.Context(), 1500*time.Millisecond)
+	// lease-expiry takes seconds; cancel it once its first server is up
+	// (the narration names its pid), not after a fixed time: on a loaded
+	// machine a timer could fire before any server started.
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
+	r.out = &lockedWriter{w: &cancelOn{w: r.out, marker: "server A: ", cancel: cancel}}
 	rep, err := r.RunScenario(ctx, "lease-expiry")
 	if err == nil {
 		t.Fatalf("RunScenario returned no error after cancel; report %+v", rep)
 	}
 	assertCleanedUp(t, tmp, rep)
+}
+
+// cancelOn passes writes to w and calls cancel after the first one that
+// contains marker.
+type cancelOn struct {
+	w      io.Writer
+	marker string
+	cancel context.CancelFunc
+}
+
+func (c *cancelOn) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	if strings.Contains(string(p), c.marker) {
+		c.cancel()
+	}
+	return n, err
 }
 
 // brokenPipe accepts n writes, then fails like a closed stdout.
