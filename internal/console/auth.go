@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // Cookie names. Both are HttpOnly, SameSite=Strict, scoped to /ui, and
@@ -65,10 +66,9 @@ func (c *console) authed(h http.HandlerFunc) http.Handler {
 			return
 		}
 		if hdr := r.Header.Get("Authorization"); hdr != "" {
-			scheme, token, ok := strings.Cut(hdr, " ")
-			token = strings.TrimSpace(token)
+			token, ok := wire.BearerToken(hdr)
 			principal, known := "", false
-			if ok && strings.EqualFold(scheme, "Bearer") && token != "" {
+			if ok {
 				principal, known = c.cfg.Authenticate(token)
 			}
 			if !known {

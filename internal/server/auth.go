@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 
 	"github.com/idemctl/idemctl/internal/console"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // MaxPrincipalLen bounds a principal's name in a token file.
@@ -200,15 +201,15 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-		if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+		token, ok := wire.BearerToken(r.Header.Get("Authorization"))
+		if !ok {
 			s.m.authFailures.WithLabelValues(authMissing).Inc()
 			w.Header().Set("WWW-Authenticate", `Bearer realm="idemctl"`)
 			writeError(w, s.log, http.StatusUnauthorized, codeUnauthenticated,
 				"this server requires Authorization: Bearer TOKEN")
 			return
 		}
-		principal, known := s.cfg.Auth.principal(strings.TrimSpace(token))
+		principal, known := s.cfg.Auth.principal(token)
 		if !known {
 			s.m.authFailures.WithLabelValues(authUnknown).Inc()
 			s.log.Info("unknown bearer token", attrMethod, r.Method, attrPath, r.URL.Path, "remote", r.RemoteAddr)
