@@ -183,23 +183,11 @@ func (g *group) loop() {
 	defer g.wg.Done()
 	batch := make([]*groupOp, 0, maxGroup)
 	for {
-		select {
-		case op := <-g.ops:
-			batch = append(batch[:0], op)
-		case <-g.quit:
+		var ok bool
+		if batch, ok = store.NextBatch(g.ops, g.quit, batch, maxGroup); !ok {
 			return
 		}
-	more:
-		for len(batch) < maxGroup {
-			select {
-			case op := <-g.ops:
-				batch = append(batch, op)
-			default:
-				break more
-			}
-		}
 		g.commit(batch)
-		clear(batch)
 	}
 }
 

@@ -114,26 +114,11 @@ func (s *Store) commitLoop() {
 	defer close(s.commitDone)
 	batch := make([]*writeOp, 0, maxBatch)
 	for {
-		select {
-		case op := <-s.writes:
-			batch = append(batch[:0], op)
-		case <-s.quit:
+		var ok bool
+		if batch, ok = store.NextBatch(s.writes, s.quit, batch, maxBatch); !ok {
 			return
 		}
-		// Take whoever else is waiting now; no lingering for more: an
-		// idle store commits a lone write at once, a busy one builds up
-		// its next batch while this one's fsync runs.
-	more:
-		for len(batch) < maxBatch {
-			select {
-			case op := <-s.writes:
-				batch = append(batch, op)
-			default:
-				break more
-			}
-		}
 		s.commitBatch(batch)
-		clear(batch) // drop references to finished ops
 	}
 }
 
