@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -212,5 +213,53 @@ func TestExampleConfigIsValid(t *testing.T) {
 	}
 	if err := checkConfigKeys(root, v); err != nil {
 		t.Fatalf("configs/idemctl.yaml has keys no command reads: %v", err)
+	}
+}
+
+// TestExampleConfigShowsDefaults keeps the sample config honest: every value
+// it sets is the built-in default of that flag, so a reader who copies it
+// gets what the docs describe (a changed default must change the sample too).
+func TestExampleConfigShowsDefaults(t *testing.T) {
+	clearEnv(t)
+	var out bytes.Buffer
+	root := newRootCmd(&IOStreams{Out: &out, ErrOut: &out})
+	v := viper.New()
+	v.SetConfigFile(filepath.Join("..", "..", "configs", "idemctl.yaml"))
+	if err := v.ReadInConfig(); err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for section, value := range v.AllSettings() {
+		keys, ok := value.(map[string]any)
+		if !ok {
+			t.Fatalf("top-level key %q: the sample sets keys per command only", section)
+		}
+		cmd, _, err := root.Find([]string{section})
+		if err != nil || cmd == root {
+			t.Fatalf("section %q names no command", section)
+		}
+		for key, val := range keys {
+			f := cmd.Flags().Lookup(key)
+			if f == nil {
+				f = cmd.PersistentFlags().Lookup(key)
+			}
+			if f == nil {
+				f = cmd.InheritedFlags().Lookup(key)
+			}
+			if f == nil {
+				t.Fatalf("%s.%s names no flag", section, key)
+			}
+			got := fmt.Sprint(val)
+			if d, err := time.ParseDuration(got); err == nil && f.Value.Type() == "duration" {
+				got = d.String()
+			}
+			if got != f.DefValue {
+				t.Errorf("configs/idemctl.yaml %s.%s = %s, but the default is %s", section, key, got, f.DefValue)
+			}
+			checked++
+		}
+	}
+	if checked < 10 {
+		t.Fatalf("checked only %d keys", checked)
 	}
 }
