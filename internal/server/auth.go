@@ -185,7 +185,7 @@ func principalOf(ctx context.Context) string {
 
 // openPaths answer without a token: probes need no secret, and say
 // nothing about any call.
-var openPaths = map[string]bool{"/healthz": true, "/readyz": true}
+var openPaths = map[string]bool{"/healthz": true, "/readyz": true, OpenAPIPath: true}
 
 // authenticate requires "Authorization: Bearer TOKEN" on every path but
 // openPaths when auth is on, and puts the principal in the request's

@@ -49,6 +49,7 @@ func (s *Server) routes() http.Handler {
 	route(http.MethodGet, "/v1/tool-calls/by-key/{key...}", varyPrefer(s.handleGetByKey))
 	route(http.MethodGet, "/v1", s.handleService)
 	route(http.MethodGet, "/v1/tools", s.handleTools)
+	route(http.MethodGet, OpenAPIPath, s.handleOpenAPI)
 	route(http.MethodGet, "/stats", s.handleStats)
 	mux.Handle(MCPPath, s.mcp) // the SDK answers its own methods (POST, GET, DELETE)
 	route(http.MethodGet, "/healthz", s.handleHealthz)

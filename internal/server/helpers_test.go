@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemctl/idemctl/internal/openapitest"
 	"github.com/idemctl/idemctl/internal/server/servertest"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/sqlite"
@@ -148,7 +149,8 @@ func doURL(t *testing.T, base, method, path string, body []byte, header map[stri
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
-	res, err := http.DefaultClient.Do(req)
+	// Every answer these tests read is checked against docs/openapi.yaml.
+	res, err := (&http.Client{Transport: openapitest.Transport(t, nil)}).Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
