@@ -17,6 +17,7 @@ import (
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/sqlite"
 	"github.com/idemctl/idemctl/internal/toolreg"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // TestLeaseTakeoverFencesStaleWorker: a worker paused past its lease (a GC
@@ -404,7 +405,7 @@ func TestRunServesAndStops(t *testing.T) {
 	base := "http://" + ln.Addr().String()
 	r := doURL(t, base, http.MethodPost, "/v1/tool-calls", []byte(`{"tool":"charge","args":{"amount":8}}`),
 		map[string]string{"Idempotency-Key": "k-run", "Prefer": "wait=10"})
-	var c CallView
+	var c wire.Call
 	_ = json.Unmarshal(r.body, &c)
 	if r.status != http.StatusOK || c.Status != "succeeded" {
 		t.Fatalf("POST via Run: %d %s", r.status, r.body)

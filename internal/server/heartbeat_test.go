@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemctl/idemctl/internal/server/servertest"
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // lastDetail returns the detail of the last audit row of event for a call,
@@ -133,7 +134,7 @@ func TestProcessKillDuringHeartbeatedTool(t *testing.T) {
 	if s, _, err := tryPost(p.URL, key, `{"tool":"sleep","args":{"seconds":4}}`); err != nil || s != http.StatusAccepted {
 		t.Fatalf("post: %d %v", s, err)
 	}
-	waitByKey(t, p.URL, key, func(c CallView) bool { return c.Status == "running" })
+	waitByKey(t, p.URL, key, func(c wire.Call) bool { return c.Status == "running" })
 	eventually(t, "a heartbeat extends the lease", func() bool {
 		r := doURL(t, p.URL, http.MethodGet, "/metrics", nil, nil)
 		return metricSample(t, r.body, `idemctl_lease_extensions_total{outcome="extended"}`) >= 1
@@ -141,7 +142,7 @@ func TestProcessKillDuringHeartbeatedTool(t *testing.T) {
 	p.Kill()
 
 	p2 := servertest.StartServe(t, bin, "--db", db, "--lease", "1s", "--instance-host", "other-host")
-	done := waitByKey(t, p2.URL, key, func(c CallView) bool { return c.Status.Final() })
+	done := waitByKey(t, p2.URL, key, func(c wire.Call) bool { return c.Status.Final() })
 	if done.Status != "succeeded" || done.Attempt != 2 {
 		t.Fatalf("after the kill: status %s attempt %d, want succeeded at attempt 2", done.Status, done.Attempt)
 	}

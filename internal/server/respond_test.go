@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // TestJSONNotHTMLEscaped: "<", ">" and "&" come out as themselves in every
@@ -27,7 +29,7 @@ func TestJSONNotHTMLEscaped(t *testing.T) {
 
 	// An error message that quotes the client's input.
 	r := b.post("k-html-1", `{"tool":"<b>&amp;</b>"}`)
-	if r.status != http.StatusBadRequest || r.errCode(t) != codeBadRequest {
+	if r.status != http.StatusBadRequest || r.errCode(t) != wire.CodeBadRequest {
 		t.Fatalf("unknown tool: %d %s", r.status, r.body)
 	}
 	noEscapes("400", r.body)
@@ -42,7 +44,7 @@ func TestJSONNotHTMLEscaped(t *testing.T) {
 		t.Fatalf("POST: %d %s", r.status, r.body)
 	}
 	c := b.waitFinal(r.call(t).CallID)
-	r = b.get(CallPath(c.CallID))
+	r = b.get(wire.CallPath(c.CallID))
 	noEscapes("GET failed call", r.body)
 	if !strings.Contains(string(r.body), msg) {
 		t.Errorf("error message not served as sent: %s", r.body)
@@ -54,7 +56,7 @@ func TestJSONNotHTMLEscaped(t *testing.T) {
 func TestWriteJSONFraming(t *testing.T) {
 	rec := httptest.NewRecorder()
 	log := slog.New(slog.DiscardHandler)
-	writeError(rec, log, http.StatusBadRequest, codeBadRequest, "amount must be >= 1 & <= 10")
+	writeError(rec, log, http.StatusBadRequest, wire.CodeBadRequest, "amount must be >= 1 & <= 10")
 	res := rec.Result()
 	body, _ := io.ReadAll(res.Body)
 	want := `{"error":{"code":"bad_request","message":"amount must be >= 1 & <= 10"}}` + "\n"
