@@ -61,10 +61,27 @@ func mustRead(name string) []byte {
 	return b
 }
 
+// Reader is what the console reads of the store, and all it may: the
+// console changes nothing by itself (a cancel goes through Config.Cancel,
+// the API's own path). Every store.Store is one.
+type Reader interface {
+	Get(ctx context.Context, principal, callID string) (store.Call, error)
+	GetByKey(ctx context.Context, principal, key string) (store.Call, error)
+	ListCalls(ctx context.Context, f store.ListFilter) ([]store.Call, error)
+	EffectOf(ctx context.Context, callID string) (store.Effect, error)
+	Audit(ctx context.Context, callID string, limit int) ([]store.AuditEvent, error)
+	Attempts(ctx context.Context) ([]store.AttemptBucket, error)
+	Rates(ctx context.Context, minutes int) (store.Rates, error)
+	Stats(ctx context.Context) (store.Stats, error)
+	Queue(ctx context.Context) (store.Queue, error)
+}
+
+var _ Reader = store.Store(nil) // the server hands the console its store
+
 // Config is what the console needs from the server it is part of.
 type Config struct {
 	// Store is read; the console writes only through Cancel.
-	Store store.Store
+	Store Reader
 	// Authenticate maps a bearer token to its principal. Nil means the
 	// server runs without authentication: every request is
 	// store.DefaultPrincipal and there is no sign-in.

@@ -29,7 +29,7 @@ func TestBackPressureRefusesNewKeysOnly(t *testing.T) {
 	}
 	busy := b.post("k-busy", `{"tool":"sleep","args":{"seconds":5}}`).call(t)
 	eventually(t, "the worker runs k-busy", func() bool {
-		g, err := b.st.Get(ctx, busy.CallID)
+		g, err := b.st.GetAny(ctx, busy.CallID)
 		return err == nil && g.Status == store.StatusRunning
 	})
 	p1 := b.post("k-p1", `{"tool":"charge","args":{"amount":1}}`)

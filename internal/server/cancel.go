@@ -144,10 +144,7 @@ func (s *Server) cancelCall(ctx context.Context, principal, id string) (store.Ca
 	if !isCallID(id) {
 		return store.Call{}, 0, store.ErrNotFound
 	}
-	cur, err := s.st.Get(ctx, id)
-	if err == nil && cur.Principal != principal {
-		err = store.ErrNotFound
-	}
+	_, err := s.st.Get(ctx, principal, id)
 	if err != nil {
 		return store.Call{}, 0, err
 	}

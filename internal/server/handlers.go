@@ -240,7 +240,7 @@ func (s *Server) createOrGet(ctx context.Context, principal, key string, req cre
 // idTaken reports whether callID names a call of another key: the reason
 // a create with that id failed.
 func (s *Server) idTaken(ctx context.Context, callID, principal, key string) bool {
-	c, err := s.st.Get(ctx, callID)
+	c, err := s.st.GetAny(ctx, callID) // any principal's: ids are global
 	return err == nil && (c.Principal != principal || c.IdemKey != key)
 }
 
@@ -312,12 +312,9 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 		writeError(w, s.log, http.StatusNotFound, wire.CodeNotFound, "no call with id "+strconv.Quote(id))
 		return
 	}
-	call, err := s.st.Get(r.Context(), id)
-	if err == nil && call.Principal != principalOf(r.Context()) {
-		// Another principal's call does not exist for this one: the same
-		// 404 as an unknown id, so ids cannot be probed.
-		err = store.ErrNotFound
-	}
+	// Another principal's call is the same 404 as an unknown id (Store.Get),
+	// so ids cannot be probed.
+	call, err := s.st.Get(r.Context(), principalOf(r.Context()), id)
 	if errors.Is(err, store.ErrNotFound) {
 		writeError(w, s.log, http.StatusNotFound, wire.CodeNotFound, "no call with id "+strconv.Quote(id))
 		return
@@ -412,7 +409,7 @@ func (s *Server) waitFinal(ctx context.Context, call store.Call, d time.Duration
 	for {
 		// Subscribe before reading, so a completion in between is not lost.
 		done, release := s.waiters.subscribe(call.CallID)
-		if c, err := s.st.Get(ctx, call.CallID); err == nil {
+		if c, err := s.st.Get(ctx, call.Principal, call.CallID); err == nil {
 			call = c
 		}
 		if call.Status.Final() {

@@ -81,7 +81,7 @@ func TestRefusedExtensionCancelsTool(t *testing.T) {
 	})
 	c := b.post("k-stolen", `{"tool":"sleep","args":{"seconds":10}}`).call(t)
 	eventually(t, "the server claims the call", func() bool {
-		g, err := b.st.Get(ctx, c.CallID)
+		g, err := b.st.GetAny(ctx, c.CallID)
 		return err == nil && g.Status == store.StatusRunning
 	})
 	if err := b.st.Release(ctx, c.CallID, b.srv.Owner(), 1, "test: taken over"); err != nil {
@@ -112,7 +112,7 @@ func TestRefusedExtensionCancelsTool(t *testing.T) {
 	if d := lastDetail(t, b.st, c.CallID, store.EventFenced); !strings.Contains(d, "call is running under owner thief attempt 2") {
 		t.Fatalf("fenced detail %q, want the thief's attempt named", d)
 	}
-	g, err := b.st.Get(ctx, c.CallID)
+	g, err := b.st.GetAny(ctx, c.CallID)
 	if err != nil {
 		t.Fatal(err)
 	}

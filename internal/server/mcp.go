@@ -112,10 +112,7 @@ func (c localCaller) Get(ctx context.Context, principal, callID string) (mcpdoor
 	if !isCallID(callID) {
 		return mcpdoor.Call{}, notFound
 	}
-	call, err := c.s.st.Get(ctx, callID)
-	if err == nil && call.Principal != principal {
-		err = store.ErrNotFound // another principal's call does not exist for this one
-	}
+	call, err := c.s.st.Get(ctx, principal, callID)
 	if errors.Is(err, store.ErrNotFound) {
 		return mcpdoor.Call{}, notFound
 	}

@@ -160,7 +160,7 @@ func (c *cluster) instanceOf(owner string) int {
 // call reads a call from the database.
 func (c *cluster) call(id string) store.Call {
 	c.t.Helper()
-	got, err := c.st.Get(context.Background(), id)
+	got, err := c.st.GetAny(context.Background(), id)
 	if err != nil {
 		c.t.Fatalf("Get %s: %v", id, err)
 	}

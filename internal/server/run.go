@@ -180,7 +180,7 @@ func (e *executor) runTool(ctx context.Context, c store.Call, log *slog.Logger) 
 	}
 	// Validate accepted these args when they were stored; refusing them
 	// now means the rules changed. Retrying cannot help.
-	return args, tools.Outcome{Err: &tools.ToolError{Code: "invalid_args", Message: err.Error()}}, true
+	return args, tools.Outcome{Err: &tools.ToolError{Code: wire.CodeInvalidArgs, Message: err.Error()}}, true
 }
 
 // abandon releases a call whose tool was cancelled by shutdown, so it runs

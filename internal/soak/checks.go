@@ -377,7 +377,7 @@ func checkLedger(in Input) Check {
 	effects := map[string]string{} // effect id → key
 	for _, k := range in.Keys {
 		got, found := in.Observed.Calls[k.Key]
-		if !found || got.Tool != HTTPTool || got.Status != "succeeded" {
+		if !found || got.Tool != HTTPTool || got.Status != wire.StatusSucceeded {
 			continue
 		}
 		c.Checked++

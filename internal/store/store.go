@@ -540,8 +540,14 @@ type Store interface {
 	// Errors: ErrNotFound if there is no such call.
 	Cancel(ctx context.Context, callID string, errJSON json.RawMessage) (Call, CancelOutcome, error)
 
-	// Get returns the call with that id, or ErrNotFound.
-	Get(ctx context.Context, callID string) (Call, error)
+	// Get returns principal's call with that id, or ErrNotFound: another
+	// principal's call does not exist for this one (docs/api.md,
+	// "Authentication"). Every read on a principal's behalf uses it.
+	Get(ctx context.Context, principal, callID string) (Call, error)
+	// GetAny returns the call with that id whoever recorded it, or
+	// ErrNotFound: for the executor and inspect, which act for no
+	// principal.
+	GetAny(ctx context.Context, callID string) (Call, error)
 	// GetByKey returns principal's call for an idempotency key (both
 	// compared exactly), or ErrNotFound; another principal's call with
 	// that key is not found. An alias key (intent deduplication) finds the

@@ -33,6 +33,11 @@ const (
 	HeaderAuthorization = "Authorization"
 	// HeaderWWWAuthenticate answers a 401.
 	HeaderWWWAuthenticate = "WWW-Authenticate"
+	// HeaderCallID and HeaderAttempt name the call and the attempt on
+	// every request an http tool sends its downstream (docs/tools.md,
+	// "The http kind"), with HeaderIdempotencyKey.
+	HeaderCallID  = "Idemctl-Call-Id"
+	HeaderAttempt = "Idemctl-Attempt"
 )
 
 // ReplayedTrue is the value of HeaderIdempotentReplayed.
