@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // Prefix is the path the console is served under: /ui is the overview,
@@ -157,7 +158,7 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc(LegacyPrefix, legacyRedirect)
 	mux.HandleFunc(Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			w.Header().Set("Allow", "GET, HEAD")
+			w.Header().Set(wire.HeaderAllow, "GET, HEAD")
 			c.fail(w, r, http.StatusMethodNotAllowed, "This page only answers GET.")
 			return
 		}
@@ -171,7 +172,7 @@ func New(cfg Config) http.Handler {
 // bookmark keeps working and says where the page lives now).
 func legacyRedirect(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
+		w.Header().Set(wire.HeaderAllow, "GET, HEAD")
 		http.Error(w, "the console moved to "+Prefix, http.StatusMethodNotAllowed)
 		return
 	}

@@ -90,7 +90,7 @@ func (s *Server) handleCharge(w http.ResponseWriter, r *http.Request) {
 	switch r.Method {
 	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
 	default:
-		w.Header().Set("Allow", "POST, PUT, PATCH, DELETE")
+		w.Header().Set(wire.HeaderAllow, "POST, PUT, PATCH, DELETE")
 		writeError(w, http.StatusMethodNotAllowed, wire.CodeMethodNotAllowed, "charges are made with POST, PUT, PATCH or DELETE; read the ledger with GET /ledger")
 		return
 	}

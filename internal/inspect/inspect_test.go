@@ -15,6 +15,7 @@ import (
 	"github.com/idemctl/idemctl/internal/inspect"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/sqlite"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // fixture is a database with known contents, built through the store API:
@@ -496,10 +497,10 @@ func TestStats(t *testing.T) {
 	if _, err := inspect.Stats(ctx, f.st, inspect.StatsOptions{Output: inspect.FormatJSON}, &buf); err != nil {
 		t.Fatal(err)
 	}
-	var got inspect.StatsJSON
+	var got wire.Stats
 	decode(t, buf.Bytes(), &got)
-	wantBy := map[string]int64{"pending": 1, "running": 0, "succeeded": 2, "failed": 1}
-	if got.Calls != 4 || got.Effects != 2 || len(got.ByStatus) != 4 {
+	wantBy := map[wire.Status]int64{"pending": 1, "running": 0, "succeeded": 2, "failed": 1}
+	if got.Calls != 4 || got.Effects != 2 || len(got.ByStatus) != 4 || got.Queue != nil {
 		t.Fatalf("stats JSON = %+v", got)
 	}
 	for k, v := range wantBy {

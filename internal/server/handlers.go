@@ -451,7 +451,7 @@ func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, s.log, http.StatusOK, wire.Stats{Calls: st.Calls, Effects: st.Effects, ByStatus: by,
-		Queue: wire.Queue{
+		Queue: &wire.Queue{
 			Depth:                   q.Pending,
 			OldestPendingAgeSeconds: q.OldestPendingAge.Seconds(),
 			MaxPending:              s.exec.queue.max,

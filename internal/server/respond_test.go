@@ -1,10 +1,13 @@
 package server
 
 import (
+	"bytes"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -73,5 +76,36 @@ func TestWriteJSONFraming(t *testing.T) {
 	if rec.Code != http.StatusInternalServerError || !strings.Contains(rec.Body.String(), `"code":"internal"`) ||
 		rec.Header().Get("Content-Length") != strconv.Itoa(rec.Body.Len()) {
 		t.Errorf("unencodable: %d %q (Content-Length %s)", rec.Code, rec.Body.String(), rec.Header().Get("Content-Length"))
+	}
+}
+
+// TestCallBodyMembers pins the call object as the API sends it: its
+// members, in this order, with principal, cancel_requested and not_before
+// left out when they do not apply (docs/api.md, "The call object").
+func TestCallBodyMembers(t *testing.T) {
+	b := setup(t)
+	created := b.post("order-k1", `{"tool":"charge","args":{"amount":5},"client_id":"checkout","seq":3}`).call(t)
+	b.waitFinal(created.CallID)
+	r := b.get(wire.CallPath(created.CallID))
+	dec := json.NewDecoder(bytes.NewReader(r.body))
+	var got []string
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		t.Fatalf("body %s: not an object", r.body)
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, tok.(string))
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []string{"call_id", "idem_key", "tool", "args", "status", "attempt", "result", "error", "effect_id",
+		"client_id", "seq", "fingerprint", "created_at", "updated_at", "query_url", "via"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("call members\n got %q\nwant %q\nbody %s", got, want, r.body)
 	}
 }

@@ -12,12 +12,14 @@ type Page[C any] struct {
 
 // Stats is the body of GET /stats: logical calls against side effects,
 // and the queue (docs/api.md, "Health, stats and metrics"). ByStatus has
-// every status, zeros included.
+// every status, zeros included. `idemctl inspect stats -o json` prints it
+// without Queue: it reads a database, and the queue's limits are a
+// server's.
 type Stats struct {
 	Calls    int64            `json:"calls"`
 	Effects  int64            `json:"effects"`
 	ByStatus map[Status]int64 `json:"by_status"`
-	Queue    Queue            `json:"queue"`
+	Queue    *Queue           `json:"queue,omitempty"`
 }
 
 // Queue is the queue part of Stats.
