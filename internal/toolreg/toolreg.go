@@ -121,9 +121,11 @@ func (t *Tool) String() string { return t.Name + " (" + t.Kind + ")" }
 // GoString is String.
 func (t *Tool) GoString() string { return t.String() }
 
-// MarshalJSON is the tool's public description (docs/api.md, "Tools"):
-// wire.Tool, no URL, no headers.
-func (t *Tool) MarshalJSON() ([]byte, error) {
+// MarshalJSON is the tool's public description (docs/api.md, "Tools").
+func (t *Tool) MarshalJSON() ([]byte, error) { return json.Marshal(t.listing()) }
+
+// listing is the tool as GET /v1/tools lists it: no URL, no headers.
+func (t *Tool) listing() wire.Tool {
 	l := wire.Tool{Name: t.Name, Kind: t.Kind, Description: t.Description, Schema: t.schemaJSON,
 		Effect: t.Effect, Destructive: t.Destructive, Method: t.Method, Concurrency: t.Concurrency,
 		Retry: wire.ToolRetry{MaxAttempts: t.Retry.MaxAttempts,
@@ -134,7 +136,7 @@ func (t *Tool) MarshalJSON() ([]byte, error) {
 	if t.Dedup != nil {
 		l.Dedup = &wire.ToolDedup{Args: t.Dedup.Args, Window: t.Dedup.Window.String()}
 	}
-	return json.Marshal(l)
+	return l
 }
 
 // Registry is a set of tools by name. A nil *Registry is not valid; use
@@ -168,11 +170,13 @@ func (r *Registry) String() string { return "tools: " + strings.Join(r.names, ",
 // GoString is String.
 func (r *Registry) GoString() string { return r.String() }
 
-// MarshalJSON is {"tools": [...]}, each as Tool.MarshalJSON.
+// MarshalJSON is the body of GET /v1/tools (wire.Tools).
 func (r *Registry) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
-		Tools []*Tool `json:"tools"`
-	}{r.Tools()})
+	body := wire.Tools{Tools: make([]wire.Tool, 0, len(r.names))}
+	for _, n := range r.names {
+		body.Tools = append(body.Tools, r.tools[n].listing())
+	}
+	return json.Marshal(body)
 }
 
 // Validate checks a call's tool and (normalized) args at accept time. An
