@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemctl/idemctl/internal/client"
 	"github.com/idemctl/idemctl/internal/exitcode"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // callOptions are the flags of idemctl call.
@@ -190,7 +191,7 @@ func runCall(ctx context.Context, opts *callOptions, streams *IOStreams) error {
 // call left unfinished because polling was off (--poll-timeout 0) is 0: it
 // was accepted and will finish without the client.
 func cliCallExit(call client.Call) error {
-	if call.Status == client.StatusFailed {
+	if call.Status == wire.StatusFailed {
 		return &ExitError{Code: exitcode.Failed, Err: fmt.Errorf("call %s failed: %s", call.CallID, bytes.TrimSpace(call.Error))}
 	}
 	return nil
@@ -220,11 +221,5 @@ func cliWriteErrorLine(w io.Writer, err error) {
 	if errors.As(err, &apiErr) {
 		code, msg = apiErr.Code, apiErr.Message
 	}
-	type body struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	}
-	_ = cliWriteJSONLine(w, struct {
-		Error body `json:"error"`
-	}{body{code, msg}})
+	_ = cliWriteJSONLine(w, wire.Error{Error: wire.ErrorDetail{Code: code, Message: msg}})
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/idemctl/idemctl/internal/server"
 	"github.com/idemctl/idemctl/internal/server/apitest"
 	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 func TestPollByIDPrintsFinalCall(t *testing.T) {
@@ -97,7 +98,7 @@ func TestPollByKeyDotKeys(t *testing.T) {
 		}
 		lines := cliLines(t, out)
 		if len(lines) != 1 || lines[0]["call_id"] != res.Call.CallID || lines[0]["idem_key"] != key ||
-			lines[0]["status"] != client.StatusSucceeded {
+			lines[0]["status"] != string(wire.StatusSucceeded) {
 			t.Fatalf("poll --key %q printed:\n%s", key, out)
 		}
 	}

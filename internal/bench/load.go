@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idemctl/idemctl/internal/wire"
 	"github.com/schollz/progressbar/v3"
 )
 
@@ -239,7 +240,7 @@ func (l *load) one(ctx context.Context, t *tally, i int) {
 		return
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set(wire.HeaderIdempotencyKey, key)
 	// net/http treats a request with an Idempotency-Key header as
 	// replayable and silently resends it when a reused connection fails.
 	// Without GetBody it cannot: every request is sent exactly once, so a
@@ -296,12 +297,7 @@ const (
 // refusal summarizes an unexpected answer: "HTTP 400 bad_request: message"
 // for the service's error shape, else the start of the body.
 func refusal(code int, body []byte) string {
-	var e struct {
-		Error struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}
+	var e wire.Error
 	msg := strings.TrimSpace(string(body))
 	if json.Unmarshal(body, &e) == nil && e.Error.Code != "" {
 		msg = e.Error.Code + ": " + e.Error.Message

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/inspect"
+	"github.com/idemctl/idemctl/internal/wire"
 
 	idemclient "github.com/idemctl/idemctl/internal/client"
 )
@@ -87,7 +88,7 @@ func Run(ctx context.Context, opts Options, out io.Writer) (rep Report, err erro
 		keysSent = func(r loadResult) int { return min(r.N, 1) }
 	}
 	l := &load{
-		client: client, url: rep.Base + "/v1/tool-calls", body: body, key: key, sameKey: opts.SameKey,
+		client: client, url: rep.Base + wire.PathCalls, body: body, key: key, sameKey: opts.SameKey,
 		n: opts.N, duration: opts.Duration, concurrency: opts.Concurrency,
 		progress: opts.Progress, label: "service",
 		lines: opts.ProgressLines, every: opts.ProgressEvery,
@@ -186,7 +187,7 @@ func runCeiling(ctx context.Context, service *load) (*Ceiling, error) {
 		_ = bare.stop(stopCtx) // a bare handler holds nothing worth reporting on
 	}()
 	l := *service
-	l.url = bare.base + "/v1/tool-calls"
+	l.url = bare.base + wire.PathCalls
 	l.label = "ceiling"
 	res, err := l.run(ctx)
 	if err != nil {

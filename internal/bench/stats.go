@@ -10,15 +10,12 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
-// Stats is the part of GET /stats the bench reads (docs/api.md, "Health,
+// Stats is GET /stats as the bench reads it (docs/api.md, "Health,
 // stats and metrics").
-type Stats struct {
-	Calls    int64                  `json:"calls"`
-	Effects  int64                  `json:"effects"`
-	ByStatus map[store.Status]int64 `json:"by_status"`
-}
+type Stats wire.Stats
 
 // finished is the number of calls in a final state.
 func (s Stats) finished() int64 { return s.count(true) }
@@ -39,7 +36,7 @@ func (s Stats) count(final bool) int64 {
 
 // fetchStats reads base/stats.
 func fetchStats(ctx context.Context, c *http.Client, base string) (Stats, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+"/stats", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+wire.PathStats, nil)
 	if err != nil {
 		return Stats{}, err
 	}

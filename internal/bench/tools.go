@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // effectTools leave one effect row per successful call among the built-in
@@ -21,7 +23,7 @@ var effectTools = map[string]bool{"charge": true, "send_email": true}
 // answers. A tool the server does not list is an error: every request
 // would be refused.
 func toolEffect(ctx context.Context, c *http.Client, base, tool string) (bool, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+"/v1/tools", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+wire.PathTools, nil)
 	if err != nil {
 		return false, err
 	}
@@ -40,12 +42,7 @@ func toolEffect(ctx context.Context, c *http.Client, base, tool string) (bool, e
 	case resp.StatusCode != http.StatusOK:
 		return false, fmt.Errorf("GET /v1/tools: HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(body)))
 	}
-	var list struct {
-		Tools []struct {
-			Name   string `json:"name"`
-			Effect bool   `json:"effect"`
-		} `json:"tools"`
-	}
+	var list wire.Tools
 	if err := json.Unmarshal(body, &list); err != nil {
 		return false, fmt.Errorf("GET /v1/tools: %w", err)
 	}

@@ -12,6 +12,7 @@ package chaos
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,7 +22,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,6 +29,7 @@ import (
 
 	"github.com/idemctl/idemctl/internal/client"
 	"github.com/idemctl/idemctl/internal/server"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // Mode is what the proxy does to a selected request.
@@ -211,18 +212,18 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	p.log.Info("proxy",
 		logKeyN, d.n, logKeyMethod, r.Method, logKeyPath, r.URL.Path,
-		logKeyKey, r.Header.Get("Idempotency-Key"), logKeyAction, string(d.action))
+		logKeyKey, r.Header.Get(wire.HeaderIdempotencyKey), logKeyAction, string(d.action))
 
 	if d.action == ModeDuplicateRequest && r.Body != nil && r.Body != http.NoBody {
 		// Two deliveries need the body twice: buffer it, but never without
 		// bound — one byte over the limit is enough to refuse.
 		body, err := io.ReadAll(io.LimitReader(r.Body, p.opts.MaxBody+1))
 		if err != nil {
-			writeError(w, http.StatusBadRequest, "bad_request", "proxy: reading request body: "+err.Error())
+			writeError(w, http.StatusBadRequest, wire.CodeBadRequest, "proxy: reading request body: "+err.Error())
 			return
 		}
 		if int64(len(body)) > p.opts.MaxBody {
-			writeError(w, http.StatusRequestEntityTooLarge, "payload_too_large",
+			writeError(w, http.StatusRequestEntityTooLarge, wire.CodePayloadTooLarge,
 				fmt.Sprintf("proxy: body over %d bytes cannot be duplicated", p.opts.MaxBody))
 			return
 		}
@@ -330,8 +331,8 @@ func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) 
 	p.log.Warn("proxy upstream error", logKeyN, n, logKeyErr, err.Error())
 	// 503, not 502: the server is unreachable or broke off, which is "try
 	// later" for a client — and the idempotency key makes the retry safe.
-	w.Header().Set("Retry-After", "1")
-	writeError(w, http.StatusServiceUnavailable, "unavailable", "proxy: upstream: "+err.Error())
+	w.Header().Set(wire.HeaderRetryAfter, "1")
+	writeError(w, http.StatusServiceUnavailable, wire.CodeUnavailable, "proxy: upstream: "+err.Error())
 }
 
 // hangUp is the drop: the client gets no status line at all. It keeps the
@@ -355,9 +356,10 @@ func (p *Proxy) hangUp(w http.ResponseWriter, r *http.Request) {
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
+	body, _ := json.Marshal(wire.Error{Error: wire.ErrorDetail{Code: code, Message: msg}}) // cannot fail: two strings
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	fmt.Fprintf(w, `{"error":{"code":%s,"message":%s}}`+"\n", strconv.Quote(code), strconv.Quote(msg))
+	_, _ = w.Write(append(body, '\n'))
 }
 
 // Serve runs the proxy on ln until ctx ends, then shuts down, giving

@@ -1,6 +1,10 @@
 package client
 
-import "net/http"
+import (
+	"net/http"
+
+	"github.com/idemctl/idemctl/internal/wire"
+)
 
 // WithToken returns an *http.Client that sends "Authorization: Bearer
 // token" on every request, for a server run with auth tokens (docs/api.md,
@@ -42,6 +46,6 @@ func (t bearerTransport) CloseIdleConnections() {
 // RoundTrip sends r with the Authorization header set.
 func (t bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r2 := r.Clone(r.Context())
-	r2.Header.Set("Authorization", t.value)
+	r2.Header.Set(wire.HeaderAuthorization, t.value)
 	return t.next.RoundTrip(r2)
 }

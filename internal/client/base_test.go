@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // TestBadBaseEndsAtOnce: a base URL that can never work (no scheme, another
@@ -55,11 +57,11 @@ func TestPollDeadlineNamesTheLastFailure(t *testing.T) {
 	c.Sleep = nil // real pauses: the deadline is wall time
 	_, err = c.Poll(t.Context(), "c_0123456789abcdef", 200*time.Millisecond)
 	var apiErr *APIError
-	if !errors.As(err, &apiErr) || apiErr.Code != CodeDeadline || !strings.Contains(apiErr.Message, "connection refused") {
+	if !errors.As(err, &apiErr) || apiErr.Code != wire.CodeDeadlineExceeded || !strings.Contains(apiErr.Message, "connection refused") {
 		t.Errorf("Poll err = %v, want deadline_exceeded naming connection refused", err)
 	}
 	_, err = c.PollByKey(t.Context(), "K", 200*time.Millisecond)
-	if !errors.As(err, &apiErr) || apiErr.Code != CodeUnknown || !strings.Contains(apiErr.Message, "connection refused") {
+	if !errors.As(err, &apiErr) || apiErr.Code != wire.CodeUnknown || !strings.Contains(apiErr.Message, "connection refused") {
 		t.Errorf("PollByKey err = %v, want unknown naming connection refused", err)
 	}
 }

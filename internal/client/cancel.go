@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // Cancel asks the server to stop a call (POST /v1/tool-calls/{id}/cancel):
@@ -16,7 +18,7 @@ import (
 func (c *Client) Cancel(ctx context.Context, callID string) (Call, error) {
 	actx, cancel := context.WithTimeout(ctx, c.timeout())
 	defer cancel()
-	req, err := http.NewRequestWithContext(actx, http.MethodPost, c.url(callPath(callID)+"/cancel"), nil)
+	req, err := http.NewRequestWithContext(actx, http.MethodPost, c.url(wire.CancelPath(escapeSegment(callID))), nil)
 	if err != nil {
 		return Call{}, fmt.Errorf("client: %w", err)
 	}
@@ -30,15 +32,16 @@ func (c *Client) Cancel(ctx context.Context, callID string) (Call, error) {
 		if err := json.Unmarshal(rep.body, &call); err != nil {
 			return Call{}, fmt.Errorf("client: decoding cancel reply (HTTP %d): %w", rep.status, err)
 		}
-		call.Raw = json.RawMessage(rep.body)
 		return call, nil
 	}
+	// already_final carries the call as it ended (wire.Error.Call); it is
+	// decoded here as a Call, to keep its bytes.
 	var final struct {
-		Call json.RawMessage `json:"call"`
+		Call *Call `json:"call"`
 	}
 	var call Call
-	if json.Unmarshal(rep.body, &final) == nil && len(final.Call) > 0 && json.Unmarshal(final.Call, &call) == nil {
-		call.Raw = final.Call
+	if json.Unmarshal(rep.body, &final) == nil && final.Call != nil {
+		call = *final.Call
 	}
 	return call, rep.apiError()
 }

@@ -97,43 +97,8 @@ type Request struct {
 }
 
 // Call is the server's view of one logical call (docs/api.md, "The call
-// object").
-type Call struct {
-	CallID    string          `json:"call_id"`
-	IdemKey   string          `json:"idem_key"`
-	Tool      string          `json:"tool"`
-	Status    string          `json:"status"`
-	Attempt   int64           `json:"attempt"`
-	Result    json.RawMessage `json:"result,omitempty"`
-	Error     json.RawMessage `json:"error,omitempty"`
-	EffectID  *string         `json:"effect_id"`
-	CreatedAt float64         `json:"created_at"`
-	UpdatedAt float64         `json:"updated_at"`
-	QueryURL  string          `json:"query_url"`
-	// Raw is the call exactly as the server sent it, fields the struct does
-	// not know included; printers prefer it.
-	Raw json.RawMessage `json:"-"`
-}
-
-// Final reports whether the call reached succeeded or failed.
-func (c Call) Final() bool { return c.Status == StatusSucceeded || c.Status == StatusFailed }
-
-// MarshalJSON prints the server's own bytes when they are known.
-func (c Call) MarshalJSON() ([]byte, error) {
-	if len(c.Raw) > 0 {
-		return c.Raw, nil
-	}
-	type plain Call // drops the method, so no recursion
-	return json.Marshal(plain(c))
-}
-
-// Call statuses (docs/lifecycle.md, "States").
-const (
-	StatusPending   = "pending"
-	StatusRunning   = "running"
-	StatusSucceeded = "succeeded"
-	StatusFailed    = "failed"
-)
+// object"), with the bytes the server sent (Raw), which printers prefer.
+type Call = wire.ReceivedCall
 
 // AttemptRecord is what one POST attempt saw, printed by idemctl call as one
 // JSON line: {"attempt":1,"error":"timed out","key":"..."} or
@@ -143,13 +108,13 @@ type AttemptRecord struct {
 	// call's executions (the call's "attempt"): one numbering for readers
 	// of both. The two counts are different things; only the origin is
 	// shared.
-	Attempt  int    `json:"attempt"`
-	HTTP     int    `json:"http,omitempty"`
-	Error    string `json:"error,omitempty"`
-	Key      string `json:"key"`
-	CallID   string `json:"call_id,omitempty"`
-	Status   string `json:"status,omitempty"`
-	Replayed bool   `json:"replayed,omitempty"`
+	Attempt  int         `json:"attempt"`
+	HTTP     int         `json:"http,omitempty"`
+	Error    string      `json:"error,omitempty"`
+	Key      string      `json:"key"`
+	CallID   string      `json:"call_id,omitempty"`
+	Status   wire.Status `json:"status,omitempty"`
+	Replayed bool        `json:"replayed,omitempty"`
 	// Code is the server's error code on a non-2xx reply.
 	Code string `json:"code,omitempty"`
 	// Retry says whether the client will try again after this attempt.
@@ -347,7 +312,7 @@ func (c *Client) Call(ctx context.Context, key string, req Request) (Result, err
 	}
 	return res, &APIError{
 		Status:  res.HTTP,
-		Code:    CodeRetryExhausted,
+		Code:    wire.CodeRetryExhausted,
 		Message: fmt.Sprintf("no answer after %d attempts: %v", retries+1, lastErr),
 		Err:     lastErr,
 	}
@@ -360,7 +325,7 @@ type reply struct {
 	call       Call // decoded by doCall
 	replayed   bool
 	retryAfter time.Duration
-	errBody    errorBody
+	errBody    wire.Error
 }
 
 func (r reply) retryable() bool {
@@ -384,37 +349,28 @@ func (r reply) apiError() *APIError {
 	return &APIError{Status: r.status, Code: code, Message: msg, CallID: r.errBody.Error.CallID}
 }
 
-// errorBody is the server's error shape: {"error": {"code", "message"}}.
-type errorBody struct {
-	Error struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-		CallID  string `json:"call_id"`
-	} `json:"error"`
-}
-
 // post sends one attempt bounded by the per-attempt timeout.
 func (c *Client) post(ctx context.Context, key string, body []byte) (AttemptRecord, reply, error) {
 	rec := AttemptRecord{Key: key}
 	actx, cancel := context.WithTimeout(ctx, c.timeout())
 	defer cancel()
-	hreq, err := http.NewRequestWithContext(actx, http.MethodPost, c.url("/v1/tool-calls"), bytes.NewReader(body))
+	hreq, err := http.NewRequestWithContext(actx, http.MethodPost, c.url(wire.PathCalls), bytes.NewReader(body))
 	if err != nil {
 		return rec, reply{}, fmt.Errorf("client: %w", err)
 	}
 	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Idempotency-Key", key)
+	hreq.Header.Set(wire.HeaderIdempotencyKey, key)
 	// net/http silently resends a request that carries an Idempotency-Key
 	// when a reused connection dies, if it can rewind the body (GetBody).
 	// Retries are this loop's job: each physical attempt must be counted,
 	// backed off and reported, so the transport may not add invisible ones.
 	hreq.GetBody = nil
 	if c.Via != "" {
-		hreq.Header.Set(wire.ViaHeader, c.Via)
+		hreq.Header.Set(wire.HeaderVia, c.Via)
 	}
 	if c.PreferWait > 0 {
 		secs := int64((c.PreferWait + time.Second - 1) / time.Second)
-		hreq.Header.Set("Prefer", "wait="+strconv.FormatInt(secs, 10))
+		hreq.Header.Set(wire.HeaderPrefer, wire.PreferWait+"="+strconv.FormatInt(secs, 10))
 	}
 	rep, err := c.doCall(hreq)
 	rec.HTTP = rep.status // 0 when no answer came
@@ -449,8 +405,8 @@ func (c *Client) do(req *http.Request) (reply, error) {
 	rep := reply{
 		status:     resp.StatusCode,
 		body:       bytes.TrimSpace(data),
-		replayed:   strings.EqualFold(resp.Header.Get("Idempotent-Replayed"), "true"),
-		retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
+		replayed:   strings.EqualFold(resp.Header.Get(wire.HeaderIdempotentReplayed), wire.ReplayedTrue),
+		retryAfter: parseRetryAfter(resp.Header.Get(wire.HeaderRetryAfter), time.Now()),
 	}
 	if resp.StatusCode/100 != 2 {
 		// A non-JSON error body (from a proxy, say) still yields an
@@ -470,7 +426,6 @@ func (c *Client) doCall(req *http.Request) (reply, error) {
 	if err := json.Unmarshal(rep.body, &rep.call); err != nil {
 		return rep, fmt.Errorf("client: decoding %s %s reply (HTTP %d): %w", req.Method, req.URL.Path, rep.status, err)
 	}
-	rep.call.Raw = json.RawMessage(rep.body)
 	return rep, nil
 }
 
@@ -535,10 +490,10 @@ func (c *Client) getCall(ctx context.Context, path string) (Call, error) {
 	return rep.call, nil
 }
 
-func callPath(callID string) string { return "/v1/tool-calls/" + escapeSegment(callID) }
+func callPath(callID string) string { return wire.CallPath(escapeSegment(callID)) }
 
 // keyPath escapes the key as one path segment: keys may contain '/'.
-func keyPath(key string) string { return "/v1/tool-calls/by-key/" + escapeSegment(key) }
+func keyPath(key string) string { return wire.PathCallsByKey + escapeSegment(key) }
 
 // escapeSegment escapes s as one path segment. url.PathEscape leaves '.'
 // alone, so the keys "." and ".." would become dot segments, which the
@@ -552,16 +507,14 @@ func escapeSegment(s string) string {
 // Stats is GET /stats: logical calls against side effects (docs/api.md,
 // "Health, stats and metrics").
 type Stats struct {
-	Calls    int64            `json:"calls"`
-	Effects  int64            `json:"effects"`
-	ByStatus map[string]int64 `json:"by_status"`
+	wire.Stats
 	// Raw is the reply as sent, extra fields included.
 	Raw json.RawMessage `json:"-"`
 }
 
 // Stats fetches GET /stats: one request, no retry.
 func (c *Client) Stats(ctx context.Context) (Stats, error) {
-	rep, err := c.get(ctx, "/stats", false)
+	rep, err := c.get(ctx, wire.PathStats, false)
 	if err != nil {
 		return Stats{}, err
 	}

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // fakeServer answers POST /v1/tool-calls from a script (one handler per
@@ -261,7 +263,7 @@ func TestCallExhaustedOn503(t *testing.T) {
 	c.Retries = 1
 	_, err := c.Call(t.Context(), "K", Request{Tool: "charge"})
 	var apiErr *APIError
-	if !errors.As(err, &apiErr) || apiErr.Code != CodeRetryExhausted || apiErr.Status != 503 {
+	if !errors.As(err, &apiErr) || apiErr.Code != wire.CodeRetryExhausted || apiErr.Status != 503 {
 		t.Fatalf("err = %#v, want retry_exhausted after 503", err)
 	}
 	if n := fs.requests(); n != 2 {

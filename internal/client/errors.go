@@ -7,36 +7,23 @@ import (
 	"io"
 	"net"
 	"syscall"
+
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
-// Error codes the client reports itself; the server's own codes
+// The client reports codes of its own (wire.CodeRetryExhausted, CodeUnknown,
+// CodeDeadlineExceeded and CodeInvalidKey); the server's codes
 // (bad_request, idempotency_conflict, not_found, ...) pass through as sent.
-const (
-	// CodeRetryExhausted: every attempt timed out, failed to connect or was
-	// told to come back later.
-	CodeRetryExhausted = "retry_exhausted"
-	// CodeUnknown: a by-key lookup never found the key before the deadline;
-	// the server may never have received the request.
-	CodeUnknown = "unknown"
-	// CodeDeadline: polling ended before the call reached a final state.
-	CodeDeadline = "deadline_exceeded"
-	// CodeInvalidKey: the client refused an idempotency key the server
-	// could never accept (see CheckKey); nothing was sent.
-	CodeInvalidKey = "invalid_key"
-	// CodeNotFound and CodeConflict are the server's codes for 404 and 409.
-	CodeNotFound = "not_found"
-	CodeConflict = "idempotency_conflict"
-)
 
 // Sentinels for errors.Is; every error this package returns for them is an
 // *APIError whose Code matches.
 var (
-	ErrRetryExhausted = errors.New(CodeRetryExhausted)
-	ErrUnknown        = errors.New(CodeUnknown)
-	ErrDeadline       = errors.New(CodeDeadline)
-	ErrInvalidKey     = errors.New(CodeInvalidKey)
-	ErrNotFound       = errors.New(CodeNotFound)
-	ErrConflict       = errors.New(CodeConflict)
+	ErrRetryExhausted = errors.New(wire.CodeRetryExhausted)
+	ErrUnknown        = errors.New(wire.CodeUnknown)
+	ErrDeadline       = errors.New(wire.CodeDeadlineExceeded)
+	ErrInvalidKey     = errors.New(wire.CodeInvalidKey)
+	ErrNotFound       = errors.New(wire.CodeNotFound)
+	ErrConflict       = errors.New(wire.CodeIdempotencyConflict)
 )
 
 // APIError is an answer that ends a call without a call object: the server's
@@ -70,17 +57,17 @@ func (e *APIError) Unwrap() error { return e.Err }
 func (e *APIError) Is(target error) bool {
 	switch target {
 	case ErrRetryExhausted:
-		return e.Code == CodeRetryExhausted
+		return e.Code == wire.CodeRetryExhausted
 	case ErrUnknown:
-		return e.Code == CodeUnknown
+		return e.Code == wire.CodeUnknown
 	case ErrDeadline:
-		return e.Code == CodeDeadline
+		return e.Code == wire.CodeDeadlineExceeded
 	case ErrInvalidKey:
-		return e.Code == CodeInvalidKey
+		return e.Code == wire.CodeInvalidKey
 	case ErrNotFound:
-		return e.Code == CodeNotFound
+		return e.Code == wire.CodeNotFound
 	case ErrConflict:
-		return e.Code == CodeConflict
+		return e.Code == wire.CodeIdempotencyConflict
 	}
 	return false
 }

@@ -1,6 +1,9 @@
 package client
 
-import "github.com/idemctl/idemctl/internal/idemkey"
+import (
+	"github.com/idemctl/idemctl/internal/idemkey"
+	"github.com/idemctl/idemctl/internal/wire"
+)
 
 // MaxKeyLength is the longest idempotency key the server accepts, in bytes.
 const MaxKeyLength = idemkey.MaxLength
@@ -16,7 +19,7 @@ const MaxKeyLength = idemkey.MaxLength
 // checking it here lets a client refuse before it sends anything.
 func CheckKey(key string) error {
 	if err := idemkey.Check(key); err != nil {
-		return &APIError{Code: CodeInvalidKey, Message: "the idempotency key " + err.Error()}
+		return &APIError{Code: wire.CodeInvalidKey, Message: "the idempotency key " + err.Error()}
 	}
 	return nil
 }

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // ListOptions narrow List. Zero values mean "any" and the server's default
@@ -43,7 +45,7 @@ func (c *Client) List(ctx context.Context, o ListOptions) (Page, error) {
 	if o.After != "" {
 		q.Set("after", o.After)
 	}
-	path := "/v1/tool-calls"
+	path := wire.PathCalls
 	if len(q) > 0 {
 		path += "?" + q.Encode()
 	}
@@ -54,21 +56,13 @@ func (c *Client) List(ctx context.Context, o ListOptions) (Page, error) {
 	if rep.status != http.StatusOK {
 		return Page{}, rep.apiError()
 	}
-	var body struct {
-		Calls []json.RawMessage `json:"calls"`
-		Next  *string           `json:"next"`
-	}
+	var body wire.Page[Call] // each call keeps its own bytes (Call.Raw)
 	if err := json.Unmarshal(rep.body, &body); err != nil {
 		return Page{}, fmt.Errorf("client: decoding GET /v1/tool-calls reply: %w", err)
 	}
-	p := Page{Calls: make([]Call, 0, len(body.Calls))}
-	for _, raw := range body.Calls {
-		var call Call
-		if err := json.Unmarshal(raw, &call); err != nil {
-			return Page{}, fmt.Errorf("client: decoding a listed call: %w", err)
-		}
-		call.Raw = raw
-		p.Calls = append(p.Calls, call)
+	p := Page{Calls: body.Calls}
+	if p.Calls == nil {
+		p.Calls = []Call{}
 	}
 	if body.Next != nil {
 		p.Next = *body.Next

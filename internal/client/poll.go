@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // Polling parameters (bounded, with backoff).
@@ -110,7 +112,7 @@ func (c *Client) poll(ctx context.Context, path string, byKey bool, timeout time
 	}
 	if byKey && !seen {
 		return last, &APIError{
-			Code: CodeUnknown,
+			Code: wire.CodeUnknown,
 			Message: fmt.Sprintf("no call recorded under this key after %s%s: the server may never have received it; "+
 				"POST again with the same key", timeout, lastWords),
 			Err: lastErr,
@@ -118,10 +120,10 @@ func (c *Client) poll(ctx context.Context, path string, byKey bool, timeout time
 	}
 	status := "not seen"
 	if seen {
-		status = last.Status
+		status = string(last.Status)
 	}
 	return last, &APIError{
-		Code:    CodeDeadline,
+		Code:    wire.CodeDeadlineExceeded,
 		Message: fmt.Sprintf("call still %s after %s%s", status, timeout, lastWords),
 		Err:     lastErr,
 	}

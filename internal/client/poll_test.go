@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 func TestPollUntilFinal(t *testing.T) {
@@ -78,7 +80,7 @@ func TestPollByKeyUnknownAtDeadline(t *testing.T) {
 	c.Sleep = nil // real pauses: the deadline is wall time
 	_, err := c.PollByKey(t.Context(), "never-sent", 300*time.Millisecond)
 	var apiErr *APIError
-	if !errors.As(err, &apiErr) || apiErr.Code != CodeUnknown || !errors.Is(err, ErrUnknown) {
+	if !errors.As(err, &apiErr) || apiErr.Code != wire.CodeUnknown || !errors.Is(err, ErrUnknown) {
 		t.Fatalf("err = %v, want code unknown", err)
 	}
 	if n := fs.requests(); n < 2 {

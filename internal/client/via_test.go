@@ -16,7 +16,7 @@ func TestViaHeader(t *testing.T) {
 	var got []string
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
-		got = append(got, r.Header.Get(wire.ViaHeader))
+		got = append(got, r.Header.Get(wire.HeaderVia))
 		mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
@@ -32,6 +32,6 @@ func TestViaHeader(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	if len(got) != 2 || got[0] != "mcp" || got[1] != "" {
-		t.Fatalf("%s headers = %q, want [mcp, none]", wire.ViaHeader, got)
+		t.Fatalf("%s headers = %q, want [mcp, none]", wire.HeaderVia, got)
 	}
 }

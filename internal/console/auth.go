@@ -65,7 +65,7 @@ func (c *console) authed(h http.HandlerFunc) http.Handler {
 			h(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, &session{})))
 			return
 		}
-		if hdr := r.Header.Get("Authorization"); hdr != "" {
+		if hdr := r.Header.Get(wire.HeaderAuthorization); hdr != "" {
 			token, ok := wire.BearerToken(hdr)
 			principal, known := "", false
 			if ok {
@@ -73,7 +73,7 @@ func (c *console) authed(h http.HandlerFunc) http.Handler {
 			}
 			if !known {
 				c.cfg.AuthFailed("unknown")
-				w.Header().Set("WWW-Authenticate", `Bearer realm="idemctl", error="invalid_token"`)
+				w.Header().Set(wire.HeaderWWWAuthenticate, `Bearer realm="idemctl", error="invalid_token"`)
 				c.fail(w, r, http.StatusUnauthorized, "The Authorization header does not hold a token this server accepts.")
 				return
 			}

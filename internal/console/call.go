@@ -97,8 +97,8 @@ func (c *console) loadCall(w http.ResponseWriter, r *http.Request) (store.Call, 
 		c.fail(w, r, http.StatusNotFound, "No such call.")
 		return store.Call{}, false
 	}
-	call, err := c.cfg.Store.Get(r.Context(), id)
-	if errors.Is(err, store.ErrNotFound) || (err == nil && call.Principal != principalOf(r)) {
+	call, err := c.cfg.Store.Get(r.Context(), principalOf(r), id)
+	if errors.Is(err, store.ErrNotFound) {
 		c.fail(w, r, http.StatusNotFound, "No such call.")
 		return store.Call{}, false
 	}

@@ -113,8 +113,8 @@ func (c *console) search(w http.ResponseWriter, r *http.Request) {
 	}
 	principal := principalOf(r)
 	if c.cfg.ValidCallID(q) {
-		call, err := c.cfg.Store.Get(ctx, q)
-		if err == nil && call.Principal == principal {
+		call, err := c.cfg.Store.Get(ctx, principal, q)
+		if err == nil {
 			http.Redirect(w, r, Prefix+"/calls/"+call.CallID, http.StatusSeeOther)
 			return
 		}

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // Prefix is the path the console is served under: /ui is the overview,
@@ -61,10 +62,27 @@ func mustRead(name string) []byte {
 	return b
 }
 
+// Reader is what the console reads of the store, and all it may: the
+// console changes nothing by itself (a cancel goes through Config.Cancel,
+// the API's own path). Every store.Store is one.
+type Reader interface {
+	Get(ctx context.Context, principal, callID string) (store.Call, error)
+	GetByKey(ctx context.Context, principal, key string) (store.Call, error)
+	ListCalls(ctx context.Context, f store.ListFilter) ([]store.Call, error)
+	EffectOf(ctx context.Context, callID string) (store.Effect, error)
+	Audit(ctx context.Context, callID string, limit int) ([]store.AuditEvent, error)
+	Attempts(ctx context.Context) ([]store.AttemptBucket, error)
+	Rates(ctx context.Context, minutes int) (store.Rates, error)
+	Stats(ctx context.Context) (store.Stats, error)
+	Queue(ctx context.Context) (store.Queue, error)
+}
+
+var _ Reader = store.Store(nil) // the server hands the console its store
+
 // Config is what the console needs from the server it is part of.
 type Config struct {
 	// Store is read; the console writes only through Cancel.
-	Store store.Store
+	Store Reader
 	// Authenticate maps a bearer token to its principal. Nil means the
 	// server runs without authentication: every request is
 	// store.DefaultPrincipal and there is no sign-in.
@@ -140,7 +158,7 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc(LegacyPrefix, legacyRedirect)
 	mux.HandleFunc(Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			w.Header().Set("Allow", "GET, HEAD")
+			w.Header().Set(wire.HeaderAllow, "GET, HEAD")
 			c.fail(w, r, http.StatusMethodNotAllowed, "This page only answers GET.")
 			return
 		}
@@ -154,7 +172,7 @@ func New(cfg Config) http.Handler {
 // bookmark keeps working and says where the page lives now).
 func legacyRedirect(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
+		w.Header().Set(wire.HeaderAllow, "GET, HEAD")
 		http.Error(w, "the console moved to "+Prefix, http.StatusMethodNotAllowed)
 		return
 	}

@@ -47,7 +47,7 @@ func setup(t *testing.T, pageSize int, auth bool) bundle {
 		Store: st,
 		Cancel: func(ctx context.Context, principal, id string) (store.Call, store.CancelOutcome, error) {
 			b.cancels.Add(1)
-			cur, err := st.Get(ctx, id)
+			cur, err := st.GetAny(ctx, id)
 			if err == nil && cur.Principal != principal {
 				err = store.ErrNotFound
 			}

@@ -18,6 +18,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // MaxBody caps a request body.
@@ -25,9 +27,9 @@ const MaxBody = 1 << 20
 
 // Header names.
 const (
-	HeaderIdempotencyKey = "Idempotency-Key"
+	HeaderIdempotencyKey = wire.HeaderIdempotencyKey
 	// HeaderReplayed is set on an answer repeated for a known key.
-	HeaderReplayed = "Idempotent-Replayed"
+	HeaderReplayed = wire.HeaderIdempotentReplayed
 )
 
 // Charge is one ledger entry: one request that was performed.
@@ -88,22 +90,22 @@ func (s *Server) handleCharge(w http.ResponseWriter, r *http.Request) {
 	switch r.Method {
 	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
 	default:
-		w.Header().Set("Allow", "POST, PUT, PATCH, DELETE")
-		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "charges are made with POST, PUT, PATCH or DELETE; read the ledger with GET /ledger")
+		w.Header().Set(wire.HeaderAllow, "POST, PUT, PATCH, DELETE")
+		writeError(w, http.StatusMethodNotAllowed, wire.CodeMethodNotAllowed, "charges are made with POST, PUT, PATCH or DELETE; read the ledger with GET /ledger")
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			writeError(w, http.StatusRequestEntityTooLarge, "payload_too_large", fmt.Sprintf("body exceeds %d bytes", MaxBody))
+			writeError(w, http.StatusRequestEntityTooLarge, wire.CodePayloadTooLarge, fmt.Sprintf("body exceeds %d bytes", MaxBody))
 			return
 		}
-		writeError(w, http.StatusBadRequest, "bad_request", "reading the body failed")
+		writeError(w, http.StatusBadRequest, wire.CodeBadRequest, "reading the body failed")
 		return
 	}
 	if !json.Valid(body) {
-		writeError(w, http.StatusBadRequest, "bad_request", "the body must be JSON")
+		writeError(w, http.StatusBadRequest, wire.CodeBadRequest, "the body must be JSON")
 		return
 	}
 	var compact bytes.Buffer
@@ -153,5 +155,5 @@ func writeRaw(w http.ResponseWriter, status int, b []byte) {
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
-	writeJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": msg}})
+	writeJSON(w, status, wire.Error{Error: wire.ErrorDetail{Code: code, Message: msg}})
 }

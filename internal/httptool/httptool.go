@@ -25,6 +25,7 @@ import (
 	"github.com/idemctl/idemctl/internal/fingerprint"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // DefaultMaxBody caps the response body read from the downstream (1 MiB).
@@ -35,24 +36,24 @@ const (
 	// CodeDownstreamError: the downstream answered 408, 425, 429 or 5xx
 	// (retryable), or something idemctl cannot use: a redirect, a body
 	// over the cap, a status outside 2xx–5xx (not retryable).
-	CodeDownstreamError = "downstream_error"
+	CodeDownstreamError = wire.CodeDownstreamError
 	// CodeDownstreamUnreachable: no answer (connection refused or reset,
 	// DNS, TLS); retryable.
-	CodeDownstreamUnreachable = "downstream_unreachable"
+	CodeDownstreamUnreachable = wire.CodeDownstreamUnreachable
 	// CodeDownstreamTimeout: no complete answer within the tool's timeout;
 	// retryable.
-	CodeDownstreamTimeout = "downstream_timeout"
+	CodeDownstreamTimeout = wire.CodeDownstreamTimeout
 	// CodeDownstreamRejected: any other 4xx; not retryable, since the same
 	// request would be rejected again.
-	CodeDownstreamRejected = "downstream_rejected"
+	CodeDownstreamRejected = wire.CodeDownstreamRejected
 )
 
 // Headers idemctl sets on every request; configured headers may not
 // replace them.
 const (
-	HeaderIdempotencyKey = "Idempotency-Key"
-	HeaderCallID         = "Idemctl-Call-Id"
-	HeaderAttempt        = "Idemctl-Attempt"
+	HeaderIdempotencyKey = wire.HeaderIdempotencyKey
+	HeaderCallID         = wire.HeaderCallID
+	HeaderAttempt        = wire.HeaderAttempt
 )
 
 // reserved are the header names a configuration may not set: idemctl's own
@@ -264,7 +265,7 @@ func (t *Tool) outcome(resp *http.Response, data []byte, callID, effectID string
 	case code == http.StatusRequestTimeout, code == http.StatusTooEarly, code == http.StatusTooManyRequests,
 		code >= 500 && code <= 599:
 		out := failure(CodeDownstreamError, true, code, fmt.Sprintf("downstream answered %d", code))
-		out.Err.RetryAfter = RetryAfter(resp.Header.Get("Retry-After"), time.Now())
+		out.Err.RetryAfter = RetryAfter(resp.Header.Get(wire.HeaderRetryAfter), time.Now())
 		return out, nil
 	case code >= 300 && code <= 399:
 		return failure(CodeDownstreamError, false, code,

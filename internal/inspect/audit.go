@@ -47,7 +47,7 @@ func Audit(ctx context.Context, st store.Store, opts AuditOptions, w io.Writer) 
 	var call *store.Call
 	if opts.CallID != "" {
 		limit = 0 // a timeline with its beginning cut off would mislead
-		c, err := st.Get(ctx, opts.CallID)
+		c, err := st.GetAny(ctx, opts.CallID)
 		switch {
 		case err == nil:
 			call = &c

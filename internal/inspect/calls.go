@@ -2,12 +2,13 @@ package inspect
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"strconv"
 
+	"github.com/idemctl/idemctl/internal/callview"
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // DefaultLimit is how many rows calls, effects and audit show by default.
@@ -26,44 +27,19 @@ type CallsOptions struct {
 	Notice io.Writer
 }
 
-// CallJSON is one call in `inspect calls --output json`.
+// CallJSON is one call in `inspect calls --output json`: the API's call
+// object (wire.Call, rendered as the API renders it) and what only inspect
+// shows, the lease of a running call.
 type CallJSON struct {
-	CallID string `json:"call_id"`
-	// Principal is who recorded the call ("" without auth).
-	Principal   string          `json:"principal"`
-	IdemKey     string          `json:"idem_key"`
-	Fingerprint string          `json:"fingerprint"`
-	ClientID    *string         `json:"client_id"`
-	Seq         *int64          `json:"seq"`
-	Tool        string          `json:"tool"`
-	Args        json.RawMessage `json:"args"`
-	Status      store.Status    `json:"status"`
-	Attempt     int64           `json:"attempt"`
-	Result      json.RawMessage `json:"result"`
-	Error       json.RawMessage `json:"error"`
-	EffectID    *string         `json:"effect_id"`
-	Owner       *string         `json:"owner"`
-	LeaseUntil  *float64        `json:"lease_until"`
-	CreatedAt   float64         `json:"created_at"`
-	UpdatedAt   float64         `json:"updated_at"`
-	// Via is the door the call came through: "http" or "mcp".
-	Via string `json:"via"`
+	wire.Call
+	// Owner and LeaseUntil hold a running call's lease; null otherwise.
+	Owner      *string  `json:"owner"`
+	LeaseUntil *float64 `json:"lease_until"`
 }
 
 // callJSON converts a stored call to its JSON shape.
 func callJSON(c store.Call) CallJSON {
-	args := c.ArgsJSON
-	if len(args) == 0 {
-		args = json.RawMessage("{}")
-	}
-	return CallJSON{
-		CallID: c.CallID, Principal: c.Principal, IdemKey: c.IdemKey, Fingerprint: c.Fingerprint,
-		ClientID: c.ClientID, Seq: c.Seq, Tool: c.Tool, Args: args,
-		Status: c.Status, Attempt: c.Attempt,
-		Result: rawOrNull(c.ResultJSON), Error: rawOrNull(c.ErrorJSON),
-		EffectID: c.EffectID, Owner: c.Owner, LeaseUntil: c.LeaseUntil,
-		CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt, Via: store.ViaOf(c.Via),
-	}
+	return CallJSON{Call: callview.Of(c), Owner: c.Owner, LeaseUntil: c.LeaseUntil}
 }
 
 // Calls lists calls newest first, every principal's ("-" for the default

@@ -99,14 +99,6 @@ func orDash(s string) string {
 	return s
 }
 
-// rawOrNull keeps stored JSON as is and turns an absent value into null.
-func rawOrNull(r json.RawMessage) json.RawMessage {
-	if len(r) == 0 {
-		return json.RawMessage("null")
-	}
-	return r
-}
-
 // noteTruncated writes "showing 50 of 66 calls; --limit N to see more (0 =
 // all)" to w when a listing of shown rows hit limit and total (read from
 // the store's counts) says there are more. A listing cut silently reads as

@@ -8,21 +8,12 @@ import (
 	"strconv"
 
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // StatsOptions format `inspect stats`.
 type StatsOptions struct {
 	Output Format
-}
-
-// StatsJSON is the shape of /stats (docs/api.md, "Health, stats and
-// metrics"): calls are logical requests,
-// effects are side effects. by_status always holds the four states, zero
-// when empty, so scripts can read any of them without a default.
-type StatsJSON struct {
-	Calls    int64            `json:"calls"`
-	Effects  int64            `json:"effects"`
-	ByStatus map[string]int64 `json:"by_status"`
 }
 
 // allStatuses is the order stats prints states in.
@@ -44,7 +35,14 @@ func Stats(ctx context.Context, st store.Store, opts StatsOptions, w io.Writer) 
 		by[string(status)] = n
 	}
 	if opts.Output == FormatJSON {
-		return s, writeJSON(w, StatsJSON{Calls: s.Calls, Effects: s.Effects, ByStatus: by})
+		// The shape of GET /stats without the queue (wire.Stats): by_status
+		// always holds the four states, zero when empty, so scripts can read
+		// any of them without a default.
+		byStatus := make(map[store.Status]int64, len(by))
+		for k, n := range by {
+			byStatus[store.Status(k)] = n
+		}
+		return s, writeJSON(w, wire.Stats{Calls: s.Calls, Effects: s.Effects, ByStatus: byStatus})
 	}
 	rows := [][]string{
 		{"calls", strconv.FormatInt(s.Calls, 10)},

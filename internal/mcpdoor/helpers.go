@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/idemctl/idemctl/internal/wire"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -50,10 +51,10 @@ func (d *door) getCall(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 		Key    string `json:"key"`
 	}
 	if err := strictArgs(req.Params.Arguments, &in); err != nil {
-		return toolError("bad_request", err.Error(), nil), nil
+		return toolError(wire.CodeBadRequest, err.Error(), nil), nil
 	}
 	if (in.CallID == "") == (in.Key == "") {
-		return toolError("bad_request", "give exactly one of call_id and key", nil), nil
+		return toolError(wire.CodeBadRequest, "give exactly one of call_id and key", nil), nil
 	}
 	var (
 		c   Call
@@ -77,12 +78,12 @@ func (d *door) listCalls(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 		Limit *int   `json:"limit"`
 	}
 	if err := strictArgs(req.Params.Arguments, &in); err != nil {
-		return toolError("bad_request", err.Error(), nil), nil
+		return toolError(wire.CodeBadRequest, err.Error(), nil), nil
 	}
 	limit := DefaultListLimit
 	if in.Limit != nil {
 		if *in.Limit < 1 || *in.Limit > MaxListLimit {
-			return toolError("bad_request", fmt.Sprintf("limit must be from 1 to %d", MaxListLimit), nil), nil
+			return toolError(wire.CodeBadRequest, fmt.Sprintf("limit must be from 1 to %d", MaxListLimit), nil), nil
 		}
 		limit = *in.Limit
 	}
@@ -104,13 +105,10 @@ func callObject(c Call) *mcp.CallToolResult {
 	return &mcp.CallToolResult{StructuredContent: raw, Content: []mcp.Content{&mcp.TextContent{Text: string(raw)}}}
 }
 
-// rawOf is the API's call object, or the door's fields when the Caller
-// had none.
+// rawOf is the API's call object: the bytes the API sent when the Caller
+// has them, else the call marshaled (Call.MarshalJSON).
 func rawOf(c Call) json.RawMessage {
-	if len(c.Raw) > 0 {
-		return c.Raw
-	}
-	b, _ := json.Marshal(c) // plain fields
+	b, _ := json.Marshal(c) // cannot fail: plain fields and JSON the API made
 	return b
 }
 

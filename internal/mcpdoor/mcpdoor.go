@@ -18,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/idemctl/idemctl/internal/idemkey"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // Names of the key carriers and of the helper tools (docs/mcp.md).
@@ -49,7 +50,7 @@ const (
 	TypeConflict    = "idempotency_key_conflict"
 	TypeKeyRequired = "idempotency_key_required"
 	TypeInvalidKey  = "invalid_idempotency_key"
-	TypeToolFailed  = "tool_failed"
+	TypeToolFailed  = wire.CodeToolFailed
 	TypeRunning     = "still_running"
 )
 
@@ -71,35 +72,13 @@ type ToolInfo struct {
 }
 
 // Call is a recorded call as the door shows it: the API's call object
-// (docs/api.md, "The call object") with the fields the door reads.
-type Call struct {
-	CallID  string          `json:"call_id"`
-	IdemKey string          `json:"idem_key"`
-	Tool    string          `json:"tool"`
-	Status  string          `json:"status"`
-	Result  json.RawMessage `json:"result,omitempty"`
-	Error   json.RawMessage `json:"error,omitempty"`
-	// Raw is the whole call object as the API renders it.
-	Raw json.RawMessage `json:"-"`
-}
-
-// Final reports whether the call succeeded or failed.
-func (c Call) Final() bool { return c.Status == "succeeded" || c.Status == "failed" }
+// (docs/api.md, "The call object"), with the bytes the API rendered when
+// the Caller has them (Raw).
+type Call = wire.ReceivedCall
 
 // Error is a refusal of the API: its stable code (docs/api.md, "Errors"),
 // its message, and for a conflict the call the key names.
-type Error struct {
-	Code    string
-	Message string
-	CallID  string
-}
-
-func (e *Error) Error() string { return e.Code + ": " + e.Message }
-
-// API codes the door maps to an MCP error type of its own.
-const (
-	codeConflict = "idempotency_conflict"
-)
+type Error = wire.ErrorDetail
 
 // Caller is the seam between the door and an idemctl server: the same
 // create-or-get + wait path POST /v1/tool-calls uses, and the reads.
@@ -297,7 +276,7 @@ func callResult(c Call, replayed bool) *mcp.CallToolResult {
 	meta := mcp.Meta{"io.idemctl/call-id": c.CallID, MetaKey: c.IdemKey, "io.idemctl/replayed": replayed,
 		"io.idemctl/status": c.Status}
 	switch c.Status {
-	case "succeeded":
+	case wire.StatusSucceeded:
 		var v any = map[string]any{}
 		if len(c.Result) > 0 {
 			_ = json.Unmarshal(c.Result, &v) // the API's own JSON
@@ -306,7 +285,7 @@ func callResult(c Call, replayed bool) *mcp.CallToolResult {
 			v = map[string]any{"result": v} // structuredContent is an object
 		}
 		return &mcp.CallToolResult{Meta: meta, StructuredContent: v, Content: textOf(v)}
-	case "failed":
+	case wire.StatusFailed:
 		var e any
 		if len(c.Error) > 0 {
 			_ = json.Unmarshal(c.Error, &e)
@@ -328,11 +307,11 @@ func callResult(c Call, replayed bool) *mcp.CallToolResult {
 func errorResult(err error, key string) (*mcp.CallToolResult, error) {
 	var ae *Error
 	if !errors.As(err, &ae) {
-		return toolError("unavailable", "the call could not be submitted; retry with the same idempotency key: "+err.Error(),
+		return toolError(wire.CodeUnavailable, "the call could not be submitted; retry with the same idempotency key: "+err.Error(),
 			map[string]any{"idempotency_key": key}), nil
 	}
 	typ := ae.Code
-	if typ == codeConflict {
+	if typ == wire.CodeIdempotencyConflict {
 		typ = TypeConflict
 	}
 	extra := map[string]any{"idempotency_key": key}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemctl/idemctl/internal/wire"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -65,7 +66,7 @@ func call(t *testing.T, cs *mcp.ClientSession) (*mcp.CallToolResult, map[string]
 
 func TestNonObjectResultIsWrapped(t *testing.T) {
 	cs := session(t, fakeCaller{tools: []ToolInfo{echoTool},
-		call: Call{CallID: "c_1", IdemKey: "k", Status: "succeeded", Result: json.RawMessage(`[1,2]`)}})
+		call: Call{Call: wire.Call{CallID: "c_1", IdemKey: "k", Status: wire.StatusSucceeded, Result: json.RawMessage(`[1,2]`)}}})
 	res, m := call(t, cs)
 	if res.IsError || !jsonIs(m["result"], `[1,2]`) {
 		t.Fatalf("result %v, want {\"result\": [1,2]}", m)

@@ -185,7 +185,7 @@ func principalOf(ctx context.Context) string {
 
 // openPaths answer without a token: probes need no secret, and say
 // nothing about any call.
-var openPaths = map[string]bool{"/healthz": true, "/readyz": true, OpenAPIPath: true}
+var openPaths = map[string]bool{wire.PathHealthz: true, wire.PathReadyz: true, wire.PathOpenAPI: true}
 
 // authenticate requires "Authorization: Bearer TOKEN" on every path but
 // openPaths when auth is on, and puts the principal in the request's
@@ -201,11 +201,11 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		token, ok := wire.BearerToken(r.Header.Get("Authorization"))
+		token, ok := wire.BearerToken(r.Header.Get(wire.HeaderAuthorization))
 		if !ok {
 			s.m.authFailures.WithLabelValues(authMissing).Inc()
-			w.Header().Set("WWW-Authenticate", `Bearer realm="idemctl"`)
-			writeError(w, s.log, http.StatusUnauthorized, codeUnauthenticated,
+			w.Header().Set(wire.HeaderWWWAuthenticate, `Bearer realm="idemctl"`)
+			writeError(w, s.log, http.StatusUnauthorized, wire.CodeUnauthenticated,
 				"this server requires Authorization: Bearer TOKEN")
 			return
 		}
@@ -213,8 +213,8 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		if !known {
 			s.m.authFailures.WithLabelValues(authUnknown).Inc()
 			s.log.Info("unknown bearer token", attrMethod, r.Method, attrPath, r.URL.Path, "remote", r.RemoteAddr)
-			w.Header().Set("WWW-Authenticate", `Bearer realm="idemctl", error="invalid_token"`)
-			writeError(w, s.log, http.StatusUnauthorized, codeUnauthenticated, "unknown bearer token")
+			w.Header().Set(wire.HeaderWWWAuthenticate, `Bearer realm="idemctl", error="invalid_token"`)
+			writeError(w, s.log, http.StatusUnauthorized, wire.CodeUnauthenticated, "unknown bearer token")
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, principal)))

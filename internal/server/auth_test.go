@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 const (
@@ -85,8 +86,8 @@ func TestAuthTable(t *testing.T) {
 			_, errAnon := b.st.GetByKey(t.Context(), store.DefaultPrincipal, key)
 			stored := err == nil || errBob == nil || errAnon == nil
 			if c.want == http.StatusUnauthorized {
-				if code := r.errCode(t); code != codeUnauthenticated {
-					t.Fatalf("code = %q, want %s", code, codeUnauthenticated)
+				if code := r.errCode(t); code != wire.CodeUnauthenticated {
+					t.Fatalf("code = %q, want %s", code, wire.CodeUnauthenticated)
 				}
 				if stored {
 					t.Fatal("a refused request stored a call")
@@ -218,10 +219,10 @@ func TestPrincipalsScopeKeys(t *testing.T) {
 	if ca.Principal != "alice" || cb.Principal != "bob" {
 		t.Fatalf("principals %q, %q", ca.Principal, cb.Principal)
 	}
-	if r := b.get(CallPath(cb.CallID), "Authorization", bearer(aliceToken)); r.status != http.StatusNotFound || r.errCode(t) != codeNotFound {
+	if r := b.get(wire.CallPath(cb.CallID), "Authorization", bearer(aliceToken)); r.status != http.StatusNotFound || r.errCode(t) != wire.CodeNotFound {
 		t.Fatalf("alice reads bob's call by id: %d %s, want 404", r.status, r.body)
 	}
-	if r := b.get(CallPath(ca.CallID), "Authorization", bearer(aliceToken)); r.status != http.StatusOK {
+	if r := b.get(wire.CallPath(ca.CallID), "Authorization", bearer(aliceToken)); r.status != http.StatusOK {
 		t.Fatalf("alice reads her call: %d", r.status)
 	}
 	r := b.get("/v1/tool-calls/by-key/same", "Authorization", bearer(bobToken))
@@ -261,12 +262,12 @@ func TestConflictNamesCall(t *testing.T) {
 	if r.status != http.StatusConflict {
 		t.Fatalf("%d %s, want 409", r.status, r.body)
 	}
-	var e ErrorBody
+	var e wire.Error
 	if err := json.Unmarshal(r.body, &e); err != nil {
 		t.Fatal(err)
 	}
-	if e.Error.Code != codeConflict || e.Error.CallID != first.CallID {
-		t.Fatalf("409 body %s; want code %s and call_id %s", r.body, codeConflict, first.CallID)
+	if e.Error.Code != wire.CodeIdempotencyConflict || e.Error.CallID != first.CallID {
+		t.Fatalf("409 body %s; want code %s and call_id %s", r.body, wire.CodeIdempotencyConflict, first.CallID)
 	}
 }
 
@@ -309,10 +310,10 @@ func TestRetentionPurge(t *testing.T) {
 	if n := b.srv.purgeOnce(context.Background()); n != 1 {
 		t.Fatalf("purged %d, want 1", n)
 	}
-	if r := b.get(CallPath(old.CallID)); r.status != http.StatusNotFound {
+	if r := b.get(wire.CallPath(old.CallID)); r.status != http.StatusNotFound {
 		t.Fatalf("purged call: %d, want 404", r.status)
 	}
-	if r := b.get(CallPath(recent.CallID)); r.status != http.StatusOK {
+	if r := b.get(wire.CallPath(recent.CallID)); r.status != http.StatusOK {
 		t.Fatalf("recent call: %d, want 200", r.status)
 	}
 	if st := b.stats(); st.Effects != 2 {

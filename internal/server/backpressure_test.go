@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // TestBackPressureRefusesNewKeysOnly: with MaxPending calls pending, a
@@ -28,7 +29,7 @@ func TestBackPressureRefusesNewKeysOnly(t *testing.T) {
 	}
 	busy := b.post("k-busy", `{"tool":"sleep","args":{"seconds":5}}`).call(t)
 	eventually(t, "the worker runs k-busy", func() bool {
-		g, err := b.st.Get(ctx, busy.CallID)
+		g, err := b.st.GetAny(ctx, busy.CallID)
 		return err == nil && g.Status == store.StatusRunning
 	})
 	p1 := b.post("k-p1", `{"tool":"charge","args":{"amount":1}}`)
@@ -40,7 +41,7 @@ func TestBackPressureRefusesNewKeysOnly(t *testing.T) {
 	// Two pending: the queue is full.
 	before := b.snapshot()
 	r := b.post("k-new", `{"tool":"charge","args":{"amount":3}}`)
-	if r.status != http.StatusServiceUnavailable || r.errCode(t) != codeOverloaded || r.header.Get("Retry-After") == "" {
+	if r.status != http.StatusServiceUnavailable || r.errCode(t) != wire.CodeOverloaded || r.header.Get("Retry-After") == "" {
 		t.Fatalf("new key over the limit: %d %q Retry-After %q, want 503 overloaded with Retry-After",
 			r.status, r.body, r.header.Get("Retry-After"))
 	}
@@ -81,7 +82,7 @@ func TestBackPressureRefusesNewKeysOnly(t *testing.T) {
 	if v := b.metricValue("idemctl_queue_oldest_pending_age_seconds"); !(v > 0) {
 		t.Fatalf("oldest pending age = %v, want > 0", v)
 	}
-	var st StatsView
+	var st wire.Stats
 	if err := json.Unmarshal(b.get("/stats").body, &st); err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +103,7 @@ func TestBackPressureOff(t *testing.T) {
 			t.Fatalf("%s without a limit: %d %s", k, r.status, r.body)
 		}
 	}
-	var st StatsView
+	var st wire.Stats
 	if err := json.Unmarshal(b.get("/stats").body, &st); err != nil {
 		t.Fatal(err)
 	}

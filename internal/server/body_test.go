@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // sendPartial opens a raw connection to ts, sends a POST whose headers
@@ -80,7 +81,7 @@ func TestSlowBodyIs408(t *testing.T) {
 				t.Fatalf("status %d, want %d: %s", res.StatusCode, tc.status, body)
 			}
 			r := resp{status: res.StatusCode, body: []byte(body)}
-			if code := r.errCode(t); code != codeBadRequest {
+			if code := r.errCode(t); code != wire.CodeBadRequest {
 				t.Errorf("code %s, want bad_request", code)
 			}
 			if !strings.Contains(body, tc.message) {
@@ -117,7 +118,7 @@ func TestReadyzDoesNotLeakDriverError(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := doURL(t, startHTTP(t, srv), http.MethodGet, "/readyz", nil, nil)
-	if r.status != http.StatusServiceUnavailable || r.errCode(t) != codeUnavailable {
+	if r.status != http.StatusServiceUnavailable || r.errCode(t) != wire.CodeUnavailable {
 		t.Fatalf("readyz: %d %s", r.status, r.body)
 	}
 	if strings.Contains(string(r.body), "10.1.2.3") || strings.Contains(string(r.body), "dial") {

@@ -8,20 +8,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemctl/idemctl/internal/callview"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/tools"
-)
-
-// codeCanceled is the error code of a call stopped by a cancel request;
-// codeAlreadyFinal answers a cancel of a call that had already ended.
-const (
-	codeCanceled     = "canceled"
-	codeAlreadyFinal = "already_final"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // canceledError is the error stored on a canceled call. Not retryable: a
 // same-key request returns the canceled call, it does not run it again.
-var canceledError = &tools.ToolError{Code: codeCanceled, Message: "canceled by request", Retryable: false}
+var canceledError = &tools.ToolError{Code: wire.CodeCanceled, Message: "canceled by request", Retryable: false}
 
 // errCanceledByRequest is the cause of a tool context cancelled by a
 // cancel request (not by shutdown).
@@ -97,7 +92,7 @@ func canceledByRequest(ctx context.Context) bool {
 // literal ".../{call_id}/cancel" would overlap ".../by-key/{key...}" in
 // the mux.)
 func (s *Server) handleCallAction(w http.ResponseWriter, r *http.Request) {
-	if r.PathValue("action") != "cancel" {
+	if r.PathValue("action") != wire.ActionCancel {
 		s.handleNotFound(w, r)
 		return
 	}
@@ -117,7 +112,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("call_id")
 	call, out, err := s.cancelCall(r.Context(), principalOf(r.Context()), id)
 	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, s.log, http.StatusNotFound, codeNotFound, "no call with id "+strconv.Quote(id))
+		writeError(w, s.log, http.StatusNotFound, wire.CodeNotFound, "no call with id "+strconv.Quote(id))
 		return
 	}
 	if err != nil {
@@ -126,15 +121,15 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 	}
 	switch out {
 	case store.Canceled:
-		writeJSON(w, s.log, http.StatusOK, viewOf(call))
+		writeJSON(w, s.log, http.StatusOK, callview.Of(call))
 	case store.CancelRequested:
-		w.Header().Set("Location", CallPath(id))
-		w.Header().Set("Retry-After", "1")
-		writeJSON(w, s.log, http.StatusAccepted, viewOf(call))
+		w.Header().Set(wire.HeaderLocation, wire.CallPath(id))
+		w.Header().Set(wire.HeaderRetryAfter, "1")
+		writeJSON(w, s.log, http.StatusAccepted, callview.Of(call))
 	default:
-		v := viewOf(call)
-		writeJSON(w, s.log, http.StatusConflict, ErrorBody{
-			Error: ErrorDetail{Code: codeAlreadyFinal, Message: "the call is already " + string(call.Status), CallID: id},
+		v := callview.Of(call)
+		writeJSON(w, s.log, http.StatusConflict, wire.Error{
+			Error: wire.ErrorDetail{Code: wire.CodeAlreadyFinal, Message: "the call is already " + string(call.Status), CallID: id},
 			Call:  &v,
 		})
 	}
@@ -149,10 +144,7 @@ func (s *Server) cancelCall(ctx context.Context, principal, id string) (store.Ca
 	if !isCallID(id) {
 		return store.Call{}, 0, store.ErrNotFound
 	}
-	cur, err := s.st.Get(ctx, id)
-	if err == nil && cur.Principal != principal {
-		err = store.ErrNotFound
-	}
+	_, err := s.st.Get(ctx, principal, id)
 	if err != nil {
 		return store.Call{}, 0, err
 	}

@@ -8,9 +8,10 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
-func errorCodeOf(t *testing.T, c CallView) string {
+func errorCodeOf(t *testing.T, c wire.Call) string {
 	t.Helper()
 	var e struct {
 		Code      string `json:"code"`
@@ -35,29 +36,29 @@ func TestCancelEachState(t *testing.T) {
 	eventuallyStatus(t, b, running.CallID, "running")
 	pending := b.post("k-pending", `{"tool":"charge","args":{"amount":1}}`).call(t)
 
-	r := b.do(http.MethodPost, CallPath(pending.CallID)+"/cancel", nil, nil)
+	r := b.do(http.MethodPost, wire.CallPath(pending.CallID)+"/cancel", nil, nil)
 	if r.status != http.StatusOK {
 		t.Fatalf("cancel pending: %d %s", r.status, r.body)
 	}
-	if c := r.call(t); c.Status != "failed" || errorCodeOf(t, c) != codeCanceled {
+	if c := r.call(t); c.Status != "failed" || errorCodeOf(t, c) != wire.CodeCanceled {
 		t.Fatalf("canceled pending call = %s %s", c.Status, c.Error)
 	}
 
-	r = b.do(http.MethodPost, CallPath(running.CallID)+"/cancel", nil, nil)
+	r = b.do(http.MethodPost, wire.CallPath(running.CallID)+"/cancel", nil, nil)
 	if r.status != http.StatusAccepted || r.call(t).Status != "running" || !r.call(t).CancelRequested {
 		t.Fatalf("cancel running: %d %s, want 202 with the running call", r.status, r.body)
 	}
 	done := b.waitFinal(running.CallID)
-	if done.Status != "failed" || errorCodeOf(t, done) != codeCanceled {
+	if done.Status != "failed" || errorCodeOf(t, done) != wire.CodeCanceled {
 		t.Fatalf("running call after cancel = %s %s, want failed canceled", done.Status, done.Error)
 	}
 
-	r = b.do(http.MethodPost, CallPath(running.CallID)+"/cancel", nil, nil)
-	var body ErrorBody
+	r = b.do(http.MethodPost, wire.CallPath(running.CallID)+"/cancel", nil, nil)
+	var body wire.Error
 	if err := json.Unmarshal(r.body, &body); err != nil {
 		t.Fatal(err)
 	}
-	if r.status != http.StatusConflict || body.Error.Code != codeAlreadyFinal || body.Error.CallID != running.CallID ||
+	if r.status != http.StatusConflict || body.Error.Code != wire.CodeAlreadyFinal || body.Error.CallID != running.CallID ||
 		body.Call == nil || body.Call.Status != "failed" {
 		t.Fatalf("cancel final: %d %s, want 409 already_final with the call", r.status, r.body)
 	}
@@ -74,10 +75,10 @@ func TestCancelEachState(t *testing.T) {
 		method, path string
 		status       int
 	}{
-		{http.MethodPost, CallPath("c_ffffffffffffffff") + "/cancel", http.StatusNotFound},
+		{http.MethodPost, wire.CallPath("c_ffffffffffffffff") + "/cancel", http.StatusNotFound},
 		{http.MethodPost, "/v1/tool-calls/nonsense/cancel", http.StatusNotFound},
-		{http.MethodGet, CallPath(pending.CallID) + "/cancel", http.StatusMethodNotAllowed},
-		{http.MethodPost, CallPath(pending.CallID) + "/other", http.StatusNotFound},
+		{http.MethodGet, wire.CallPath(pending.CallID) + "/cancel", http.StatusMethodNotAllowed},
+		{http.MethodPost, wire.CallPath(pending.CallID) + "/other", http.StatusNotFound},
 	} {
 		if r := b.do(tc.method, tc.path, nil, nil); r.status != tc.status {
 			t.Errorf("%s %s: %d %s, want %d", tc.method, tc.path, r.status, r.body, tc.status)
@@ -88,7 +89,7 @@ func TestCancelEachState(t *testing.T) {
 func eventuallyStatus(t *testing.T, b *bundle, id, status string) {
 	t.Helper()
 	eventually(t, "call "+id+" is "+status, func() bool {
-		r := b.get(CallPath(id))
+		r := b.get(wire.CallPath(id))
 		return r.status == http.StatusOK && string(r.call(t).Status) == status
 	})
 }
@@ -98,15 +99,15 @@ func eventuallyStatus(t *testing.T, b *bundle, id, status string) {
 func TestCancelOtherPrincipal(t *testing.T) {
 	b, _ := setupAuth(t, func(c *Config) { c.Workers = 1 })
 	c := b.post("k", `{"tool":"sleep","args":{"seconds":10}}`, "Authorization", bearer(aliceToken)).call(t)
-	r := b.do(http.MethodPost, CallPath(c.CallID)+"/cancel", nil, map[string]string{"Authorization": bearer(bobToken)})
+	r := b.do(http.MethodPost, wire.CallPath(c.CallID)+"/cancel", nil, map[string]string{"Authorization": bearer(bobToken)})
 	if r.status != http.StatusNotFound {
 		t.Fatalf("bob cancels alice's call: %d %s, want 404", r.status, r.body)
 	}
-	got, err := b.st.Get(t.Context(), c.CallID)
+	got, err := b.st.GetAny(t.Context(), c.CallID)
 	if err != nil || got.Status.Final() || got.CancelRequested {
 		t.Fatalf("alice's call after bob's cancel: %+v, %v", got, err)
 	}
-	r = b.do(http.MethodPost, CallPath(c.CallID)+"/cancel", nil, map[string]string{"Authorization": bearer(aliceToken)})
+	r = b.do(http.MethodPost, wire.CallPath(c.CallID)+"/cancel", nil, map[string]string{"Authorization": bearer(aliceToken)})
 	if r.status != http.StatusOK && r.status != http.StatusAccepted {
 		t.Fatalf("alice cancels her call: %d %s", r.status, r.body)
 	}
@@ -151,8 +152,8 @@ func TestCancelBeforeToolStarts(t *testing.T) {
 func TestResultSizeLimit(t *testing.T) {
 	b := setup(t, func(c *Config) { c.MaxResultBytes = 10 })
 	c := b.waitFinal(b.post("k-big", `{"tool":"charge","args":{"amount":1}}`).call(t).CallID)
-	if c.Status != "failed" || errorCodeOf(t, c) != codeResultTooLarge {
-		t.Fatalf("call = %s %s, want failed %s", c.Status, c.Error, codeResultTooLarge)
+	if c.Status != "failed" || errorCodeOf(t, c) != wire.CodeResultTooLarge {
+		t.Fatalf("call = %s %s, want failed %s", c.Status, c.Error, wire.CodeResultTooLarge)
 	}
 	if st := b.stats(); st.Effects != 0 {
 		t.Fatalf("effects = %d, want 0", st.Effects)
@@ -177,7 +178,7 @@ func TestCancelThroughAnotherInstanceAtHeartbeat(t *testing.T) {
 		t.Fatalf("Cancel in the store = %v, %v; want CancelRequested", out, err)
 	}
 	done := b.waitFinal(running.CallID)
-	if done.Status != "failed" || errorCodeOf(t, done) != codeCanceled {
+	if done.Status != "failed" || errorCodeOf(t, done) != wire.CodeCanceled {
 		t.Fatalf("call after a cancel through another instance = %s %s, want failed canceled", done.Status, done.Error)
 	}
 	if done.Attempt != 1 {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // commit records the outcome under the claim's fencing token. A transient
@@ -104,7 +105,7 @@ func refusedForGood(err error) bool {
 // here: the lease brings the call back, as for any failed completion.
 func (e *executor) failRefused(c store.Call, refusal error, extensions int64) (store.Call, error) {
 	raw, err := marshalJSON(tools.ToolError{
-		Code:      codeInternal,
+		Code:      wire.CodeInternal,
 		Message:   "could not record the tool's outcome: " + refusalReason(refusal),
 		Retryable: false,
 	})

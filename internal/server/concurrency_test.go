@@ -74,7 +74,7 @@ func TestPerToolConcurrency(t *testing.T) {
 	eventually(t, "more claims", func() bool { return b.metricValue("idemctl_claim_queries_total") >= claims+5 })
 	running, waiting := 0, 0
 	for _, id := range sleeps {
-		c, err := b.st.Get(context.Background(), id)
+		c, err := b.st.GetAny(context.Background(), id)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemctl/idemctl/internal/mcpdoor"
 	"github.com/idemctl/idemctl/internal/toolreg"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // dedupTools gives charge an intent-deduplication rule on its amount.
@@ -34,7 +35,7 @@ func TestIntentDedupHTTP(t *testing.T) {
 	if first.status != http.StatusAccepted && first.status != http.StatusOK {
 		t.Fatalf("first: %d %s", first.status, first.body)
 	}
-	if first.header.Get(HeaderDeduplicatedBy) != "" || first.header.Get("Idempotent-Replayed") != "" {
+	if first.header.Get(wire.HeaderDeduplicatedBy) != "" || first.header.Get("Idempotent-Replayed") != "" {
 		t.Fatalf("first call answered as a replay: %v", first.header)
 	}
 	id := first.call(t).CallID
@@ -42,7 +43,7 @@ func TestIntentDedupHTTP(t *testing.T) {
 
 	dup := b.post("k2", `{"tool":"charge","args":{"amount":5}}`)
 	if dup.status != http.StatusOK || dup.call(t).CallID != id ||
-		dup.header.Get("Idempotent-Replayed") != "true" || dup.header.Get(HeaderDeduplicatedBy) != "intent" {
+		dup.header.Get("Idempotent-Replayed") != "true" || dup.header.Get(wire.HeaderDeduplicatedBy) != "intent" {
 		t.Fatalf("same intent, new key: %d %v %s; want 200, the first call, replayed, deduplicated by intent",
 			dup.status, dup.header, dup.body)
 	}
@@ -56,19 +57,19 @@ func TestIntentDedupHTTP(t *testing.T) {
 	// The alias key replays (a plain replay: no dedup header) and reads.
 	again := b.post("k2", `{"tool":"charge","args":{"amount":5}}`)
 	if again.status != http.StatusOK || again.call(t).CallID != id || again.header.Get("Idempotent-Replayed") != "true" ||
-		again.header.Get(HeaderDeduplicatedBy) != "" {
+		again.header.Get(wire.HeaderDeduplicatedBy) != "" {
 		t.Fatalf("alias key replay: %d %v %s", again.status, again.header, again.body)
 	}
 	if r := b.get("/v1/tool-calls/by-key/k2"); r.status != http.StatusOK || r.call(t).CallID != id {
 		t.Fatalf("GET by alias key: %d %s", r.status, r.body)
 	}
 	// The alias key with other args: 409 as for a real key.
-	if r := b.post("k2", `{"tool":"charge","args":{"amount":6}}`); r.status != http.StatusConflict || r.errCode(t) != codeConflict {
+	if r := b.post("k2", `{"tool":"charge","args":{"amount":6}}`); r.status != http.StatusConflict || r.errCode(t) != wire.CodeIdempotencyConflict {
 		t.Fatalf("alias key, other args: %d %s, want 409 conflict", r.status, r.body)
 	}
 	// Other args: a new call.
 	other := b.post("k3", `{"tool":"charge","args":{"amount":6}}`)
-	if other.header.Get(HeaderDeduplicatedBy) != "" || other.call(t).CallID == id {
+	if other.header.Get(wire.HeaderDeduplicatedBy) != "" || other.call(t).CallID == id {
 		t.Fatalf("other args deduplicated: %v %s", other.header, other.body)
 	}
 	b.waitFinal(other.call(t).CallID)
@@ -78,7 +79,7 @@ func TestIntentDedupHTTP(t *testing.T) {
 	// A tool without a rule: a new key is a new call, as before.
 	s1 := b.post("s1", `{"tool":"sleep","args":{"seconds":0}}`)
 	s2 := b.post("s2", `{"tool":"sleep","args":{"seconds":0}}`)
-	if s1.call(t).CallID == s2.call(t).CallID || s2.header.Get(HeaderDeduplicatedBy) != "" {
+	if s1.call(t).CallID == s2.call(t).CallID || s2.header.Get(wire.HeaderDeduplicatedBy) != "" {
 		t.Fatalf("sleep without a rule deduplicated: %s %s", s1.body, s2.body)
 	}
 }

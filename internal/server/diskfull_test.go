@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // TestDiskFull: with the SQLite file at its page limit (max_page_count, a
@@ -41,8 +42,8 @@ func TestDiskFull(t *testing.T) {
 		key := fmt.Sprintf("full-%d", i)
 		r := b.post(key, body)
 		if r.status == http.StatusServiceUnavailable {
-			if code := r.errCode(t); code != codeUnavailable {
-				t.Fatalf("POST %s on a full disk: error %q, want %q", key, code, codeUnavailable)
+			if code := r.errCode(t); code != wire.CodeUnavailable {
+				t.Fatalf("POST %s on a full disk: error %q, want %q", key, code, wire.CodeUnavailable)
 			}
 			failed = key
 			break

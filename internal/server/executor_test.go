@@ -17,6 +17,7 @@ import (
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/sqlite"
 	"github.com/idemctl/idemctl/internal/toolreg"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // TestLeaseTakeoverFencesStaleWorker: a worker paused past its lease (a GC
@@ -62,7 +63,7 @@ func TestLeaseTakeoverFencesStaleWorker(t *testing.T) {
 	if ev := b.events(c.CallID); !contains(ev, store.EventFenced) {
 		t.Fatalf("audit %v lacks fenced", ev)
 	}
-	after, err := b.st.Get(context.Background(), c.CallID)
+	after, err := b.st.GetAny(context.Background(), c.CallID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +145,7 @@ func TestHiddenOwnerNotReleased(t *testing.T) {
 			})
 			if !tc.released {
 				b.srv.exec.releaseDeadOwners(ctx) // one pass, synchronously
-				c, err := b.st.Get(ctx, id)
+				c, err := b.st.GetAny(ctx, id)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -211,7 +212,7 @@ func TestLiveAndForeignOwnersUntouched(t *testing.T) {
 	}
 	b.srv.exec.releaseDeadOwners(ctx) // one more pass, synchronously
 	for key, id := range ids {
-		c, err := b.st.Get(ctx, id)
+		c, err := b.st.GetAny(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -260,7 +261,7 @@ func TestChaosCrashBeforeCommit(t *testing.T) {
 	case <-time.After(waitDeadline):
 		t.Fatal("no exit requested")
 	}
-	got, err := b.st.Get(context.Background(), c.CallID)
+	got, err := b.st.GetAny(context.Background(), c.CallID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,13 +354,13 @@ func TestGracefulShutdownFinishesRunningTools(t *testing.T) {
 	b := setup(t)
 	c := b.post("k-graceful", `{"tool":"sleep","args":{"seconds":0.3}}`).call(t)
 	eventually(t, "the call runs", func() bool {
-		got, _ := b.st.Get(context.Background(), c.CallID)
+		got, _ := b.st.GetAny(context.Background(), c.CallID)
 		return got.Status == store.StatusRunning
 	})
 	if err := b.srv.Shutdown(context.Background()); err != nil {
 		t.Fatalf("Shutdown: %v", err)
 	}
-	got, _ := b.st.Get(context.Background(), c.CallID)
+	got, _ := b.st.GetAny(context.Background(), c.CallID)
 	if got.Status != store.StatusSucceeded {
 		t.Fatalf("after a graceful stop: %s, want succeeded", got.Status)
 	}
@@ -371,13 +372,13 @@ func TestShutdownGraceAbandonsAndReleases(t *testing.T) {
 	b := setup(t, func(c *Config) { c.ShutdownGrace = 100 * time.Millisecond })
 	c := b.post("k-abandon", `{"tool":"sleep","args":{"seconds":10}}`).call(t)
 	eventually(t, "the call runs", func() bool {
-		got, _ := b.st.Get(context.Background(), c.CallID)
+		got, _ := b.st.GetAny(context.Background(), c.CallID)
 		return got.Status == store.StatusRunning
 	})
 	if err := b.srv.Shutdown(context.Background()); err == nil {
 		t.Fatal("Shutdown reported a clean stop with a tool abandoned")
 	}
-	got, _ := b.st.Get(context.Background(), c.CallID)
+	got, _ := b.st.GetAny(context.Background(), c.CallID)
 	if got.Status != store.StatusPending || got.Owner != nil {
 		t.Fatalf("abandoned call: status %s owner %v, want pending without owner", got.Status, got.Owner)
 	}
@@ -404,7 +405,7 @@ func TestRunServesAndStops(t *testing.T) {
 	base := "http://" + ln.Addr().String()
 	r := doURL(t, base, http.MethodPost, "/v1/tool-calls", []byte(`{"tool":"charge","args":{"amount":8}}`),
 		map[string]string{"Idempotency-Key": "k-run", "Prefer": "wait=10"})
-	var c CallView
+	var c wire.Call
 	_ = json.Unmarshal(r.body, &c)
 	if r.status != http.StatusOK || c.Status != "succeeded" {
 		t.Fatalf("POST via Run: %d %s", r.status, r.body)

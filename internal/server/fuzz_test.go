@@ -18,6 +18,7 @@ import (
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/sqlite"
 	"github.com/idemctl/idemctl/internal/toolreg"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // FuzzCreate sends any body (and any Idempotency-Key, or a fresh one when
@@ -108,7 +109,7 @@ func FuzzCreate(f *testing.F) {
 		}
 
 		req := httptest.NewRequest(http.MethodPost, "/v1/tool-calls", strings.NewReader(string(body)))
-		req.Header[idempotencyKeyHeader] = []string{key} // as sent, not canonicalized or checked
+		req.Header[wire.HeaderIdempotencyKey] = []string{key} // as sent, not canonicalized or checked
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		status := rec.Code
@@ -127,7 +128,7 @@ func FuzzCreate(f *testing.F) {
 				t.Fatalf("%d stored something: calls %d→%d, effects %d→%d (key %q body %q)",
 					status, before.Calls, after.Calls, before.Effects, after.Effects, key, body)
 			}
-			var eb ErrorBody
+			var eb wire.Error
 			if err := json.Unmarshal(rec.Body.Bytes(), &eb); err != nil || eb.Error.Code == "" {
 				t.Fatalf("%d without an error code: %q", status, rec.Body)
 			}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/idemctl/idemctl/internal/callview"
 	"github.com/idemctl/idemctl/internal/console"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/wire"
@@ -40,21 +41,21 @@ func (s *Server) routes() http.Handler {
 		mux.HandleFunc(path, s.methodNotAllowed(allow))
 	}
 	// Two methods on one path: registered by hand, with one 405 for both.
-	mux.HandleFunc("POST /v1/tool-calls", varyPrefer(s.handleCreate))
-	mux.HandleFunc("GET /v1/tool-calls", s.handleList)
-	mux.HandleFunc("/v1/tool-calls", s.methodNotAllowed("GET, HEAD, POST"))
+	mux.HandleFunc("POST "+wire.PathCalls, varyPrefer(s.handleCreate))
+	mux.HandleFunc("GET "+wire.PathCalls, s.handleList)
+	mux.HandleFunc(wire.PathCalls, s.methodNotAllowed("GET, HEAD, POST"))
 	route(http.MethodGet, "/v1/tool-calls/{call_id}", varyPrefer(s.handleGet))
 	mux.HandleFunc("/v1/tool-calls/{call_id}/{action...}", s.handleCallAction)
 	// {key...}: a key may contain '/' (any visible ASCII).
 	route(http.MethodGet, "/v1/tool-calls/by-key/{key...}", varyPrefer(s.handleGetByKey))
 	route(http.MethodGet, "/v1", s.handleService)
-	route(http.MethodGet, "/v1/tools", s.handleTools)
-	route(http.MethodGet, OpenAPIPath, s.handleOpenAPI)
-	route(http.MethodGet, "/stats", s.handleStats)
-	mux.Handle(MCPPath, s.mcp) // the SDK answers its own methods (POST, GET, DELETE)
-	route(http.MethodGet, "/healthz", s.handleHealthz)
-	route(http.MethodGet, "/readyz", s.handleReadyz)
-	route(http.MethodGet, "/metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{
+	route(http.MethodGet, wire.PathTools, s.handleTools)
+	route(http.MethodGet, wire.PathOpenAPI, s.handleOpenAPI)
+	route(http.MethodGet, wire.PathStats, s.handleStats)
+	mux.Handle(wire.PathMCP, s.mcp) // the SDK answers its own methods (POST, GET, DELETE)
+	route(http.MethodGet, wire.PathHealthz, s.handleHealthz)
+	route(http.MethodGet, wire.PathReadyz, s.handleReadyz)
+	route(http.MethodGet, wire.PathMetrics, promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{
 		ErrorLog: slogPrinter{s.log},
 	}).ServeHTTP)
 	if !s.cfg.NoUI {
@@ -90,7 +91,7 @@ func (s *Server) routes() http.Handler {
 // Prefer; a response without Vary would be taken as valid for both.
 func varyPrefer(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Add("Vary", "Prefer")
+		w.Header().Add(wire.HeaderVary, wire.HeaderPrefer)
 		h(w, r)
 	}
 }
@@ -109,7 +110,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 	}
 	// idemctl mcp forwards an agent's calls over this API and says so; any
 	// other value is the API's own door.
-	if r.Header.Get(wire.ViaHeader) == store.ViaMCP {
+	if r.Header.Get(wire.HeaderVia) == store.ViaMCP {
 		req.Via = store.ViaMCP
 	}
 	call, outcome, aerr := s.submit(r.Context(), principalOf(r.Context()), key, req)
@@ -120,7 +121,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 	if outcome == store.Deduplicated {
 		// Answered as a replay, and said why: the key itself was new
 		// (docs/api.md, "Headers").
-		w.Header().Set(HeaderDeduplicatedBy, "intent")
+		w.Header().Set(wire.HeaderDeduplicatedBy, wire.DeduplicatedByIntent)
 	}
 	s.respondCall(w, r, call, outcome != store.Created, true)
 }
@@ -133,7 +134,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 // means the answer has been written.
 func (s *Server) readCreate(w http.ResponseWriter, r *http.Request) (req createRequest, ok bool) {
 	if r.ContentLength > MaxBodyBytes {
-		writeError(w, s.log, http.StatusRequestEntityTooLarge, codePayloadTooLarge,
+		writeError(w, s.log, http.StatusRequestEntityTooLarge, wire.CodePayloadTooLarge,
 			fmt.Sprintf("body is %d bytes; at most %d are accepted", r.ContentLength, MaxBodyBytes))
 		return req, false
 	}
@@ -141,8 +142,8 @@ func (s *Server) readCreate(w http.ResponseWriter, r *http.Request) (req createR
 	case s.bodySlots <- struct{}{}:
 	default:
 		s.m.limitRefusals.WithLabelValues(limitBodies).Inc()
-		w.Header().Set("Retry-After", "1")
-		writeError(w, s.log, http.StatusServiceUnavailable, codeOverloaded,
+		w.Header().Set(wire.HeaderRetryAfter, "1")
+		writeError(w, s.log, http.StatusServiceUnavailable, wire.CodeOverloaded,
 			fmt.Sprintf("too many requests being read at once (at most %d); retry with the same key", cap(s.bodySlots)))
 		return req, false
 	}
@@ -156,7 +157,7 @@ func (s *Server) readCreate(w http.ResponseWriter, r *http.Request) (req createR
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			writeError(w, s.log, http.StatusRequestEntityTooLarge, codePayloadTooLarge,
+			writeError(w, s.log, http.StatusRequestEntityTooLarge, wire.CodePayloadTooLarge,
 				fmt.Sprintf("body exceeds %d bytes", MaxBodyBytes))
 			return req, false
 		}
@@ -170,10 +171,6 @@ func (s *Server) readCreate(w http.ResponseWriter, r *http.Request) (req createR
 	}
 	return req, true
 }
-
-// HeaderDeduplicatedBy is set, to "intent", on the answer to a new key
-// that intent deduplication answered with an existing call.
-const HeaderDeduplicatedBy = "Idemctl-Deduplicated-By"
 
 // submit is the create-or-get path of every door (POST /v1/tool-calls,
 // the MCP tools/call): back-pressure, then record or find the call of
@@ -191,7 +188,7 @@ func (s *Server) submit(ctx context.Context, principal, key string, req createRe
 	switch {
 	case errors.Is(err, store.ErrConflict):
 		s.m.calls.WithLabelValues(callsConflict).Inc()
-		aerr := &apiError{status: http.StatusConflict, code: codeConflict,
+		aerr := &apiError{status: http.StatusConflict, code: wire.CodeIdempotencyConflict,
 			message: "idempotency key already used with a different request (same key, different fingerprint)"}
 		var ce *store.ConflictError
 		if errors.As(err, &ce) {
@@ -244,7 +241,7 @@ func (s *Server) createOrGet(ctx context.Context, principal, key string, req cre
 // idTaken reports whether callID names a call of another key: the reason
 // a create with that id failed.
 func (s *Server) idTaken(ctx context.Context, callID, principal, key string) bool {
-	c, err := s.st.Get(ctx, callID)
+	c, err := s.st.GetAny(ctx, callID) // any principal's: ids are global
 	return err == nil && (c.Principal != principal || c.IdemKey != key)
 }
 
@@ -254,13 +251,13 @@ func (s *Server) submitStoreError(ctx context.Context, err error, key string) *a
 	switch {
 	case errors.Is(err, store.ErrUnavailable):
 		s.log.Warn("database unavailable", attrKey, key, attrErr, err)
-		return &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable,
+		return &apiError{status: http.StatusServiceUnavailable, code: wire.CodeUnavailable,
 			message: "database unavailable, retry with the same key"}
 	case ctx.Err() != nil:
-		return &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable, message: "request cancelled"}
+		return &apiError{status: http.StatusServiceUnavailable, code: wire.CodeUnavailable, message: "request cancelled"}
 	}
 	s.log.Error("internal error", attrKey, key, attrErr, err)
-	return &apiError{status: http.StatusInternalServerError, code: codeInternal, message: "internal error"}
+	return &apiError{status: http.StatusInternalServerError, code: wire.CodeInternal, message: "internal error"}
 }
 
 // refuseNewKey is the back-pressure of a full queue (Config.MaxPending):
@@ -280,7 +277,7 @@ func (s *Server) refuseNewKey(ctx context.Context, principal, key string) *apiEr
 	s.exec.queue.refused.Add(1)
 	s.log.Info("new key refused: too many calls pending", attrKey, key,
 		"pending", s.exec.queue.pending(), "max_pending", s.exec.queue.max)
-	return &apiError{status: http.StatusServiceUnavailable, code: codeOverloaded,
+	return &apiError{status: http.StatusServiceUnavailable, code: wire.CodeOverloaded,
 		message: fmt.Sprintf("too many calls pending (at most %d); nothing was recorded, retry with the same key", s.exec.queue.max)}
 }
 
@@ -298,7 +295,7 @@ func (s *Server) bodyReadError(w http.ResponseWriter, r *http.Request, err error
 		// "Errors": the codes are fixed). net/http closes the connection after it anyway; saying so
 		// keeps the client from sending its next request on it.
 		w.Header().Set("Connection", "close")
-		writeError(w, s.log, http.StatusRequestTimeout, codeBadRequest,
+		writeError(w, s.log, http.StatusRequestTimeout, wire.CodeBadRequest,
 			"request body not received in time")
 		return
 	}
@@ -306,24 +303,21 @@ func (s *Server) bodyReadError(w http.ResponseWriter, r *http.Request, err error
 	if errors.Is(err, io.ErrUnexpectedEOF) {
 		msg = "request body ended before its Content-Length"
 	}
-	writeError(w, s.log, http.StatusBadRequest, codeBadRequest, msg)
+	writeError(w, s.log, http.StatusBadRequest, wire.CodeBadRequest, msg)
 }
 
 // handleGet is GET /v1/tool-calls/{call_id}.
 func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("call_id")
 	if !isCallID(id) {
-		writeError(w, s.log, http.StatusNotFound, codeNotFound, "no call with id "+strconv.Quote(id))
+		writeError(w, s.log, http.StatusNotFound, wire.CodeNotFound, "no call with id "+strconv.Quote(id))
 		return
 	}
-	call, err := s.st.Get(r.Context(), id)
-	if err == nil && call.Principal != principalOf(r.Context()) {
-		// Another principal's call does not exist for this one: the same
-		// 404 as an unknown id, so ids cannot be probed.
-		err = store.ErrNotFound
-	}
+	// Another principal's call is the same 404 as an unknown id (Store.Get),
+	// so ids cannot be probed.
+	call, err := s.st.Get(r.Context(), principalOf(r.Context()), id)
 	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, s.log, http.StatusNotFound, codeNotFound, "no call with id "+strconv.Quote(id))
+		writeError(w, s.log, http.StatusNotFound, wire.CodeNotFound, "no call with id "+strconv.Quote(id))
 		return
 	}
 	if err != nil {
@@ -342,12 +336,12 @@ func (s *Server) handleGetByKey(w http.ResponseWriter, r *http.Request) {
 		// Never recordable (empty, too long, not visible ASCII), so never
 		// recorded; and the store is not asked to compare bytes it may
 		// refuse (PostgreSQL: NUL, invalid UTF-8).
-		writeError(w, s.log, http.StatusNotFound, codeNotFound, "no call with idempotency key "+strconv.Quote(key))
+		writeError(w, s.log, http.StatusNotFound, wire.CodeNotFound, "no call with idempotency key "+strconv.Quote(key))
 		return
 	}
 	call, err := s.st.GetByKey(r.Context(), principalOf(r.Context()), key)
 	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, s.log, http.StatusNotFound, codeNotFound, "no call with idempotency key "+strconv.Quote(key))
+		writeError(w, s.log, http.StatusNotFound, wire.CodeNotFound, "no call with idempotency key "+strconv.Quote(key))
 		return
 	}
 	if err != nil {
@@ -369,21 +363,21 @@ func (s *Server) respondCall(w http.ResponseWriter, r *http.Request, call store.
 			call, applied = s.holdWait(r.Context(), call, wait)
 		}
 		if applied {
-			h.Set("Preference-Applied", "wait="+strconv.Itoa(int(wait/time.Second)))
+			h.Set(wire.HeaderPreferenceApplied, wire.PreferWait+"="+strconv.Itoa(int(wait/time.Second)))
 		}
 	}
-	h.Set("Location", CallPath(call.CallID))
+	h.Set(wire.HeaderLocation, wire.CallPath(call.CallID))
 	if replayed {
-		h.Set("Idempotent-Replayed", "true")
+		h.Set(wire.HeaderIdempotentReplayed, wire.ReplayedTrue)
 	}
 	status := http.StatusOK
 	if !call.Status.Final() {
-		h.Set("Retry-After", "1") // poll again in a second (or use Prefer: wait)
+		h.Set(wire.HeaderRetryAfter, "1") // poll again in a second (or use Prefer: wait)
 		if isPost {
 			status = http.StatusAccepted // accepted, not done
 		}
 	}
-	writeJSON(w, s.log, status, viewOf(call))
+	writeJSON(w, s.log, status, callview.Of(call))
 }
 
 // holdWait runs waitFinal under a wait slot (MaxHeldWaits). Without a free
@@ -416,7 +410,7 @@ func (s *Server) waitFinal(ctx context.Context, call store.Call, d time.Duration
 	for {
 		// Subscribe before reading, so a completion in between is not lost.
 		done, release := s.waiters.subscribe(call.CallID)
-		if c, err := s.st.Get(ctx, call.CallID); err == nil {
+		if c, err := s.st.Get(ctx, call.Principal, call.CallID); err == nil {
 			call = c
 		}
 		if call.Status.Final() {
@@ -457,8 +451,8 @@ func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, r, err)
 		return
 	}
-	writeJSON(w, s.log, http.StatusOK, StatsView{Calls: st.Calls, Effects: st.Effects, ByStatus: by,
-		Queue: QueueView{
+	writeJSON(w, s.log, http.StatusOK, wire.Stats{Calls: st.Calls, Effects: st.Effects, ByStatus: by,
+		Queue: &wire.Queue{
 			Depth:                   q.Pending,
 			OldestPendingAgeSeconds: q.OldestPendingAge.Seconds(),
 			MaxPending:              s.exec.queue.max,
@@ -468,7 +462,7 @@ func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
 
 // handleHealthz is GET /healthz: the process is up.
 func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, s.log, http.StatusOK, statusView{Status: "ok"})
+	writeJSON(w, s.log, http.StatusOK, wire.Health{Status: wire.HealthOK})
 }
 
 // handleReadyz is GET /readyz: the server is not stopping, its writes
@@ -476,37 +470,37 @@ func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request) {
 func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	select {
 	case <-s.closing:
-		w.Header().Set("Retry-After", "1")
-		writeError(w, s.log, http.StatusServiceUnavailable, codeUnavailable, "shutting down")
+		w.Header().Set(wire.HeaderRetryAfter, "1")
+		writeError(w, s.log, http.StatusServiceUnavailable, wire.CodeUnavailable, "shutting down")
 		return
 	default:
 	}
 	if !s.health.ready() {
-		w.Header().Set("Retry-After", "1")
-		writeError(w, s.log, http.StatusServiceUnavailable, codeUnavailable, "database writes failing")
+		w.Header().Set(wire.HeaderRetryAfter, "1")
+		writeError(w, s.log, http.StatusServiceUnavailable, wire.CodeUnavailable, "database writes failing")
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	if err := s.st.Ping(ctx); err != nil {
-		w.Header().Set("Retry-After", "1")
+		w.Header().Set(wire.HeaderRetryAfter, "1")
 		// The error is logged, not sent: a driver's message names the
 		// database's address (and may quote its DSN).
 		s.log.Warn("readiness check: database unreachable", attrErr, err)
-		writeError(w, s.log, http.StatusServiceUnavailable, codeUnavailable, "database unreachable")
+		writeError(w, s.log, http.StatusServiceUnavailable, wire.CodeUnavailable, "database unreachable")
 		return
 	}
-	writeJSON(w, s.log, http.StatusOK, statusView{Status: "ok"})
+	writeJSON(w, s.log, http.StatusOK, wire.Health{Status: wire.HealthOK})
 }
 
 func (s *Server) handleNotFound(w http.ResponseWriter, r *http.Request) {
-	writeError(w, s.log, http.StatusNotFound, codeNotFound, "no route for "+r.Method+" "+r.URL.Path)
+	writeError(w, s.log, http.StatusNotFound, wire.CodeNotFound, "no route for "+r.Method+" "+r.URL.Path)
 }
 
 func (s *Server) methodNotAllowed(allow string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Allow", allow)
-		writeError(w, s.log, http.StatusMethodNotAllowed, codeMethodNotAllowed,
+		w.Header().Set(wire.HeaderAllow, allow)
+		writeError(w, s.log, http.StatusMethodNotAllowed, wire.CodeMethodNotAllowed,
 			fmt.Sprintf("method %s not allowed on %s (allowed: %s)", r.Method, r.URL.Path, allow))
 	}
 }
@@ -517,11 +511,11 @@ func (s *Server) storeError(w http.ResponseWriter, r *http.Request, err error, a
 	switch {
 	case errors.Is(err, store.ErrUnavailable):
 		s.log.Warn("database unavailable", append(attrs, attrErr, err)...)
-		w.Header().Set("Retry-After", "1")
-		writeError(w, s.log, http.StatusServiceUnavailable, codeUnavailable, "database unavailable, retry with the same key")
+		w.Header().Set(wire.HeaderRetryAfter, "1")
+		writeError(w, s.log, http.StatusServiceUnavailable, wire.CodeUnavailable, "database unavailable, retry with the same key")
 	case r.Context().Err() != nil:
 		// The client is gone; whatever we write goes nowhere.
-		writeError(w, s.log, http.StatusServiceUnavailable, codeUnavailable, "request cancelled")
+		writeError(w, s.log, http.StatusServiceUnavailable, wire.CodeUnavailable, "request cancelled")
 	default:
 		s.internalError(w, r, err, attrs...)
 	}
@@ -530,7 +524,7 @@ func (s *Server) storeError(w http.ResponseWriter, r *http.Request, err error, a
 // internalError logs err and answers 500 internal without details.
 func (s *Server) internalError(w http.ResponseWriter, r *http.Request, err error, attrs ...any) {
 	s.log.Error("internal error", append(attrs, attrMethod, r.Method, attrPath, r.URL.Path, attrErr, err)...)
-	writeError(w, s.log, http.StatusInternalServerError, codeInternal, "internal error")
+	writeError(w, s.log, http.StatusInternalServerError, wire.CodeInternal, "internal error")
 }
 
 // newCallID returns "c_" + 16 lowercase hex digits: 8 of time, 8 from

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 func TestResponseHeaders(t *testing.T) {
@@ -52,7 +53,7 @@ func TestResponseHeaders(t *testing.T) {
 		t.Fatalf("final replay: %d %v", final.status, final.header)
 	}
 
-	get := b.get(CallPath(c.CallID))
+	get := b.get(wire.CallPath(c.CallID))
 	if get.status != http.StatusOK || get.header.Get("Idempotent-Replayed") != "" {
 		t.Fatalf("GET: %d %v", get.status, get.header)
 	}
@@ -94,7 +95,7 @@ func TestPreferWaitOnPost(t *testing.T) {
 func TestPreferWaitOnGet(t *testing.T) {
 	b := setup(t)
 	c := b.post("k-wait-get", `{"tool":"sleep","args":{"seconds":0.3}}`).call(t)
-	r := b.get(CallPath(c.CallID), "Prefer", "respond-async, wait=10")
+	r := b.get(wire.CallPath(c.CallID), "Prefer", "respond-async, wait=10")
 	if r.status != http.StatusOK || r.call(t).Status != "succeeded" {
 		t.Fatalf("GET with wait: %d %s", r.status, r.body)
 	}
@@ -126,11 +127,11 @@ func TestPreferWaitClampedAndMalformed(t *testing.T) {
 	b := setup(t)
 	c := b.post("k-wait-clamp", `{"tool":"charge","args":{"amount":1}}`).call(t)
 	b.waitFinal(c.CallID)
-	if got := b.get(CallPath(c.CallID), "Prefer", "wait=999").header.Get("Preference-Applied"); got != "wait=30" {
+	if got := b.get(wire.CallPath(c.CallID), "Prefer", "wait=999").header.Get("Preference-Applied"); got != "wait=30" {
 		t.Fatalf("wait=999: Preference-Applied %q, want wait=30", got)
 	}
 	for _, bad := range []string{"wait=abc", "wait=-1", "wait=1.5", "wait", "wait=", "handling=lenient"} {
-		r := b.get(CallPath(c.CallID), "Prefer", bad)
+		r := b.get(wire.CallPath(c.CallID), "Prefer", bad)
 		if r.status != http.StatusOK || r.header.Get("Preference-Applied") != "" {
 			t.Fatalf("Prefer %q: %d Preference-Applied %q", bad, r.status, r.header.Get("Preference-Applied"))
 		}
@@ -179,7 +180,7 @@ func TestPreferWaitReleasedOnShutdown(t *testing.T) {
 	b := setup(t, func(c *Config) { c.ShutdownGrace = 100 * time.Millisecond })
 	c := b.post("k-wait-shutdown", `{"tool":"sleep","args":{"seconds":10}}`).call(t)
 	done := make(chan resp, 1)
-	go func() { done <- b.get(CallPath(c.CallID), "Prefer", "wait=30") }()
+	go func() { done <- b.get(wire.CallPath(c.CallID), "Prefer", "wait=30") }()
 	eventually(t, "the GET is waiting", func() bool { return b.srv.waiters.len() == 1 })
 	_ = b.srv.Shutdown(context.Background())
 	select {
@@ -199,16 +200,16 @@ func TestNotFoundAndMethodNotAllowedJSON(t *testing.T) {
 		status       int
 		code         string
 	}{
-		{http.MethodGet, "/v1/tool-calls/c_0000000000000000", 404, codeNotFound},
-		{http.MethodGet, "/v1/tool-calls/by-key/never-seen", 404, codeNotFound},
-		{http.MethodGet, "/v1/tool-calls/by-key/", 404, codeNotFound},
-		{http.MethodGet, "/nope", 404, codeNotFound},
-		{http.MethodGet, "/", 404, codeNotFound},
-		{http.MethodDelete, "/v1/tool-calls", 405, codeMethodNotAllowed},
-		{http.MethodPut, "/v1/tool-calls/c_0000000000000000", 405, codeMethodNotAllowed},
-		{http.MethodPost, "/v1/tool-calls/by-key/k", 405, codeMethodNotAllowed},
-		{http.MethodPost, "/healthz", 405, codeMethodNotAllowed},
-		{http.MethodPost, "/metrics", 405, codeMethodNotAllowed},
+		{http.MethodGet, "/v1/tool-calls/c_0000000000000000", 404, wire.CodeNotFound},
+		{http.MethodGet, "/v1/tool-calls/by-key/never-seen", 404, wire.CodeNotFound},
+		{http.MethodGet, "/v1/tool-calls/by-key/", 404, wire.CodeNotFound},
+		{http.MethodGet, "/nope", 404, wire.CodeNotFound},
+		{http.MethodGet, "/", 404, wire.CodeNotFound},
+		{http.MethodDelete, "/v1/tool-calls", 405, wire.CodeMethodNotAllowed},
+		{http.MethodPut, "/v1/tool-calls/c_0000000000000000", 405, wire.CodeMethodNotAllowed},
+		{http.MethodPost, "/v1/tool-calls/by-key/k", 405, wire.CodeMethodNotAllowed},
+		{http.MethodPost, "/healthz", 405, wire.CodeMethodNotAllowed},
+		{http.MethodPost, "/metrics", 405, wire.CodeMethodNotAllowed},
 	}
 	for _, tc := range cases {
 		r := b.do(tc.method, tc.path, nil, nil)
@@ -253,7 +254,7 @@ func TestStatsHealthReady(t *testing.T) {
 	}
 	c := b.post("k-stats", `{"tool":"charge","args":{"amount":2}}`).call(t)
 	b.waitFinal(c.CallID)
-	var sv StatsView
+	var sv wire.Stats
 	if err := json.Unmarshal(b.get("/stats").body, &sv); err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +268,7 @@ func TestStatsHealthReady(t *testing.T) {
 		t.Errorf("readyz %d %s", r.status, r.body)
 	}
 	_ = b.srv.Shutdown(context.Background())
-	if r := b.get("/readyz"); r.status != http.StatusServiceUnavailable || r.errCode(t) != codeUnavailable {
+	if r := b.get("/readyz"); r.status != http.StatusServiceUnavailable || r.errCode(t) != wire.CodeUnavailable {
 		t.Errorf("readyz while stopping: %d %s", r.status, r.body)
 	}
 }
@@ -308,7 +309,7 @@ func TestPanicInHandlerIs500JSON(t *testing.T) {
 	}
 	base := startHTTP(t, srv)
 	r := doURL(t, base, http.MethodGet, "/stats", nil, nil)
-	if r.status != http.StatusInternalServerError || r.errCode(t) != codeInternal {
+	if r.status != http.StatusInternalServerError || r.errCode(t) != wire.CodeInternal {
 		t.Fatalf("panicking handler: %d %s", r.status, r.body)
 	}
 	if r := doURL(t, base, http.MethodGet, "/healthz", nil, nil); r.status != http.StatusOK {
@@ -324,7 +325,7 @@ func TestStoreUnavailableIs503(t *testing.T) {
 	}
 	base := startHTTP(t, srv)
 	r := doURL(t, base, http.MethodPost, "/v1/tool-calls", []byte(charge100), map[string]string{"Idempotency-Key": "k-503"})
-	if r.status != http.StatusServiceUnavailable || r.errCode(t) != codeUnavailable || r.header.Get("Retry-After") == "" {
+	if r.status != http.StatusServiceUnavailable || r.errCode(t) != wire.CodeUnavailable || r.header.Get("Retry-After") == "" {
 		t.Fatalf("store unavailable: %d %v %s", r.status, r.header, r.body)
 	}
 	if r := doURL(t, base, http.MethodGet, "/readyz", nil, nil); r.status != http.StatusServiceUnavailable {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemctl/idemctl/internal/server/servertest"
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // lastDetail returns the detail of the last audit row of event for a call,
@@ -80,7 +81,7 @@ func TestRefusedExtensionCancelsTool(t *testing.T) {
 	})
 	c := b.post("k-stolen", `{"tool":"sleep","args":{"seconds":10}}`).call(t)
 	eventually(t, "the server claims the call", func() bool {
-		g, err := b.st.Get(ctx, c.CallID)
+		g, err := b.st.GetAny(ctx, c.CallID)
 		return err == nil && g.Status == store.StatusRunning
 	})
 	if err := b.st.Release(ctx, c.CallID, b.srv.Owner(), 1, "test: taken over"); err != nil {
@@ -111,7 +112,7 @@ func TestRefusedExtensionCancelsTool(t *testing.T) {
 	if d := lastDetail(t, b.st, c.CallID, store.EventFenced); !strings.Contains(d, "call is running under owner thief attempt 2") {
 		t.Fatalf("fenced detail %q, want the thief's attempt named", d)
 	}
-	g, err := b.st.Get(ctx, c.CallID)
+	g, err := b.st.GetAny(ctx, c.CallID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +134,7 @@ func TestProcessKillDuringHeartbeatedTool(t *testing.T) {
 	if s, _, err := tryPost(p.URL, key, `{"tool":"sleep","args":{"seconds":4}}`); err != nil || s != http.StatusAccepted {
 		t.Fatalf("post: %d %v", s, err)
 	}
-	waitByKey(t, p.URL, key, func(c CallView) bool { return c.Status == "running" })
+	waitByKey(t, p.URL, key, func(c wire.Call) bool { return c.Status == "running" })
 	eventually(t, "a heartbeat extends the lease", func() bool {
 		r := doURL(t, p.URL, http.MethodGet, "/metrics", nil, nil)
 		return metricSample(t, r.body, `idemctl_lease_extensions_total{outcome="extended"}`) >= 1
@@ -141,7 +142,7 @@ func TestProcessKillDuringHeartbeatedTool(t *testing.T) {
 	p.Kill()
 
 	p2 := servertest.StartServe(t, bin, "--db", db, "--lease", "1s", "--instance-host", "other-host")
-	done := waitByKey(t, p2.URL, key, func(c CallView) bool { return c.Status.Final() })
+	done := waitByKey(t, p2.URL, key, func(c wire.Call) bool { return c.Status.Final() })
 	if done.Status != "succeeded" || done.Attempt != 2 {
 		t.Fatalf("after the kill: status %s attempt %d, want succeeded at attempt 2", done.Status, done.Attempt)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/idemctl/idemctl/internal/server/servertest"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/sqlite"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // TestMain removes the idemctl binary the process tests build.
@@ -115,9 +116,9 @@ type resp struct {
 	body   []byte
 }
 
-func (r resp) call(t *testing.T) CallView {
+func (r resp) call(t *testing.T) wire.Call {
 	t.Helper()
-	var c CallView
+	var c wire.Call
 	if err := json.Unmarshal(r.body, &c); err != nil || c.CallID == "" {
 		t.Fatalf("response %d is not a call: %v: %s", r.status, err, r.body)
 	}
@@ -126,7 +127,7 @@ func (r resp) call(t *testing.T) CallView {
 
 func (r resp) errCode(t *testing.T) string {
 	t.Helper()
-	var e ErrorBody
+	var e wire.Error
 	if err := json.Unmarshal(r.body, &e); err != nil || e.Error.Code == "" {
 		t.Fatalf("response %d is not an error body: %v: %s", r.status, err, r.body)
 	}
@@ -182,16 +183,16 @@ func (b *bundle) get(path string, header ...string) resp {
 }
 
 // waitFinal polls GET until the call is final and returns it.
-func (b *bundle) waitFinal(callID string) CallView {
+func (b *bundle) waitFinal(callID string) wire.Call {
 	b.t.Helper()
 	return waitFinalURL(b.t, b.ts.URL, callID)
 }
 
-func waitFinalURL(t *testing.T, base, callID string) CallView {
+func waitFinalURL(t *testing.T, base, callID string) wire.Call {
 	t.Helper()
-	var last CallView
+	var last wire.Call
 	eventually(t, "call "+callID+" reaches a final state", func() bool {
-		r := doURL(t, base, http.MethodGet, CallPath(callID), nil, nil)
+		r := doURL(t, base, http.MethodGet, wire.CallPath(callID), nil, nil)
 		if r.status != http.StatusOK {
 			t.Fatalf("GET %s: %d %s", callID, r.status, r.body)
 		}

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // TestBodyLimitOverloaded: with MaxConcurrentBodies bodies being read, the
@@ -38,7 +40,7 @@ func TestBodyLimitOverloaded(t *testing.T) {
 
 	before := b.snapshot()
 	r := b.post("k-over-limit", body)
-	if r.status != http.StatusServiceUnavailable || r.errCode(t) != codeOverloaded || r.header.Get("Retry-After") != "1" {
+	if r.status != http.StatusServiceUnavailable || r.errCode(t) != wire.CodeOverloaded || r.header.Get("Retry-After") != "1" {
 		t.Fatalf("got %d %s Retry-After %q, want 503 overloaded with Retry-After 1", r.status, r.body, r.header.Get("Retry-After"))
 	}
 	if !b.snapshot().equal(before) {
@@ -83,12 +85,12 @@ func TestWaitLimitAnswersAtOnce(t *testing.T) {
 		wg   sync.WaitGroup
 		held resp
 	)
-	wg.Go(func() { held = b.get(CallPath(c.CallID), "Prefer", "wait=10") })
+	wg.Go(func() { held = b.get(wire.CallPath(c.CallID), "Prefer", "wait=10") })
 	eventually(t, "the first wait is held", func() bool {
 		return b.metricValue("idemctl_http_waits_held") == 1
 	})
 
-	r := b.get(CallPath(c.CallID), "Prefer", "wait=10")
+	r := b.get(wire.CallPath(c.CallID), "Prefer", "wait=10")
 	got := r.call(t)
 	if r.status != http.StatusOK || got.Status.Final() || r.header.Get("Preference-Applied") != "" {
 		t.Fatalf("over the limit: %d status %s Preference-Applied %q; want 200 at once, not final, no Preference-Applied",

@@ -8,7 +8,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/idemctl/idemctl/internal/callview"
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // Listing limits of GET /v1/tool-calls.
@@ -16,13 +18,6 @@ const (
 	DefaultListLimit = 50
 	MaxListLimit     = 500
 )
-
-// ListView is the body of GET /v1/tool-calls: a page of the principal's
-// calls, newest first, and the cursor of the next page (null on the last).
-type ListView struct {
-	Calls []CallView `json:"calls"`
-	Next  *string    `json:"next"`
-}
 
 // cursorJSON is a cursor's content before base64: opaque to clients,
 // exact for us (Go writes a float64 in the shortest form that reads back
@@ -64,7 +59,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	for name := range q {
 		if !listParams[name] {
-			writeError(w, s.log, http.StatusBadRequest, codeBadRequest,
+			writeError(w, s.log, http.StatusBadRequest, wire.CodeBadRequest,
 				"unknown query parameter "+strconv.Quote(name)+" (known: status, tool, key_prefix, since, until, limit, after)")
 			return
 		}
@@ -75,7 +70,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 		if v := q.Get(name); v != "" {
 			ts, err := time.Parse(time.RFC3339Nano, v)
 			if err != nil {
-				writeError(w, s.log, http.StatusBadRequest, codeBadRequest,
+				writeError(w, s.log, http.StatusBadRequest, wire.CodeBadRequest,
 					name+" must be an RFC 3339 time such as 2026-12-01T11:00:00Z, got "+strconv.Quote(v))
 				return
 			}
@@ -85,7 +80,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	}
 	if st := store.Status(q.Get("status")); st != "" {
 		if !st.Valid() {
-			writeError(w, s.log, http.StatusBadRequest, codeBadRequest,
+			writeError(w, s.log, http.StatusBadRequest, wire.CodeBadRequest,
 				"status must be pending, running, succeeded or failed, got "+strconv.Quote(string(st)))
 			return
 		}
@@ -94,7 +89,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > MaxListLimit {
-			writeError(w, s.log, http.StatusBadRequest, codeBadRequest,
+			writeError(w, s.log, http.StatusBadRequest, wire.CodeBadRequest,
 				fmt.Sprintf("limit must be an integer from 1 to %d, got %q", MaxListLimit, v))
 			return
 		}
@@ -103,7 +98,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("after"); v != "" {
 		c, err := decodeCursor(v)
 		if err != nil {
-			writeError(w, s.log, http.StatusBadRequest, codeBadRequest,
+			writeError(w, s.log, http.StatusBadRequest, wire.CodeBadRequest,
 				"after must be the next cursor of a previous page")
 			return
 		}
@@ -116,14 +111,14 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, r, err)
 		return
 	}
-	out := ListView{Calls: make([]CallView, 0, min(len(calls), limit))}
+	out := wire.Page[wire.Call]{Calls: make([]wire.Call, 0, min(len(calls), limit))}
 	for i, c := range calls {
 		if i == limit {
 			next := encodeCursor(store.CursorOf(calls[limit-1]))
 			out.Next = &next
 			break
 		}
-		out.Calls = append(out.Calls, viewOf(c))
+		out.Calls = append(out.Calls, callview.Of(c))
 	}
 	writeJSON(w, s.log, http.StatusOK, out)
 }

@@ -6,15 +6,17 @@ import (
 	"net/http"
 	"net/url"
 	"testing"
+
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
-func listPage(t *testing.T, b *bundle, query, token string) ListView {
+func listPage(t *testing.T, b *bundle, query, token string) wire.Page[wire.Call] {
 	t.Helper()
 	r := b.get("/v1/tool-calls"+query, "Authorization", bearer(token))
 	if r.status != http.StatusOK {
 		t.Fatalf("GET /v1/tool-calls%s: %d %s", query, r.status, r.body)
 	}
-	var v ListView
+	var v wire.Page[wire.Call]
 	if err := json.Unmarshal(r.body, &v); err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +65,7 @@ func TestListPages(t *testing.T) {
 	}
 	for _, q := range []string{"?limit=0", "?limit=501", "?limit=x", "?status=done", "?after=garbage", "?sort=asc"} {
 		r := b.get("/v1/tool-calls"+q, "Authorization", bearer(aliceToken))
-		if r.status != http.StatusBadRequest || r.errCode(t) != codeBadRequest {
+		if r.status != http.StatusBadRequest || r.errCode(t) != wire.CodeBadRequest {
 			t.Errorf("GET /v1/tool-calls%s: %d %s, want 400 bad_request", q, r.status, r.body)
 		}
 	}
@@ -77,7 +79,7 @@ func TestListKeyPrefixAndTime(t *testing.T) {
 		b.post(k, `{"tool":"charge","args":{"amount":1}}`, "Authorization", bearer(aliceToken))
 	}
 	b.post("order-3", `{"tool":"charge","args":{"amount":1}}`, "Authorization", bearer(bobToken))
-	keys := func(v ListView) string {
+	keys := func(v wire.Page[wire.Call]) string {
 		var out []string
 		for _, c := range v.Calls {
 			out = append(out, c.IdemKey)
@@ -99,7 +101,7 @@ func TestListKeyPrefixAndTime(t *testing.T) {
 	}
 	for _, q := range []string{"?since=yesterday", "?until=2026-12-01"} {
 		r := b.get("/v1/tool-calls"+q, "Authorization", bearer(aliceToken))
-		if r.status != http.StatusBadRequest || r.errCode(t) != codeBadRequest {
+		if r.status != http.StatusBadRequest || r.errCode(t) != wire.CodeBadRequest {
 			t.Errorf("GET /v1/tool-calls%s: %d %s, want 400 bad_request", q, r.status, r.body)
 		}
 	}

@@ -11,13 +11,12 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/idemctl/idemctl/internal/callview"
 	"github.com/idemctl/idemctl/internal/fingerprint"
 	"github.com/idemctl/idemctl/internal/mcpdoor"
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/wire"
 )
-
-// MCPPath is where serve exposes the MCP front door (docs/mcp.md).
-const MCPPath = "/mcp"
 
 // mcpSessionTimeout closes an MCP session idle this long, so sessions of
 // agents that went away without a DELETE do not pile up in memory.
@@ -109,14 +108,11 @@ func (c localCaller) Submit(ctx context.Context, principal, key, tool string, ar
 
 // Get reads a call of principal by id.
 func (c localCaller) Get(ctx context.Context, principal, callID string) (mcpdoor.Call, error) {
-	notFound := doorError(&apiError{status: http.StatusNotFound, code: codeNotFound, message: "no call with id " + strconv.Quote(callID)})
+	notFound := doorError(&apiError{status: http.StatusNotFound, code: wire.CodeNotFound, message: "no call with id " + strconv.Quote(callID)})
 	if !isCallID(callID) {
 		return mcpdoor.Call{}, notFound
 	}
-	call, err := c.s.st.Get(ctx, callID)
-	if err == nil && call.Principal != principal {
-		err = store.ErrNotFound // another principal's call does not exist for this one
-	}
+	call, err := c.s.st.Get(ctx, principal, callID)
 	if errors.Is(err, store.ErrNotFound) {
 		return mcpdoor.Call{}, notFound
 	}
@@ -128,7 +124,7 @@ func (c localCaller) Get(ctx context.Context, principal, callID string) (mcpdoor
 
 // GetByKey reads a call of principal by key.
 func (c localCaller) GetByKey(ctx context.Context, principal, key string) (mcpdoor.Call, error) {
-	notFound := doorError(&apiError{status: http.StatusNotFound, code: codeNotFound, message: "no call with idempotency key " + strconv.Quote(key)})
+	notFound := doorError(&apiError{status: http.StatusNotFound, code: wire.CodeNotFound, message: "no call with idempotency key " + strconv.Quote(key)})
 	if checkKey(key) != nil {
 		return mcpdoor.Call{}, notFound
 	}
@@ -156,12 +152,7 @@ func (c localCaller) List(ctx context.Context, principal, tool string, limit int
 }
 
 // doorCall is a stored call as the door sees it: the API's call object.
-func doorCall(c store.Call) mcpdoor.Call {
-	v := viewOf(c)
-	raw, _ := json.Marshal(v) // plain fields and stored JSON
-	return mcpdoor.Call{CallID: v.CallID, IdemKey: v.IdemKey, Tool: v.Tool, Status: string(v.Status),
-		Result: v.Result, Error: v.Error, Raw: raw}
-}
+func doorCall(c store.Call) mcpdoor.Call { return mcpdoor.Call{Call: callview.Of(c)} }
 
 // doorError is an API refusal as the door's error.
 func doorError(e *apiError) error {

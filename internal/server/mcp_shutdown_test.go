@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/sqlite"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // TestMCPSessionDoesNotHoldShutdown: an open MCP session (its standing
@@ -35,7 +36,7 @@ func TestMCPSessionDoesNotHoldShutdown(t *testing.T) {
 	go func() { done <- srv.Run(ctx, ln) }()
 	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "0"}, nil)
 	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{
-		Endpoint: "http://" + ln.Addr().String() + MCPPath, MaxRetries: -1}, nil)
+		Endpoint: "http://" + ln.Addr().String() + wire.PathMCP, MaxRetries: -1}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

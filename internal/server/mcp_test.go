@@ -28,7 +28,7 @@ func mcpConnect(t *testing.T, b *bundle, token string) (*mcp.ClientSession, erro
 	}
 	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "0"}, nil)
 	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{
-		Endpoint: b.ts.URL + MCPPath, HTTPClient: hc, MaxRetries: -1}, nil)
+		Endpoint: b.ts.URL + wire.PathMCP, HTTPClient: hc, MaxRetries: -1}, nil)
 	if err == nil {
 		t.Cleanup(func() { _ = cs.Close() })
 	}
@@ -175,11 +175,11 @@ func TestMCPSameKeyTwiceOneEffect(t *testing.T) {
 	}
 	// idemctl mcp forwards over the API and says so; other values are
 	// the API's own door.
-	if c := b.post("stdio-k1", `{"tool":"charge","args":{"amount":7}}`, wire.ViaHeader, "mcp").call(t); c.Via != store.ViaMCP {
-		t.Fatalf("via = %q with %s: mcp, want %q", c.Via, wire.ViaHeader, store.ViaMCP)
+	if c := b.post("stdio-k1", `{"tool":"charge","args":{"amount":7}}`, wire.HeaderVia, "mcp").call(t); c.Via != store.ViaMCP {
+		t.Fatalf("via = %q with %s: mcp, want %q", c.Via, wire.HeaderVia, store.ViaMCP)
 	}
-	if c := b.post("odd-k1", `{"tool":"charge","args":{"amount":7}}`, wire.ViaHeader, "carrier-pigeon").call(t); c.Via != store.ViaHTTP {
-		t.Fatalf("via = %q with an unknown %s, want %q", c.Via, wire.ViaHeader, store.ViaHTTP)
+	if c := b.post("odd-k1", `{"tool":"charge","args":{"amount":7}}`, wire.HeaderVia, "carrier-pigeon").call(t); c.Via != store.ViaHTTP {
+		t.Fatalf("via = %q with an unknown %s, want %q", c.Via, wire.HeaderVia, store.ViaHTTP)
 	}
 }
 
@@ -317,8 +317,8 @@ func TestMCPBadArgsRefused(t *testing.T) {
 	b := setup(t)
 	cs := mustMCP(t, b, "")
 	r := callTool(t, cs, "charge", map[string]any{"amount": "lots", mcpdoor.KeyArg: "bad-args"}, nil)
-	if typ := errType(t, r); typ != codeBadRequest {
-		t.Fatalf("type %q, want %s", typ, codeBadRequest)
+	if typ := errType(t, r); typ != wire.CodeBadRequest {
+		t.Fatalf("type %q, want %s", typ, wire.CodeBadRequest)
 	}
 	if st := b.stats(); st.Calls != 0 {
 		t.Fatalf("calls = %d, want nothing stored", st.Calls)
@@ -340,8 +340,8 @@ func TestMCPHelperTools(t *testing.T) {
 		t.Fatalf("get by id: %v", byID)
 	}
 	r = callTool(t, cs, mcpdoor.GetCallTool, map[string]any{"key": "never-used"}, nil)
-	if typ := errType(t, r); typ != codeNotFound {
-		t.Fatalf("unknown key: type %q, want %s", typ, codeNotFound)
+	if typ := errType(t, r); typ != wire.CodeNotFound {
+		t.Fatalf("unknown key: type %q, want %s", typ, wire.CodeNotFound)
 	}
 	r = callTool(t, cs, mcpdoor.ListCallsTool, map[string]any{"tool": "charge"}, nil)
 	calls, _ := structured(t, r)["calls"].([]any)
@@ -375,8 +375,8 @@ func TestMCPAuth(t *testing.T) {
 		t.Fatalf("alice's call not recorded under her principal: %v %v", c.CallID, err)
 	}
 	g := callTool(t, bob, mcpdoor.GetCallTool, map[string]any{"call_id": c.CallID}, nil)
-	if typ := errType(t, g); typ != codeNotFound {
-		t.Fatalf("bob reading alice's call: type %q, want %s", typ, codeNotFound)
+	if typ := errType(t, g); typ != wire.CodeNotFound {
+		t.Fatalf("bob reading alice's call: type %q, want %s", typ, wire.CodeNotFound)
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"runtime/debug"
 	"strconv"
 	"time"
+
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // statusWriter remembers the status code for metrics and whether anything
@@ -75,7 +77,7 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 				// Abort so the client sees a broken response, not a short one.
 				panic(http.ErrAbortHandler)
 			}
-			writeError(w, s.log, http.StatusInternalServerError, codeInternal, "internal error")
+			writeError(w, s.log, http.StatusInternalServerError, wire.CodeInternal, "internal error")
 		}()
 		next.ServeHTTP(w, r)
 	})

@@ -33,6 +33,7 @@ import (
 	"github.com/idemctl/idemctl/internal/store/postgres"
 	"github.com/idemctl/idemctl/internal/store/postgres/pgtest"
 	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // pgURLEnv names the variable holding the test PostgreSQL URL.
@@ -159,7 +160,7 @@ func (c *cluster) instanceOf(owner string) int {
 // call reads a call from the database.
 func (c *cluster) call(id string) store.Call {
 	c.t.Helper()
-	got, err := c.st.Get(context.Background(), id)
+	got, err := c.st.GetAny(context.Background(), id)
 	if err != nil {
 		c.t.Fatalf("Get %s: %v", id, err)
 	}
@@ -212,7 +213,7 @@ func (c *cluster) checkCounts(calls, effects int64) {
 		if c.frozen[i] {
 			continue
 		}
-		var v StatsView
+		var v wire.Stats
 		if err := json.Unmarshal(httpGet(c.t, p.URL, "/stats"), &v); err != nil {
 			c.t.Fatalf("instance %d /stats: %v", i, err)
 		}
@@ -226,7 +227,7 @@ func (c *cluster) checkCounts(calls, effects int64) {
 type postResult struct {
 	status   int
 	replayed bool
-	call     CallView
+	call     wire.Call
 	err      error
 }
 
@@ -250,7 +251,7 @@ func postKey(base, key, body string) postResult {
 }
 
 // mustPost posts from the test goroutine and returns the call.
-func mustPost(t *testing.T, base, key, body string) CallView {
+func mustPost(t *testing.T, base, key, body string) wire.Call {
 	t.Helper()
 	r := postKey(base, key, body)
 	if r.err != nil || r.status/100 != 2 || r.call.CallID == "" {

@@ -5,20 +5,18 @@ import (
 	"strconv"
 
 	"github.com/idemctl/idemctl/docs"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
-// OpenAPIPath serves the API's OpenAPI description (docs/openapi.yaml) as
-// JSON, for client generators; like the probes it needs no token.
-const OpenAPIPath = "/v1/openapi.json"
-
-// handleOpenAPI answers GET /v1/openapi.json with the embedded document.
-// Unlike the API's answers it may be cached: it changes only with the
+// handleOpenAPI answers GET /v1/openapi.json with the embedded document
+// (docs/openapi.yaml as JSON), for client generators; like the probes it
+// needs no token. Unlike the API's answers it may be cached: it changes only with the
 // binary.
 func (s *Server) handleOpenAPI(w http.ResponseWriter, _ *http.Request) {
 	body, err := docs.OpenAPIJSON()
 	if err != nil { // the document is embedded and tested; a bug if it happens
 		s.log.Error("openapi document", attrErr, err)
-		writeError(w, s.log, http.StatusInternalServerError, codeInternal, "the OpenAPI document could not be read")
+		writeError(w, s.log, http.StatusInternalServerError, wire.CodeInternal, "the OpenAPI document could not be read")
 		return
 	}
 	h := w.Header()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/sqlite"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // listCounter counts the listings of running calls, the dead-owner pass's
@@ -55,7 +56,7 @@ func TestDeadOwnerPassOncePerInterval(t *testing.T) {
 	for i := range n {
 		r := doURL(t, base, "POST", "/v1/tool-calls", []byte(`{"tool":"charge","args":{"amount":1}}`),
 			map[string]string{"Idempotency-Key": fmt.Sprintf("k-pass-%d", i)})
-		var c CallView
+		var c wire.Call
 		if r.status != 202 && r.status != 200 {
 			t.Fatalf("POST: %d %s", r.status, r.body)
 		}

@@ -29,10 +29,10 @@ func TestChaosPauseBeforeCommitFencedAfterTakeover(t *testing.T) {
 	})
 	c := a.post("k-pause", `{"tool":"charge","args":{"amount":42,"_pause_before_commit":3}}`).call(t)
 	eventually(t, "A claims the call", func() bool {
-		got, err := a.st.Get(context.Background(), c.CallID)
+		got, err := a.st.GetAny(context.Background(), c.CallID)
 		return err == nil && got.Status != store.StatusPending
 	})
-	first, err := a.st.Get(context.Background(), c.CallID)
+	first, err := a.st.GetAny(context.Background(), c.CallID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestChaosPauseBeforeCommitFencedAfterTakeover(t *testing.T) {
 		t.Fatalf("fenced detail %q does not name A's attempt 1", fenced.Detail)
 	}
 
-	after, err := b.st.Get(context.Background(), c.CallID)
+	after, err := b.st.GetAny(context.Background(), c.CallID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestChaosPauseBeforeCommitEndsAtShutdownGrace(t *testing.T) {
 	})
 	c := b.post("k-pause-stop", `{"tool":"charge","args":{"amount":7,"_pause_before_commit":10}}`).call(t)
 	eventually(t, "the call runs", func() bool {
-		got, err := b.st.Get(context.Background(), c.CallID)
+		got, err := b.st.GetAny(context.Background(), c.CallID)
 		return err == nil && got.Status == store.StatusRunning
 	})
 	stopped := make(chan error, 1)
@@ -133,7 +133,7 @@ func TestChaosPauseBeforeCommitEndsAtShutdownGrace(t *testing.T) {
 	case <-time.After(5 * time.Second): // a hang guard, half the pause, not a timing assertion
 		t.Fatal("shutdown waited out the pause")
 	}
-	got, err := b.st.Get(context.Background(), c.CallID)
+	got, err := b.st.GetAny(context.Background(), c.CallID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,20 +19,21 @@ import (
 	"github.com/idemctl/idemctl/internal/server/servertest"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/sqlite"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // tryPost posts and returns the status and call, or an error when no
 // response arrived (the server may crash before answering).
-func tryPost(base, key, body string) (int, CallView, error) {
+func tryPost(base, key, body string) (int, wire.Call, error) {
 	req, _ := http.NewRequest(http.MethodPost, base+"/v1/tool-calls", strings.NewReader(body))
 	req.Header.Set("Idempotency-Key", key)
 	client := &http.Client{Timeout: 5 * time.Second}
 	res, err := client.Do(req)
 	if err != nil {
-		return 0, CallView{}, err
+		return 0, wire.Call{}, err
 	}
 	defer res.Body.Close()
-	var c CallView
+	var c wire.Call
 	err = json.NewDecoder(res.Body).Decode(&c)
 	return res.StatusCode, c, err
 }
@@ -49,9 +50,9 @@ func openDB(t *testing.T, path string) *sqlite.Store {
 }
 
 // getByKey polls the server for the call of key until cond holds.
-func waitByKey(t *testing.T, base, key string, cond func(CallView) bool) CallView {
+func waitByKey(t *testing.T, base, key string, cond func(wire.Call) bool) wire.Call {
 	t.Helper()
-	var c CallView
+	var c wire.Call
 	eventually(t, "call "+key+" reaches the expected state", func() bool {
 		r := doURL(t, base, http.MethodGet, "/v1/tool-calls/by-key/"+key, nil, nil)
 		if r.status != http.StatusOK {
@@ -63,9 +64,9 @@ func waitByKey(t *testing.T, base, key string, cond func(CallView) bool) CallVie
 	return c
 }
 
-func serverStats(t *testing.T, base string) StatsView {
+func serverStats(t *testing.T, base string) wire.Stats {
 	t.Helper()
-	var s StatsView
+	var s wire.Stats
 	if err := json.Unmarshal(doURL(t, base, http.MethodGet, "/stats", nil, nil).body, &s); err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +100,7 @@ func TestProcessCrashBeforeCommitRecoveredByDeadOwner(t *testing.T) {
 
 	started := time.Now()
 	p2 := servertest.StartServe(t, bin, "--db", db, "--chaos") // default lease: 30s
-	done := waitByKey(t, p2.URL, key, func(c CallView) bool { return c.Status.Final() })
+	done := waitByKey(t, p2.URL, key, func(c wire.Call) bool { return c.Status.Final() })
 	if time.Since(started) >= 30*time.Second {
 		t.Fatalf("recovery waited for the lease (%s)", time.Since(started))
 	}
@@ -129,16 +130,16 @@ func TestProcessKillDuringSleepThenRestart(t *testing.T) {
 	if s, _, err := tryPost(p.URL, "k-sleep", `{"tool":"sleep","args":{"seconds":1.5}}`); err != nil || s != http.StatusAccepted {
 		t.Fatalf("sleep: %d %v", s, err)
 	}
-	waitByKey(t, p.URL, "k-charge", func(c CallView) bool { return c.Status == "succeeded" })
-	waitByKey(t, p.URL, "k-sleep", func(c CallView) bool { return c.Status == "running" })
+	waitByKey(t, p.URL, "k-charge", func(c wire.Call) bool { return c.Status == "succeeded" })
+	waitByKey(t, p.URL, "k-sleep", func(c wire.Call) bool { return c.Status == "running" })
 	p.Kill()
 
 	p2 := servertest.StartServe(t, bin, "--db", db)
-	sleep := waitByKey(t, p2.URL, "k-sleep", func(c CallView) bool { return c.Status.Final() })
+	sleep := waitByKey(t, p2.URL, "k-sleep", func(c wire.Call) bool { return c.Status.Final() })
 	if sleep.Status != "succeeded" || sleep.Attempt != 2 {
 		t.Fatalf("sleep after restart: %s attempt %d, want succeeded at attempt 2", sleep.Status, sleep.Attempt)
 	}
-	charge := waitByKey(t, p2.URL, "k-charge", func(CallView) bool { return true })
+	charge := waitByKey(t, p2.URL, "k-charge", func(wire.Call) bool { return true })
 	if charge.Status != "succeeded" || charge.Attempt != 1 {
 		t.Fatalf("charge after restart: %s attempt %d", charge.Status, charge.Attempt)
 	}
@@ -240,7 +241,7 @@ func TestProcessSigtermGraceful(t *testing.T) {
 	if s, _, err := tryPost(p.URL, "k-term", `{"tool":"sleep","args":{"seconds":0.5}}`); err != nil || s != http.StatusAccepted {
 		t.Fatalf("post: %d %v", s, err)
 	}
-	waitByKey(t, p.URL, "k-term", func(c CallView) bool { return c.Status == "running" })
+	waitByKey(t, p.URL, "k-term", func(c wire.Call) bool { return c.Status == "running" })
 	code, err := p.Stop(waitDeadline)
 	if err != nil || code != 0 {
 		t.Fatalf("SIGTERM: exit %d %v\n%s", code, err, p.Stderr())

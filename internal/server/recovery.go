@@ -65,7 +65,7 @@ func (e *executor) releaseDeadOwners(ctx context.Context) {
 // callAttrs returns the log attributes of a call known only by id.
 func (e *executor) callAttrs(ctx context.Context, id string) []any {
 	attrs := []any{attrCallID, id}
-	if c, err := e.st.Get(ctx, id); err == nil {
+	if c, err := e.st.GetAny(ctx, id); err == nil {
 		attrs = append(attrs, attrKey, c.IdemKey)
 	}
 	return attrs

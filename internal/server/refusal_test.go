@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/sqlite"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // secretValue stands for user data a database error may quote; it must
@@ -90,7 +91,7 @@ func setupRefusing(t *testing.T, lease time.Duration, rs *refusingStore) backend
 }
 
 // errorObject decodes a failed call's error.
-func errorObject(t *testing.T, c CallView) (code, message string, retryable bool) {
+func errorObject(t *testing.T, c wire.Call) (code, message string, retryable bool) {
 	t.Helper()
 	var e struct {
 		Code      string `json:"code"`
@@ -134,7 +135,7 @@ func TestRefusedSucceedEndsFailed(t *testing.T) {
 			c.Status, c.Attempt, c.Result, c.EffectID)
 	}
 	code, msg, retryable := errorObject(t, c)
-	if code != codeInternal || retryable {
+	if code != wire.CodeInternal || retryable {
 		t.Errorf("error %s: want code internal, retryable false", c.Error)
 	}
 	const want = "could not record the tool's outcome: the database refused it (SQLSTATE 22P05)"
@@ -184,7 +185,7 @@ func TestRefusedToolFailureEndsFailed(t *testing.T) {
 	}
 	c := waitFinalURL(t, b.base, r.call(t).CallID)
 	code, msg, retryable := errorObject(t, c)
-	if c.Status != store.StatusFailed || c.Attempt != 1 || code != codeInternal || retryable ||
+	if c.Status != store.StatusFailed || c.Attempt != 1 || code != wire.CodeInternal || retryable ||
 		msg != "could not record the tool's outcome: the database refused it" {
 		t.Fatalf("call: status %s attempt %d error %s", c.Status, c.Attempt, c.Error)
 	}
@@ -243,11 +244,11 @@ func TestRefusalFallbackRefusedLeavesItToTheLease(t *testing.T) {
 	}
 	id := r.call(t).CallID
 	eventually(t, "a second attempt after the lease", func() bool {
-		c, err := b.st.Get(context.Background(), id)
+		c, err := b.st.GetAny(context.Background(), id)
 		return err == nil && c.Attempt >= 2
 	})
 	// Every attempt tried one Succeed and one Fail, no more.
-	c, err := b.st.Get(context.Background(), id)
+	c, err := b.st.GetAny(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/idemctl/idemctl/internal/idemkey"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/toolreg"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // Request limits (docs/api.md, "Limits").
@@ -25,9 +26,6 @@ const (
 	// (client_id, seq), and a btree entry cannot hold an arbitrary string.
 	MaxClientIDLength = 255
 )
-
-// idempotencyKeyHeader is the request header carrying the client's key.
-const idempotencyKeyHeader = "Idempotency-Key"
 
 // apiError is a refusal with its HTTP status and stable code (docs/api.md,
 // "Errors").
@@ -42,7 +40,7 @@ type apiError struct {
 func (e *apiError) Error() string { return e.code + ": " + e.message }
 
 func badRequest(format string, a ...any) *apiError {
-	return &apiError{status: http.StatusBadRequest, code: codeBadRequest, message: fmt.Sprintf(format, a...)}
+	return &apiError{status: http.StatusBadRequest, code: wire.CodeBadRequest, message: fmt.Sprintf(format, a...)}
 }
 
 // idempotencyKey reads and checks the Idempotency-Key header: required, sent
@@ -50,9 +48,9 @@ func badRequest(format string, a ...any) *apiError {
 // non-ASCII bytes are refused rather than normalized: the key is compared
 // byte for byte, and a key that some proxy could rewrite is not an identity.
 func idempotencyKey(h http.Header) (string, *apiError) {
-	vals, ok := h[idempotencyKeyHeader]
+	vals, ok := h[wire.HeaderIdempotencyKey]
 	if !ok {
-		return "", &apiError{status: http.StatusBadRequest, code: codeMissingKey,
+		return "", &apiError{status: http.StatusBadRequest, code: wire.CodeMissingIdempotencyKey,
 			message: "the Idempotency-Key header is required: generate one key per logical call and reuse it on every retry"}
 	}
 	if len(vals) != 1 {
@@ -258,11 +256,11 @@ func (r createRequest) newCall(callID, principal, key string) store.NewCall {
 // ";"-parameters; the value may be quoted. Malformed preferences are ignored,
 // as RFC 7240 §2 asks of servers.
 func preferWait(h http.Header, max time.Duration) (time.Duration, bool) {
-	for _, line := range h.Values("Prefer") {
+	for _, line := range h.Values(wire.HeaderPrefer) {
 		for _, pref := range strings.Split(line, ",") {
 			token, _, _ := strings.Cut(pref, ";") // parameters of wait are meaningless
 			name, value, hasValue := strings.Cut(strings.TrimSpace(token), "=")
-			if !strings.EqualFold(strings.TrimSpace(name), "wait") || !hasValue {
+			if !strings.EqualFold(strings.TrimSpace(name), wire.PreferWait) || !hasValue {
 				continue
 			}
 			value = strings.Trim(strings.TrimSpace(value), `"`)

@@ -1,13 +1,18 @@
 package server
 
 import (
+	"bytes"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // TestJSONNotHTMLEscaped: "<", ">" and "&" come out as themselves in every
@@ -27,7 +32,7 @@ func TestJSONNotHTMLEscaped(t *testing.T) {
 
 	// An error message that quotes the client's input.
 	r := b.post("k-html-1", `{"tool":"<b>&amp;</b>"}`)
-	if r.status != http.StatusBadRequest || r.errCode(t) != codeBadRequest {
+	if r.status != http.StatusBadRequest || r.errCode(t) != wire.CodeBadRequest {
 		t.Fatalf("unknown tool: %d %s", r.status, r.body)
 	}
 	noEscapes("400", r.body)
@@ -42,7 +47,7 @@ func TestJSONNotHTMLEscaped(t *testing.T) {
 		t.Fatalf("POST: %d %s", r.status, r.body)
 	}
 	c := b.waitFinal(r.call(t).CallID)
-	r = b.get(CallPath(c.CallID))
+	r = b.get(wire.CallPath(c.CallID))
 	noEscapes("GET failed call", r.body)
 	if !strings.Contains(string(r.body), msg) {
 		t.Errorf("error message not served as sent: %s", r.body)
@@ -54,7 +59,7 @@ func TestJSONNotHTMLEscaped(t *testing.T) {
 func TestWriteJSONFraming(t *testing.T) {
 	rec := httptest.NewRecorder()
 	log := slog.New(slog.DiscardHandler)
-	writeError(rec, log, http.StatusBadRequest, codeBadRequest, "amount must be >= 1 & <= 10")
+	writeError(rec, log, http.StatusBadRequest, wire.CodeBadRequest, "amount must be >= 1 & <= 10")
 	res := rec.Result()
 	body, _ := io.ReadAll(res.Body)
 	want := `{"error":{"code":"bad_request","message":"amount must be >= 1 & <= 10"}}` + "\n"
@@ -71,5 +76,36 @@ func TestWriteJSONFraming(t *testing.T) {
 	if rec.Code != http.StatusInternalServerError || !strings.Contains(rec.Body.String(), `"code":"internal"`) ||
 		rec.Header().Get("Content-Length") != strconv.Itoa(rec.Body.Len()) {
 		t.Errorf("unencodable: %d %q (Content-Length %s)", rec.Code, rec.Body.String(), rec.Header().Get("Content-Length"))
+	}
+}
+
+// TestCallBodyMembers pins the call object as the API sends it: its
+// members, in this order, with principal, cancel_requested and not_before
+// left out when they do not apply (docs/api.md, "The call object").
+func TestCallBodyMembers(t *testing.T) {
+	b := setup(t)
+	created := b.post("order-k1", `{"tool":"charge","args":{"amount":5},"client_id":"checkout","seq":3}`).call(t)
+	b.waitFinal(created.CallID)
+	r := b.get(wire.CallPath(created.CallID))
+	dec := json.NewDecoder(bytes.NewReader(r.body))
+	var got []string
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		t.Fatalf("body %s: not an object", r.body)
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, tok.(string))
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []string{"call_id", "idem_key", "tool", "args", "status", "attempt", "result", "error", "effect_id",
+		"client_id", "seq", "fingerprint", "created_at", "updated_at", "query_url", "via"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("call members\n got %q\nwant %q\nbody %s", got, want, r.body)
 	}
 }

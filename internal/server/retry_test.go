@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // withPolicy sets Config.Policies: p for tool, the default for the others.
@@ -139,7 +140,7 @@ func TestRetryingCallIsNotFinal(t *testing.T) {
 		t.Fatalf("replay with Prefer: wait=1 during the backoff: %d %v %+v, want 202 pending at attempt 1 with Retry-After",
 			r.status, r.header, got)
 	}
-	r = b.get(CallPath(c.CallID), "Prefer", "wait=1")
+	r = b.get(wire.CallPath(c.CallID), "Prefer", "wait=1")
 	got := r.call(t)
 	if got.Status != store.StatusPending || got.Attempt != 1 {
 		t.Fatalf("GET with Prefer: wait=1 during the backoff: %d %+v, want pending at attempt 1", r.status, got)

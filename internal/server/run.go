@@ -11,6 +11,7 @@ import (
 	"github.com/idemctl/idemctl/internal/fingerprint"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // safeExecute keeps a bug in the completion path from taking the whole
@@ -146,14 +147,14 @@ func (e *executor) runTool(ctx context.Context, c store.Call, log *slog.Logger) 
 		// re-running it would panic again: fail the call for good.
 		if p := recover(); p != nil {
 			log.Error("tool panicked", "panic", p, "stack", string(debug.Stack()))
-			out, ran = tools.Outcome{Err: &tools.ToolError{Code: codeInternal,
+			out, ran = tools.Outcome{Err: &tools.ToolError{Code: wire.CodeInternal,
 				Message: fmt.Sprintf("tool panicked: %v", p)}}, true
 		}
 	}()
 	v, err := fingerprint.ParseJSON(c.ArgsJSON)
 	args, _ = v.(map[string]any)
 	if err != nil || args == nil {
-		return nil, tools.Outcome{Err: &tools.ToolError{Code: codeInternal,
+		return nil, tools.Outcome{Err: &tools.ToolError{Code: wire.CodeInternal,
 			Message: fmt.Sprintf("stored args unreadable: %v", err)}}, true
 	}
 	if c.CancelRequested { // canceled while it ran before (then recovered): never run it again
@@ -172,14 +173,14 @@ func (e *executor) runTool(ctx context.Context, c store.Call, log *slog.Logger) 
 	case canceledByRequest(ctx):
 		return args, tools.Outcome{Err: canceledError}, true
 	case errors.Is(context.Cause(ctx), errLeaseLost):
-		return args, tools.Outcome{Err: &tools.ToolError{Code: codeInternal,
+		return args, tools.Outcome{Err: &tools.ToolError{Code: wire.CodeInternal,
 			Message: errLeaseLost.Error(), Retryable: true}}, true
 	case e.workCtx.Err() != nil:
 		return args, out, false
 	}
 	// Validate accepted these args when they were stored; refusing them
 	// now means the rules changed. Retrying cannot help.
-	return args, tools.Outcome{Err: &tools.ToolError{Code: "invalid_args", Message: err.Error()}}, true
+	return args, tools.Outcome{Err: &tools.ToolError{Code: wire.CodeInvalidArgs, Message: err.Error()}}, true
 }
 
 // abandon releases a call whose tool was cancelled by shutdown, so it runs

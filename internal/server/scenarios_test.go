@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 const charge100 = `{"tool":"charge","args":{"amount":100},"client_id":"demo","seq":1}`
@@ -61,8 +63,8 @@ func TestSameKeyDifferentArgsConflict(t *testing.T) {
 	b := setup(t)
 	first := b.post("k-conflict", `{"tool":"charge","args":{"amount":1}}`).call(t)
 	r := b.post("k-conflict", `{"tool":"charge","args":{"amount":2}}`)
-	if r.status != http.StatusConflict || r.errCode(t) != codeConflict {
-		t.Fatalf("got %d %s, want 409 %s", r.status, r.body, codeConflict)
+	if r.status != http.StatusConflict || r.errCode(t) != wire.CodeIdempotencyConflict {
+		t.Fatalf("got %d %s, want 409 %s", r.status, r.body, wire.CodeIdempotencyConflict)
 	}
 	done := b.waitFinal(first.CallID)
 	if string(done.Args) != `{"amount":1}` {
@@ -97,7 +99,7 @@ func TestConcurrentSameKeyOneEffect(t *testing.T) {
 				return
 			}
 			defer res.Body.Close()
-			var c CallView
+			var c wire.Call
 			if err := json.NewDecoder(res.Body).Decode(&c); err != nil {
 				t.Errorf("POST %d: body is not a call: %v", i, err)
 			}
@@ -250,7 +252,7 @@ func TestDelayResponseThenRetrySameKey(t *testing.T) {
 	if res.Header.Get("Idempotent-Replayed") != "true" {
 		t.Fatal("retry was not answered as a replay: the first request did not record the call?")
 	}
-	var c CallView
+	var c wire.Call
 	if err := json.Unmarshal(data, &c); err != nil {
 		t.Fatal(err)
 	}

@@ -204,7 +204,7 @@ type Server struct {
 	bodySlots chan struct{}
 	waitSlots chan struct{}
 	handler   http.Handler
-	mcp       http.Handler // the MCP door at MCPPath
+	mcp       http.Handler // the MCP door at wire.PathMCP
 	owner     string
 	// whyNoDeadOwners says why dead-owner recovery is off ("" when on).
 	whyNoDeadOwners string

@@ -21,6 +21,7 @@ import (
 	"github.com/idemctl/idemctl/internal/store/postgres"
 	"github.com/idemctl/idemctl/internal/store/postgres/pgtest"
 	"github.com/idemctl/idemctl/internal/store/sqlite"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // backendServer is a server with its executor, on one backend.
@@ -98,12 +99,12 @@ func TestUnrecordableLookupsAre404(t *testing.T) {
 			"/v1/tool-calls/by-key/",
 		} {
 			r := doURL(t, b.base, http.MethodGet, path, nil, nil)
-			if r.status != http.StatusNotFound || r.errCode(t) != codeNotFound {
+			if r.status != http.StatusNotFound || r.errCode(t) != wire.CodeNotFound {
 				t.Errorf("GET %s: want 404 not_found, got %d %s", path, r.status, r.body)
 			}
 		}
 
-		for _, path := range []string{CallPath(c.CallID), "/v1/tool-calls/by-key/qa%2Flookup-1"} {
+		for _, path := range []string{wire.CallPath(c.CallID), "/v1/tool-calls/by-key/qa%2Flookup-1"} {
 			r := doURL(t, b.base, http.MethodGet, path, nil, nil)
 			if r.status != http.StatusOK || r.call(t).CallID != c.CallID {
 				t.Errorf("GET %s: want 200 with %s, got %d %s", path, c.CallID, r.status, r.body)
@@ -139,7 +140,7 @@ func TestUnstorableBodiesRefused(t *testing.T) {
 		for name, body := range cases {
 			r := doURL(t, b.base, http.MethodPost, "/v1/tool-calls", []byte(body),
 				map[string]string{"Idempotency-Key": "qa-unstorable-" + strings.ReplaceAll(name, " ", "-")})
-			if r.status != http.StatusBadRequest || r.errCode(t) != codeBadRequest {
+			if r.status != http.StatusBadRequest || r.errCode(t) != wire.CodeBadRequest {
 				t.Errorf("%s: want 400 bad_request, got %d %.200s", name, r.status, r.body)
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/idemctl/idemctl/internal/downstream"
+	"github.com/idemctl/idemctl/internal/wire"
 
 	"github.com/idemctl/idemctl/internal/toolreg"
 )
@@ -49,9 +50,9 @@ func TestRegistryValidationAtAccept(t *testing.T) {
 	before := b.snapshot()
 	for _, c := range cases {
 		r := b.post("k-"+strings.ReplaceAll(c.name, " ", "-"), c.body)
-		var e ErrorBody
+		var e wire.Error
 		_ = json.Unmarshal(r.body, &e)
-		if r.status != 400 || e.Error.Code != codeBadRequest || !strings.Contains(e.Error.Message, c.msg) {
+		if r.status != 400 || e.Error.Code != wire.CodeBadRequest || !strings.Contains(e.Error.Message, c.msg) {
 			t.Errorf("%s: %d %s, want 400 bad_request …%s…", c.name, r.status, r.body, c.msg)
 		}
 	}

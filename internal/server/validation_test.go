@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/idemctl/idemctl/internal/fingerprint"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // TestBadInputStoresNothing walks every refusal of docs/api.md, "Submitting
@@ -37,83 +38,83 @@ func TestBadInputStoresNothing(t *testing.T) {
 		status  int
 		code    string
 	}{
-		{name: "no key", key: noKey, body: ok, status: 400, code: codeMissingKey},
-		{name: "empty key", key: "", body: ok, status: 400, code: codeBadRequest},
-		{name: "key 256 chars", key: strings.Repeat("k", 256), body: ok, status: 400, code: codeBadRequest},
-		{name: "key with space", key: "a b", body: ok, status: 400, code: codeBadRequest},
-		{name: "key with tab", key: "a\tb", body: ok, status: 400, code: codeBadRequest},
-		{name: "key with control char", key: "a\x01b", body: ok, status: 400, code: codeBadRequest},
-		{name: "key with DEL", key: "a\x7fb", body: ok, status: 400, code: codeBadRequest},
-		{name: "key non-ASCII", key: "ключ", body: ok, status: 400, code: codeBadRequest},
-		{name: "key Latin-1 byte", key: "caf\xe9", body: ok, status: 400, code: codeBadRequest},
-		{name: "bad JSON", body: `{"tool":`, status: 400, code: codeBadRequest},
-		{name: "not JSON", body: `charge 100`, status: 400, code: codeBadRequest},
-		{name: "empty body", body: ``, status: 400, code: codeBadRequest},
-		{name: "invalid UTF-8", body: "{\"tool\":\"charge\",\"args\":{\"amount\":1},\"client_id\":\"\xff\"}", status: 400, code: codeBadRequest},
-		{name: "trailing data", body: ok + ` {}`, status: 400, code: codeBadRequest},
-		{name: "trailing garbage", body: ok + `x`, status: 400, code: codeBadRequest},
-		{name: "top level array", body: `[` + ok + `]`, status: 400, code: codeBadRequest},
-		{name: "top level string", body: `"charge"`, status: 400, code: codeBadRequest},
-		{name: "unknown top-level field", body: `{"tool":"charge","args":{"amount":1},"amount":1}`, status: 400, code: codeBadRequest},
-		{name: "duplicate top-level field", body: `{"tool":"charge","tool":"charge","args":{"amount":1}}`, status: 400, code: codeBadRequest},
-		{name: "duplicate top-level args", body: `{"tool":"charge","args":{"amount":1},"args":{"amount":2}}`, status: 400, code: codeBadRequest},
-		{name: "duplicate field in args", body: `{"tool":"charge","args":{"amount":1,"amount":1}}`, status: 400, code: codeBadRequest},
-		{name: "duplicate field in args via escape", body: `{"tool":"send_email","args":{"to":"a@x","subject":"s","subjec\u0074":"t"}}`, status: 400, code: codeBadRequest},
-		{name: "duplicate field in args after NFC", body: `{"tool":"send_email","args":{"to":"a@x","caf\u00e9":1,"cafe\u0301":2}}`, status: 400, code: codeBadRequest},
-		{name: "args array", body: `{"tool":"charge","args":[1]}`, status: 400, code: codeBadRequest},
-		{name: "args string", body: `{"tool":"charge","args":"amount=1"}`, status: 400, code: codeBadRequest},
-		{name: "args number", body: `{"tool":"charge","args":1}`, status: 400, code: codeBadRequest},
-		{name: "tool missing", body: `{"args":{"amount":1}}`, status: 400, code: codeBadRequest},
-		{name: "tool null", body: `{"tool":null,"args":{"amount":1}}`, status: 400, code: codeBadRequest},
-		{name: "tool not a string", body: `{"tool":7,"args":{"amount":1}}`, status: 400, code: codeBadRequest},
-		{name: "tool unknown", body: `{"tool":"refund","args":{"amount":1}}`, status: 400, code: codeBadRequest},
-		{name: "tool empty", body: `{"tool":"","args":{}}`, status: 400, code: codeBadRequest},
-		{name: "client_id not a string", body: `{"tool":"charge","args":{"amount":1},"client_id":5}`, status: 400, code: codeBadRequest},
-		{name: "seq fractional", body: `{"tool":"charge","args":{"amount":1},"seq":1.5}`, status: 400, code: codeBadRequest},
-		{name: "seq string", body: `{"tool":"charge","args":{"amount":1},"seq":"1"}`, status: 400, code: codeBadRequest},
+		{name: "no key", key: noKey, body: ok, status: 400, code: wire.CodeMissingIdempotencyKey},
+		{name: "empty key", key: "", body: ok, status: 400, code: wire.CodeBadRequest},
+		{name: "key 256 chars", key: strings.Repeat("k", 256), body: ok, status: 400, code: wire.CodeBadRequest},
+		{name: "key with space", key: "a b", body: ok, status: 400, code: wire.CodeBadRequest},
+		{name: "key with tab", key: "a\tb", body: ok, status: 400, code: wire.CodeBadRequest},
+		{name: "key with control char", key: "a\x01b", body: ok, status: 400, code: wire.CodeBadRequest},
+		{name: "key with DEL", key: "a\x7fb", body: ok, status: 400, code: wire.CodeBadRequest},
+		{name: "key non-ASCII", key: "ключ", body: ok, status: 400, code: wire.CodeBadRequest},
+		{name: "key Latin-1 byte", key: "caf\xe9", body: ok, status: 400, code: wire.CodeBadRequest},
+		{name: "bad JSON", body: `{"tool":`, status: 400, code: wire.CodeBadRequest},
+		{name: "not JSON", body: `charge 100`, status: 400, code: wire.CodeBadRequest},
+		{name: "empty body", body: ``, status: 400, code: wire.CodeBadRequest},
+		{name: "invalid UTF-8", body: "{\"tool\":\"charge\",\"args\":{\"amount\":1},\"client_id\":\"\xff\"}", status: 400, code: wire.CodeBadRequest},
+		{name: "trailing data", body: ok + ` {}`, status: 400, code: wire.CodeBadRequest},
+		{name: "trailing garbage", body: ok + `x`, status: 400, code: wire.CodeBadRequest},
+		{name: "top level array", body: `[` + ok + `]`, status: 400, code: wire.CodeBadRequest},
+		{name: "top level string", body: `"charge"`, status: 400, code: wire.CodeBadRequest},
+		{name: "unknown top-level field", body: `{"tool":"charge","args":{"amount":1},"amount":1}`, status: 400, code: wire.CodeBadRequest},
+		{name: "duplicate top-level field", body: `{"tool":"charge","tool":"charge","args":{"amount":1}}`, status: 400, code: wire.CodeBadRequest},
+		{name: "duplicate top-level args", body: `{"tool":"charge","args":{"amount":1},"args":{"amount":2}}`, status: 400, code: wire.CodeBadRequest},
+		{name: "duplicate field in args", body: `{"tool":"charge","args":{"amount":1,"amount":1}}`, status: 400, code: wire.CodeBadRequest},
+		{name: "duplicate field in args via escape", body: `{"tool":"send_email","args":{"to":"a@x","subject":"s","subjec\u0074":"t"}}`, status: 400, code: wire.CodeBadRequest},
+		{name: "duplicate field in args after NFC", body: `{"tool":"send_email","args":{"to":"a@x","caf\u00e9":1,"cafe\u0301":2}}`, status: 400, code: wire.CodeBadRequest},
+		{name: "args array", body: `{"tool":"charge","args":[1]}`, status: 400, code: wire.CodeBadRequest},
+		{name: "args string", body: `{"tool":"charge","args":"amount=1"}`, status: 400, code: wire.CodeBadRequest},
+		{name: "args number", body: `{"tool":"charge","args":1}`, status: 400, code: wire.CodeBadRequest},
+		{name: "tool missing", body: `{"args":{"amount":1}}`, status: 400, code: wire.CodeBadRequest},
+		{name: "tool null", body: `{"tool":null,"args":{"amount":1}}`, status: 400, code: wire.CodeBadRequest},
+		{name: "tool not a string", body: `{"tool":7,"args":{"amount":1}}`, status: 400, code: wire.CodeBadRequest},
+		{name: "tool unknown", body: `{"tool":"refund","args":{"amount":1}}`, status: 400, code: wire.CodeBadRequest},
+		{name: "tool empty", body: `{"tool":"","args":{}}`, status: 400, code: wire.CodeBadRequest},
+		{name: "client_id not a string", body: `{"tool":"charge","args":{"amount":1},"client_id":5}`, status: 400, code: wire.CodeBadRequest},
+		{name: "seq fractional", body: `{"tool":"charge","args":{"amount":1},"seq":1.5}`, status: 400, code: wire.CodeBadRequest},
+		{name: "seq string", body: `{"tool":"charge","args":{"amount":1},"seq":"1"}`, status: 400, code: wire.CodeBadRequest},
 		// charge
-		{name: "charge without amount", body: `{"tool":"charge","args":{}}`, status: 400, code: codeBadRequest},
-		{name: "charge args absent", body: `{"tool":"charge"}`, status: 400, code: codeBadRequest},
-		{name: "charge amount 0", body: `{"tool":"charge","args":{"amount":0}}`, status: 400, code: codeBadRequest},
-		{name: "charge amount negative", body: `{"tool":"charge","args":{"amount":-5}}`, status: 400, code: codeBadRequest},
-		{name: "charge amount fractional", body: `{"tool":"charge","args":{"amount":1.5}}`, status: 400, code: codeBadRequest},
-		{name: "charge amount string", body: `{"tool":"charge","args":{"amount":"100"}}`, status: 400, code: codeBadRequest},
-		{name: "charge unknown arg", body: `{"tool":"charge","args":{"amount":1,"currency":"EUR"}}`, status: 400, code: codeBadRequest},
-		{name: "charge 2^53+1", body: `{"tool":"charge","args":{"amount":9007199254740993}}`, status: 400, code: codeBadRequest},
-		{name: "number 1e400", body: `{"tool":"charge","args":{"amount":1e400}}`, status: 400, code: codeBadRequest},
-		{name: "2^53+1 anywhere in args", body: `{"tool":"send_email","args":{"to":"a@x","subject":"s","n":9007199254740993}}`, status: 400, code: codeBadRequest},
+		{name: "charge without amount", body: `{"tool":"charge","args":{}}`, status: 400, code: wire.CodeBadRequest},
+		{name: "charge args absent", body: `{"tool":"charge"}`, status: 400, code: wire.CodeBadRequest},
+		{name: "charge amount 0", body: `{"tool":"charge","args":{"amount":0}}`, status: 400, code: wire.CodeBadRequest},
+		{name: "charge amount negative", body: `{"tool":"charge","args":{"amount":-5}}`, status: 400, code: wire.CodeBadRequest},
+		{name: "charge amount fractional", body: `{"tool":"charge","args":{"amount":1.5}}`, status: 400, code: wire.CodeBadRequest},
+		{name: "charge amount string", body: `{"tool":"charge","args":{"amount":"100"}}`, status: 400, code: wire.CodeBadRequest},
+		{name: "charge unknown arg", body: `{"tool":"charge","args":{"amount":1,"currency":"EUR"}}`, status: 400, code: wire.CodeBadRequest},
+		{name: "charge 2^53+1", body: `{"tool":"charge","args":{"amount":9007199254740993}}`, status: 400, code: wire.CodeBadRequest},
+		{name: "number 1e400", body: `{"tool":"charge","args":{"amount":1e400}}`, status: 400, code: wire.CodeBadRequest},
+		{name: "2^53+1 anywhere in args", body: `{"tool":"send_email","args":{"to":"a@x","subject":"s","n":9007199254740993}}`, status: 400, code: wire.CodeBadRequest},
 		// send_email
-		{name: "send_email without to", body: `{"tool":"send_email","args":{"subject":"hi"}}`, status: 400, code: codeBadRequest},
-		{name: "send_email empty to", body: `{"tool":"send_email","args":{"to":""}}`, status: 400, code: codeBadRequest},
-		{name: "send_email to number", body: `{"tool":"send_email","args":{"to":5}}`, status: 400, code: codeBadRequest},
-		{name: "send_email subject number", body: `{"tool":"send_email","args":{"to":"a@x","subject":5}}`, status: 400, code: codeBadRequest},
+		{name: "send_email without to", body: `{"tool":"send_email","args":{"subject":"hi"}}`, status: 400, code: wire.CodeBadRequest},
+		{name: "send_email empty to", body: `{"tool":"send_email","args":{"to":""}}`, status: 400, code: wire.CodeBadRequest},
+		{name: "send_email to number", body: `{"tool":"send_email","args":{"to":5}}`, status: 400, code: wire.CodeBadRequest},
+		{name: "send_email subject number", body: `{"tool":"send_email","args":{"to":"a@x","subject":5}}`, status: 400, code: wire.CodeBadRequest},
 		// sleep
-		{name: "sleep without seconds", body: `{"tool":"sleep","args":{}}`, status: 400, code: codeBadRequest},
-		{name: "sleep negative", body: `{"tool":"sleep","args":{"seconds":-1}}`, status: 400, code: codeBadRequest},
-		{name: "sleep too long", body: `{"tool":"sleep","args":{"seconds":11}}`, status: 400, code: codeBadRequest},
-		{name: "sleep string", body: `{"tool":"sleep","args":{"seconds":"1"}}`, status: 400, code: codeBadRequest},
+		{name: "sleep without seconds", body: `{"tool":"sleep","args":{}}`, status: 400, code: wire.CodeBadRequest},
+		{name: "sleep negative", body: `{"tool":"sleep","args":{"seconds":-1}}`, status: 400, code: wire.CodeBadRequest},
+		{name: "sleep too long", body: `{"tool":"sleep","args":{"seconds":11}}`, status: 400, code: wire.CodeBadRequest},
+		{name: "sleep string", body: `{"tool":"sleep","args":{"seconds":"1"}}`, status: 400, code: wire.CodeBadRequest},
 		// fail
-		{name: "fail retryable string", body: `{"tool":"fail","args":{"retryable":"yes"}}`, status: 400, code: codeBadRequest},
-		{name: "fail times negative", body: `{"tool":"fail","args":{"times":-1}}`, status: 400, code: codeBadRequest},
-		{name: "fail times fractional", body: `{"tool":"fail","args":{"times":1.5}}`, status: 400, code: codeBadRequest},
-		{name: "fail message number", body: `{"tool":"fail","args":{"message":5}}`, status: 400, code: codeBadRequest},
+		{name: "fail retryable string", body: `{"tool":"fail","args":{"retryable":"yes"}}`, status: 400, code: wire.CodeBadRequest},
+		{name: "fail times negative", body: `{"tool":"fail","args":{"times":-1}}`, status: 400, code: wire.CodeBadRequest},
+		{name: "fail times fractional", body: `{"tool":"fail","args":{"times":1.5}}`, status: 400, code: wire.CodeBadRequest},
+		{name: "fail message number", body: `{"tool":"fail","args":{"message":5}}`, status: 400, code: wire.CodeBadRequest},
 		// chaos hooks without --chaos
-		{name: "_crash_after_commit without chaos", body: `{"tool":"charge","args":{"amount":1,"_crash_after_commit":true}}`, status: 400, code: codeBadRequest},
-		{name: "_crash_before_commit without chaos", body: `{"tool":"charge","args":{"amount":1,"_crash_before_commit":true}}`, status: 400, code: codeBadRequest},
-		{name: "underscore arg without chaos", body: `{"tool":"charge","args":{"amount":1,"_x":1}}`, status: 400, code: codeBadRequest},
+		{name: "_crash_after_commit without chaos", body: `{"tool":"charge","args":{"amount":1,"_crash_after_commit":true}}`, status: 400, code: wire.CodeBadRequest},
+		{name: "_crash_before_commit without chaos", body: `{"tool":"charge","args":{"amount":1,"_crash_before_commit":true}}`, status: 400, code: wire.CodeBadRequest},
+		{name: "underscore arg without chaos", body: `{"tool":"charge","args":{"amount":1,"_x":1}}`, status: 400, code: wire.CodeBadRequest},
 		// refusals using a key that exists: still nothing changes
-		{name: "existing key, invalid args", key: "existing", body: `{"tool":"charge","args":{"amount":0}}`, status: 400, code: codeBadRequest},
+		{name: "existing key, invalid args", key: "existing", body: `{"tool":"charge","args":{"amount":0}}`, status: 400, code: wire.CodeBadRequest},
 		// size
-		{name: "body over 1 MiB", body: big, status: 413, code: codePayloadTooLarge},
-		{name: "body over 1 MiB chunked", body: big, chunked: true, status: 413, code: codePayloadTooLarge},
+		{name: "body over 1 MiB", body: big, status: 413, code: wire.CodePayloadTooLarge},
+		{name: "body over 1 MiB chunked", body: big, chunked: true, status: 413, code: wire.CodePayloadTooLarge},
 		// method and path
-		{name: "DELETE collection", method: http.MethodDelete, body: ``, status: 405, code: codeMethodNotAllowed},
-		{name: "PUT collection", method: http.MethodPut, body: ok, status: 405, code: codeMethodNotAllowed},
-		{name: "DELETE call", method: http.MethodDelete, path: "/v1/tool-calls/" + existing.CallID, status: 405, code: codeMethodNotAllowed},
-		{name: "POST call", method: http.MethodPost, path: "/v1/tool-calls/" + existing.CallID, body: ok, status: 405, code: codeMethodNotAllowed},
-		{name: "POST stats", method: http.MethodPost, path: "/stats", status: 405, code: codeMethodNotAllowed},
-		{name: "unknown path", method: http.MethodPost, path: "/v1/tool-call", body: ok, status: 404, code: codeNotFound},
-		{name: "unknown version", method: http.MethodPost, path: "/v2/tool-calls", body: ok, status: 404, code: codeNotFound},
+		{name: "DELETE collection", method: http.MethodDelete, body: ``, status: 405, code: wire.CodeMethodNotAllowed},
+		{name: "PUT collection", method: http.MethodPut, body: ok, status: 405, code: wire.CodeMethodNotAllowed},
+		{name: "DELETE call", method: http.MethodDelete, path: "/v1/tool-calls/" + existing.CallID, status: 405, code: wire.CodeMethodNotAllowed},
+		{name: "POST call", method: http.MethodPost, path: "/v1/tool-calls/" + existing.CallID, body: ok, status: 405, code: wire.CodeMethodNotAllowed},
+		{name: "POST stats", method: http.MethodPost, path: "/stats", status: 405, code: wire.CodeMethodNotAllowed},
+		{name: "unknown path", method: http.MethodPost, path: "/v1/tool-call", body: ok, status: 404, code: wire.CodeNotFound},
+		{name: "unknown version", method: http.MethodPost, path: "/v2/tool-calls", body: ok, status: 404, code: wire.CodeNotFound},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -148,7 +149,7 @@ func TestBadInputStoresNothing(t *testing.T) {
 			if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
 				t.Fatalf("Content-Type %q, want application/json", ct)
 			}
-			var e ErrorBody
+			var e wire.Error
 			if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil {
 				t.Fatalf("body is not JSON: %v: %s", err, rec.Body.Bytes())
 			}
@@ -246,7 +247,7 @@ func TestFingerprintThroughHTTP(t *testing.T) {
 			for _, body := range tc.again {
 				r := b.post(key, body)
 				if tc.conflict {
-					if r.status != http.StatusConflict || r.errCode(t) != codeConflict {
+					if r.status != http.StatusConflict || r.errCode(t) != wire.CodeIdempotencyConflict {
 						t.Fatalf("%s: got %d %s, want 409", body, r.status, r.body)
 					}
 					continue
@@ -297,7 +298,7 @@ func TestLongNumberRefusedByLength(t *testing.T) {
 	digits := MaxBodyBytes - 200
 	body := `{"tool":"charge","args":{"anything":9007199254740992.` + strings.Repeat("0", digits) + `1}}`
 	r := b.post("k-long-number", body)
-	if r.status != http.StatusBadRequest || r.errCode(t) != codeBadRequest {
+	if r.status != http.StatusBadRequest || r.errCode(t) != wire.CodeBadRequest {
 		t.Fatalf("got %d %s, want 400 bad_request", r.status, r.body)
 	}
 	if !strings.Contains(string(r.body), "number literal too long") || len(r.body) > 500 {
@@ -318,7 +319,7 @@ func TestManyValuesRefusedByCount(t *testing.T) {
 	before := b.snapshot()
 	body := `{"tool":"charge","args":{"amount":1,"x":[` + strings.Repeat("0,", fingerprint.MaxValues) + `0]}}`
 	r := b.post("k-many-values", body)
-	if r.status != http.StatusBadRequest || r.errCode(t) != codeBadRequest {
+	if r.status != http.StatusBadRequest || r.errCode(t) != wire.CodeBadRequest {
 		t.Fatalf("got %d %s, want 400 bad_request", r.status, r.body)
 	}
 	if !strings.Contains(string(r.body), "too many values") {

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // varyPreferCount counts "Prefer" among the Vary header's tokens.
@@ -39,9 +41,9 @@ func TestVaryPreferOnEveryResponse(t *testing.T) {
 		"POST missing key":          b.do(http.MethodPost, "/v1/tool-calls", []byte(body), nil),
 		"POST bad body":             b.post("k-vary-bad", `{"tool":`),
 		"POST conflict":             b.post("k-vary", `{"tool":"sleep","args":{"seconds":1}}`),
-		"GET call":                  b.get(CallPath(id)),
-		"GET call with wait":        b.get(CallPath(id), wait...),
-		"GET unknown call":          b.get(CallPath("c_0000000000000000"), wait...),
+		"GET call":                  b.get(wire.CallPath(id)),
+		"GET call with wait":        b.get(wire.CallPath(id), wait...),
+		"GET unknown call":          b.get(wire.CallPath("c_0000000000000000"), wait...),
 		"GET by key":                b.get("/v1/tool-calls/by-key/k-vary"),
 		"GET by key with wait":      b.get("/v1/tool-calls/by-key/k-vary", wait...),
 		"GET by unknown key":        b.get("/v1/tool-calls/by-key/k-none"),

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/exitcode"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // DBGrace is how long after a database fault ends (the terminate query
@@ -20,7 +21,7 @@ const DBGrace = 5 * time.Second
 type ObservedCall struct {
 	CallID   string
 	Tool     string
-	Status   string
+	Status   wire.Status
 	Attempt  int64
 	EffectID string // "" when none
 }
@@ -206,7 +207,7 @@ func checkEffects(in Input) Check {
 			continue
 		}
 		c.Checked++
-		want := EffectTool(got.Tool) && got.Status == "succeeded"
+		want := EffectTool(got.Tool) && got.Status == wire.StatusSucceeded
 		if in.Observed.EffectsRead {
 			effs := byCall[got.CallID]
 			switch {
@@ -238,7 +239,7 @@ func checkFinal(in Input) Check {
 			continue
 		}
 		c.Checked++
-		if got.Status != "succeeded" && got.Status != "failed" {
+		if !got.Status.Final() {
 			c.Violations = append(c.Violations, Violation{k.Key, fmt.Sprintf("call %s is still %s (attempt %d)", got.CallID, got.Status, got.Attempt)})
 		}
 	}
@@ -249,7 +250,7 @@ func checkFinal(in Input) Check {
 // server's own 408, 429 and 503 overloaded (docs/api.md, "Limits").
 func backPressure(a Attempt) bool {
 	return a.HTTP == http.StatusRequestTimeout || a.HTTP == http.StatusTooManyRequests ||
-		(a.HTTP == http.StatusServiceUnavailable && a.Code == "overloaded")
+		(a.HTTP == http.StatusServiceUnavailable && a.Code == wire.CodeOverloaded)
 }
 
 func checkSamePayload(in Input) Check {
@@ -273,7 +274,7 @@ func checkDifferentPayload(in Input) Check {
 			continue // no verdict: no answer, or "try later" (5xx are judged by no_5xx_while_up)
 		}
 		c.Checked++
-		if a.HTTP != http.StatusConflict || a.Code != "idempotency_conflict" {
+		if a.HTTP != http.StatusConflict || a.Code != wire.CodeIdempotencyConflict {
 			c.Violations = append(c.Violations, Violation{a.Key, fmt.Sprintf("different payload at %s answered %d %s%s", offset(a.Start), a.HTTP, a.Code, callSuffix(a))})
 		}
 	}
@@ -346,7 +347,7 @@ func check5xx(in Input) Check {
 		if anyOverlap(down[a.Instance], a) {
 			continue // the instance was being killed or started
 		}
-		if a.HTTP == http.StatusServiceUnavailable && a.Code == "unavailable" && anyOverlap(db, a) {
+		if a.HTTP == http.StatusServiceUnavailable && a.Code == wire.CodeUnavailable && anyOverlap(db, a) {
 			continue
 		}
 		c.Violations = append(c.Violations, Violation{a.Key, fmt.Sprintf("instance %d answered %d %s at %s while up", a.Instance, a.HTTP, a.Code, offset(a.Start))})
@@ -376,7 +377,7 @@ func checkLedger(in Input) Check {
 	effects := map[string]string{} // effect id → key
 	for _, k := range in.Keys {
 		got, found := in.Observed.Calls[k.Key]
-		if !found || got.Tool != HTTPTool || got.Status != "succeeded" {
+		if !found || got.Tool != HTTPTool || got.Status != wire.StatusSucceeded {
 			continue
 		}
 		c.Checked++

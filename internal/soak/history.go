@@ -4,6 +4,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // Variant says which payload an attempt carried for its key.
@@ -28,9 +30,9 @@ type Attempt struct {
 	Start, End time.Duration
 	// HTTP is the status, 0 when no answer came (Err says why).
 	HTTP   int
-	Code   string // the error code of a non-2xx answer
-	CallID string // of a 2xx answer
-	Status string // the call's status in a 2xx answer
+	Code   string      // the error code of a non-2xx answer
+	CallID string      // of a 2xx answer
+	Status wire.Status // the call's status in a 2xx answer
 	Err    string
 	// Acked: the key had a 2xx answer before this attempt was sent (for
 	// Different, only such keys are sent: nothing else must 409).

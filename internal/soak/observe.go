@@ -16,6 +16,7 @@ import (
 	"github.com/idemctl/idemctl/internal/client"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/backend"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // observer reads the calls' state: the database, or the API.
@@ -88,7 +89,7 @@ func (o *dbObserver) observe(ctx context.Context, keys []KeyInfo) (Observed, err
 		if err != nil {
 			return obs, fmt.Errorf("reading key %s: %w", k.Key, err)
 		}
-		oc := ObservedCall{CallID: c.CallID, Tool: c.Tool, Status: string(c.Status), Attempt: c.Attempt}
+		oc := ObservedCall{CallID: c.CallID, Tool: c.Tool, Status: c.Status, Attempt: c.Attempt}
 		if c.EffectID != nil {
 			oc.EffectID = *c.EffectID
 		}
@@ -160,7 +161,7 @@ func (o *apiObserver) busy(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return s.ByStatus[client.StatusPending] + s.ByStatus[client.StatusRunning], nil
+	return s.ByStatus[wire.StatusPending] + s.ByStatus[wire.StatusRunning], nil
 }
 
 func (o *apiObserver) observe(ctx context.Context, keys []KeyInfo) (Observed, error) {

@@ -34,33 +34,27 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
-// Status is the state of a call (docs/lifecycle.md, "States"): pending → running → succeeded | failed.
-type Status string
+// Status is the state of a call (docs/lifecycle.md, "States"): pending →
+// running → succeeded | failed. The values are the API's (wire.Status):
+// the database stores what the API shows.
+type Status = wire.Status
 
 // The four states of a call. succeeded and failed are final, except that a
 // same-key request resets a retryable failure to pending.
 const (
-	StatusPending   Status = "pending"
-	StatusRunning   Status = "running"
-	StatusSucceeded Status = "succeeded"
-	StatusFailed    Status = "failed"
+	StatusPending   = wire.StatusPending
+	StatusRunning   = wire.StatusRunning
+	StatusSucceeded = wire.StatusSucceeded
+	StatusFailed    = wire.StatusFailed
 )
 
 // Statuses lists every status in lifecycle order. It is the one list of
 // them: handlers, statements, reads, inspect and bench range over it.
-var Statuses = []Status{StatusPending, StatusRunning, StatusSucceeded, StatusFailed}
-
-// Valid reports whether s is one of Statuses.
-func (s Status) Valid() bool {
-	for _, v := range Statuses {
-		if s == v {
-			return true
-		}
-	}
-	return false
-}
+var Statuses = wire.Statuses
 
 // The doors a call comes through (Call.Via): the HTTP API and the MCP
 // front door share one create-or-get path, and only this tells them apart.
@@ -76,9 +70,6 @@ func ViaOf(v string) string {
 	}
 	return v
 }
-
-// Final reports whether s is a final state.
-func (s Status) Final() bool { return s == StatusSucceeded || s == StatusFailed }
 
 // Audit event names (docs/lifecycle.md, "Audit events"). The detail of
 // each is decided in detail.go.
@@ -549,8 +540,14 @@ type Store interface {
 	// Errors: ErrNotFound if there is no such call.
 	Cancel(ctx context.Context, callID string, errJSON json.RawMessage) (Call, CancelOutcome, error)
 
-	// Get returns the call with that id, or ErrNotFound.
-	Get(ctx context.Context, callID string) (Call, error)
+	// Get returns principal's call with that id, or ErrNotFound: another
+	// principal's call does not exist for this one (docs/api.md,
+	// "Authentication"). Every read on a principal's behalf uses it.
+	Get(ctx context.Context, principal, callID string) (Call, error)
+	// GetAny returns the call with that id whoever recorded it, or
+	// ErrNotFound: for the executor and inspect, which act for no
+	// principal.
+	GetAny(ctx context.Context, callID string) (Call, error)
 	// GetByKey returns principal's call for an idempotency key (both
 	// compared exactly), or ErrNotFound; another principal's call with
 	// that key is not found. An alias key (intent deduplication) finds the

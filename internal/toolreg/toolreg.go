@@ -28,6 +28,7 @@ import (
 
 	"github.com/idemctl/idemctl/internal/httptool"
 	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // Tool kinds.
@@ -120,45 +121,22 @@ func (t *Tool) String() string { return t.Name + " (" + t.Kind + ")" }
 // GoString is String.
 func (t *Tool) GoString() string { return t.String() }
 
-// listing is a tool as GET /v1/tools shows it: no URL, no headers.
-type listing struct {
-	Name        string          `json:"name"`
-	Kind        string          `json:"kind"`
-	Description string          `json:"description,omitempty"`
-	Schema      json.RawMessage `json:"schema"`
-	Effect      bool            `json:"effect"`
-	Destructive *bool           `json:"destructive,omitempty"`
-	Method      string          `json:"method,omitempty"`
-	Timeout     string          `json:"timeout,omitempty"`
-	Retry       retryListing    `json:"retry"`
-	Concurrency int             `json:"concurrency"`
-	Dedup       *dedupListing   `json:"dedup,omitempty"`
-}
-
-type dedupListing struct {
-	Args   []string `json:"args"`
-	Window string   `json:"window"`
-}
-
-type retryListing struct {
-	MaxAttempts    int    `json:"max_attempts"`
-	InitialBackoff string `json:"initial_backoff"`
-	MaxBackoff     string `json:"max_backoff"`
-}
-
 // MarshalJSON is the tool's public description (docs/api.md, "Tools").
-func (t *Tool) MarshalJSON() ([]byte, error) {
-	l := listing{Name: t.Name, Kind: t.Kind, Description: t.Description, Schema: t.schemaJSON,
+func (t *Tool) MarshalJSON() ([]byte, error) { return json.Marshal(t.listing()) }
+
+// listing is the tool as GET /v1/tools lists it: no URL, no headers.
+func (t *Tool) listing() wire.Tool {
+	l := wire.Tool{Name: t.Name, Kind: t.Kind, Description: t.Description, Schema: t.schemaJSON,
 		Effect: t.Effect, Destructive: t.Destructive, Method: t.Method, Concurrency: t.Concurrency,
-		Retry: retryListing{MaxAttempts: t.Retry.MaxAttempts,
+		Retry: wire.ToolRetry{MaxAttempts: t.Retry.MaxAttempts,
 			InitialBackoff: t.Retry.InitialBackoff.String(), MaxBackoff: t.Retry.MaxBackoff.String()}}
 	if t.Timeout > 0 {
 		l.Timeout = t.Timeout.String()
 	}
 	if t.Dedup != nil {
-		l.Dedup = &dedupListing{Args: t.Dedup.Args, Window: t.Dedup.Window.String()}
+		l.Dedup = &wire.ToolDedup{Args: t.Dedup.Args, Window: t.Dedup.Window.String()}
 	}
-	return json.Marshal(l)
+	return l
 }
 
 // Registry is a set of tools by name. A nil *Registry is not valid; use
@@ -192,11 +170,13 @@ func (r *Registry) String() string { return "tools: " + strings.Join(r.names, ",
 // GoString is String.
 func (r *Registry) GoString() string { return r.String() }
 
-// MarshalJSON is {"tools": [...]}, each as Tool.MarshalJSON.
+// MarshalJSON is the body of GET /v1/tools (wire.Tools).
 func (r *Registry) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
-		Tools []*Tool `json:"tools"`
-	}{r.Tools()})
+	body := wire.Tools{Tools: make([]wire.Tool, 0, len(r.names))}
+	for _, n := range r.names {
+		body.Tools = append(body.Tools, r.tools[n].listing())
+	}
+	return json.Marshal(body)
 }
 
 // Validate checks a call's tool and (normalized) args at accept time. An
@@ -326,7 +306,7 @@ func (r *Registry) Run(ctx context.Context, inv tools.Invocation) (tools.Outcome
 
 // ErrorCodeToolTimeout is a built-in tool's failure when its timeout (from
 // the tools file) ran out before it finished.
-const ErrorCodeToolTimeout = "tool_timeout"
+const ErrorCodeToolTimeout = wire.CodeToolTimeout
 
 var errToolTimeout = errors.New("tool timeout")
 

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // Tool names (docs/tools.md).
@@ -61,7 +62,7 @@ const (
 )
 
 // ErrorCodeToolFailed is the code of the error a failing tool reports.
-const ErrorCodeToolFailed = "tool_failed"
+const ErrorCodeToolFailed = wire.CodeToolFailed
 
 // DefaultFailMessage is the fail tool's message when none is given.
 const DefaultFailMessage = "simulated failure"
@@ -86,27 +87,9 @@ type Invocation struct {
 }
 
 // ToolError is the error object a tool reports; it is stored as the call's
-// error (docs/api.md, "The call object"). Retryable tells a same-key request that it may reset the
-// call and run it again.
-type ToolError struct {
-	Code      string `json:"code"`
-	Message   string `json:"message"`
-	Retryable bool   `json:"retryable"`
-	// Status is the downstream HTTP status of an http tool's failure
-	// (docs/tools.md, "The http kind"); 0 (omitted) otherwise.
-	Status int `json:"status,omitempty"`
-	// Body is the downstream's answer to a rejected request: its JSON, or
-	// a JSON string when it is not JSON. Omitted when empty.
-	Body json.RawMessage `json:"body,omitempty"`
-	// RetryAfter is how long the downstream asked to wait before the next
-	// attempt (an HTTP Retry-After), 0 if it said nothing. A server-side
-	// retry waits at least this long (docs/lifecycle.md, "Server-side
-	// retries"). Not part of the stored error object.
-	RetryAfter time.Duration `json:"-"`
-}
-
-// Error makes a ToolError usable as an error value.
-func (e *ToolError) Error() string { return e.Code + ": " + e.Message }
+// error (docs/api.md, "The call object"). Its JSON is the wire's
+// (wire.CallError), so it is defined once.
+type ToolError = wire.CallError
 
 // Outcome is how an attempt ended when the tool ran to completion: either
 // Result (with Effect for tools that have a side effect) or Err.

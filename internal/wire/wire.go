@@ -1,10 +1,10 @@
-// Package wire holds the names of the HTTP API that both sides of it use
-// (the server and the client), so they are written once. The call's JSON
-// shape still lives with each side (server.CallView, client.Call).
+// Package wire is the one definition of idemctl's HTTP API as it travels
+// (docs/api.md): the call object, the error body, the error codes, the
+// call statuses, the header names, the paths, and the stats, list-page and
+// tool-listing bodies. The server renders these types, the client and the
+// MCP door decode them, and inspect embeds the call, so a field added to
+// the API is one struct and one test. No other package spells a header
+// name, a status or an error code as a string literal.
+//
+// The package imports nothing of idemctl: every layer may use it.
 package wire
-
-// ViaHeader names the door a new call comes through, on POST
-// /v1/tool-calls: `idemctl mcp` sends "mcp" for the agent calls it
-// forwards; the server records it as the call's via (docs/api.md,
-// "Headers"). Any other value, or none, is the API's own door.
-const ViaHeader = "Idemctl-Via"

@@ -14,6 +14,7 @@ import (
 	"github.com/idemctl/idemctl/internal/server"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // Timings of the crash scenarios.
@@ -179,7 +180,7 @@ func runCrash(ctx context.Context, e *env, rep *Report, hook string) error {
 	if err != nil {
 		return err
 	}
-	if final.CallID != "" && final.Status != client.StatusSucceeded {
+	if final.CallID != "" && final.Status != wire.StatusSucceeded {
 		rep.fail("the call ended %s, want succeeded", final.Status)
 	}
 	if !before {

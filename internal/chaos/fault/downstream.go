@@ -19,6 +19,7 @@ import (
 	"github.com/idemctl/idemctl/internal/client"
 	"github.com/idemctl/idemctl/internal/downstream"
 	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 const (
@@ -154,7 +155,7 @@ func runDownstream(ctx context.Context, e *env, rep *Report, ignoreKeys bool) er
 	rep.Charges = len(ledger)
 	e.printLedger(dsBase, ledger)
 
-	if final.CallID != "" && final.Status != client.StatusSucceeded {
+	if final.CallID != "" && final.Status != wire.StatusSucceeded {
 		rep.fail("the call ended %s, want succeeded", final.Status)
 	}
 	if rep.Attempt != 2 {

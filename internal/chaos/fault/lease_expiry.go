@@ -12,6 +12,7 @@ import (
 	"github.com/idemctl/idemctl/internal/client"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // Settings of the lease-expiry scenario.
@@ -71,7 +72,7 @@ func runLeaseExpiry(ctx context.Context, e *env, rep *Report) error {
 	var seen client.Call
 	err = waitFor(ctx, 5*time.Second, func() (bool, error) {
 		seen, err = (&client.Client{Base: a.URL}).Get(ctx, callID)
-		return err == nil && seen.Status != client.StatusPending, nil
+		return err == nil && seen.Status != wire.StatusPending, nil
 	})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -79,7 +80,7 @@ func runLeaseExpiry(ctx context.Context, e *env, rep *Report) error {
 		}
 		return fmt.Errorf("server A never claimed %s: %w", callID, err)
 	}
-	if seen.Status != client.StatusRunning || seen.Attempt != 1 {
+	if seen.Status != wire.StatusRunning || seen.Attempt != 1 {
 		rep.fail("the fault did not happen as planned: the call was %s at attempt %d before B started, want running at attempt 1", seen.Status, seen.Attempt)
 	}
 	e.logf("server A claimed attempt %d and pauses before its commit; its %s lease runs out meanwhile", seen.Attempt, leaseExpiryLease)
@@ -90,7 +91,7 @@ func runLeaseExpiry(ctx context.Context, e *env, rep *Report) error {
 		return err
 	}
 	e.logf("server B: %s (pid %d), same database", b.CommandLine(), b.Pid())
-	final, err := e.settle(ctx, e.client(b.URL, ""), client.Call{CallID: callID})
+	final, err := e.settle(ctx, e.client(b.URL, ""), client.Call{Call: wire.Call{CallID: callID}})
 	if err != nil {
 		if err := notFinal(ctx, rep, callID, err); err != nil {
 			return err
@@ -123,7 +124,7 @@ func runLeaseExpiry(ctx context.Context, e *env, rep *Report) error {
 	if err != nil {
 		return err
 	}
-	if final.CallID != "" && final.Status != client.StatusSucceeded {
+	if final.CallID != "" && final.Status != wire.StatusSucceeded {
 		rep.fail("the call ended %q, want succeeded", final.Status)
 	}
 	if rep.Attempt != 2 {

@@ -49,7 +49,7 @@ func (r Caller) Submit(ctx context.Context, _, key, tool string, args json.RawMe
 	if err != nil {
 		return mcpdoor.Call{}, false, remoteError(err)
 	}
-	return remoteCall(res.Call), res.Replayed, nil
+	return res.Call, res.Replayed, nil
 }
 
 // Get is GET /v1/tool-calls/{id}.
@@ -58,7 +58,7 @@ func (r Caller) Get(ctx context.Context, _, callID string) (mcpdoor.Call, error)
 	if err != nil {
 		return mcpdoor.Call{}, remoteError(err)
 	}
-	return remoteCall(c), nil
+	return c, nil
 }
 
 // GetByKey is GET /v1/tool-calls/by-key/{key}.
@@ -67,7 +67,7 @@ func (r Caller) GetByKey(ctx context.Context, _, key string) (mcpdoor.Call, erro
 	if err != nil {
 		return mcpdoor.Call{}, remoteError(err)
 	}
-	return remoteCall(c), nil
+	return c, nil
 }
 
 // List is GET /v1/tool-calls?tool=&limit=.
@@ -76,16 +76,7 @@ func (r Caller) List(ctx context.Context, _, tool string, limit int) ([]mcpdoor.
 	if err != nil {
 		return nil, remoteError(err)
 	}
-	out := make([]mcpdoor.Call, 0, len(p.Calls))
-	for _, c := range p.Calls {
-		out = append(out, remoteCall(c))
-	}
-	return out, nil
-}
-
-func remoteCall(c client.Call) mcpdoor.Call {
-	return mcpdoor.Call{CallID: c.CallID, IdemKey: c.IdemKey, Tool: c.Tool, Status: c.Status,
-		Result: c.Result, Error: c.Error, Raw: c.Raw}
+	return p.Calls, nil
 }
 
 // remoteError keeps the server's code (an *client.APIError); a transport

@@ -13,6 +13,7 @@ import (
 	"github.com/idemctl/idemctl/internal/exitcode"
 	"github.com/idemctl/idemctl/internal/serveproc"
 	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 func TestMain(m *testing.M) {
@@ -55,7 +56,7 @@ func TestCrashThenRestartSameAddressAndDatabase(t *testing.T) {
 		t.Fatalf("after restart: URL %s (was %s), exit code %d (want -1: running)", p.URL, url, p.ExitCode())
 	}
 	call, err := (&client.Client{Base: url}).GetByKey(t.Context(), "K")
-	if err != nil || call.Status != client.StatusSucceeded {
+	if err != nil || call.Status != wire.StatusSucceeded {
 		t.Fatalf("the restarted server does not have the committed call: %+v, %v", call, err)
 	}
 	if pids := p.Pids(); len(pids) != 2 || pids[0] != first || pids[1] != p.Pid() || first == p.Pid() {

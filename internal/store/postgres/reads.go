@@ -15,8 +15,16 @@ import (
 // Reads are single statements outside any explicit transaction: each sees
 // one consistent snapshot of committed data, which is all they need.
 
-// Get returns the call with that id, or ErrNotFound.
-func (s *Store) Get(ctx context.Context, callID string) (store.Call, error) {
+// Get returns principal's call with that id, or ErrNotFound.
+func (s *Store) Get(ctx context.Context, principal, callID string) (store.Call, error) {
+	c, err := scanCall(s.pool.QueryRow(ctx,
+		`SELECT `+callColumns+` FROM calls WHERE call_id = $1 AND principal = $2`, callID, principal))
+	return c, interpret(ctx, err)
+}
+
+// GetAny returns the call with that id, whoever recorded it, or
+// ErrNotFound.
+func (s *Store) GetAny(ctx context.Context, callID string) (store.Call, error) {
 	c, err := scanCall(s.pool.QueryRow(ctx, `SELECT `+callColumns+` FROM calls WHERE call_id = $1`, callID))
 	return c, interpret(ctx, err)
 }

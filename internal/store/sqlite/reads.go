@@ -88,8 +88,18 @@ func jsonArg(m json.RawMessage) any {
 	return string(m)
 }
 
-// Get returns the call with that id, or store.ErrNotFound.
-func (s *Store) Get(ctx context.Context, callID string) (store.Call, error) {
+// Get returns principal's call with that id, or store.ErrNotFound.
+func (s *Store) Get(ctx context.Context, principal, callID string) (store.Call, error) {
+	if err := s.closedErr("get"); err != nil {
+		return store.Call{}, err
+	}
+	c, err := scanCall(s.rq.callOf.QueryRowContext(ctx, callID, principal))
+	return c, mapErr(ctx, "get "+callID, err)
+}
+
+// GetAny returns the call with that id, whoever recorded it, or
+// store.ErrNotFound.
+func (s *Store) GetAny(ctx context.Context, callID string) (store.Call, error) {
 	if err := s.closedErr("get"); err != nil {
 		return store.Call{}, err
 	}

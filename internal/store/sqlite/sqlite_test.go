@@ -353,12 +353,12 @@ func TestOpenFileURIAndOddNames(t *testing.T) {
 func TestErrorsMapToSentinels(t *testing.T) {
 	path := tempPath(t)
 	s := openAt(t, path, store.Options{})
-	if _, err := s.Get(t.Context(), "c_nope"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.GetAny(t.Context(), "c_nope"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("Get unknown: %v", err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if _, err := s.Get(ctx, "c_nope"); !errors.Is(err, context.Canceled) {
+	if _, err := s.GetAny(ctx, "c_nope"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Get with canceled ctx: %v, want context.Canceled", err)
 	}
 	// The busy case is covered by TestBeginImmediate.

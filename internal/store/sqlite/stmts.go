@@ -22,6 +22,8 @@ const (
 	// sqlCallByID and sqlCallByKey read one call (scanCall's columns).
 	sqlCallByID  = `SELECT ` + callCols + ` FROM calls WHERE call_id = ?`
 	sqlCallByKey = `SELECT ` + callCols + ` FROM calls WHERE principal = ? AND idem_key = ?`
+	// sqlCallOf is Get: the call with that id if principal recorded it.
+	sqlCallOf = `SELECT ` + callCols + ` FROM calls WHERE call_id = ? AND principal = ?`
 
 	// sqlInsertCall inserts a new pending call and returns it as stored,
 	// so CreateOrGet needs no read after its write.
@@ -195,7 +197,7 @@ var statuses = store.Statuses
 // readStmts are prepared on the read pool; every store has them.
 type readStmts struct {
 	callByID, callByKey      *sql.Stmt
-	aliasByKey               *sql.Stmt
+	callOf, aliasByKey       *sql.Stmt
 	hasClaimable, hasExpired *sql.Stmt
 	// queue is sqlQueue, prepared only on a writable store (whose schema
 	// is current): withQueue.
@@ -272,6 +274,7 @@ func (r *readStmts) list() []prepared {
 	list := []prepared{
 		{&r.callByID, sqlCallByID},
 		{&r.callByKey, sqlCallByKey},
+		{&r.callOf, sqlCallOf},
 		{&r.aliasByKey, sqlAliasByKey},
 		{&r.hasClaimable, sqlHasClaimable},
 		{&r.hasExpired, sqlHasExpired},

@@ -109,7 +109,7 @@ func ids(cs []store.Call) []string {
 
 func get(t *testing.T, s store.Store, id string) store.Call {
 	t.Helper()
-	c, err := s.Get(t.Context(), id)
+	c, err := s.GetAny(t.Context(), id)
 	if err != nil {
 		t.Fatalf("Get(%s): %v", id, err)
 	}

@@ -13,7 +13,8 @@ import (
 // testPrincipalScoping: keys are unique per principal (the UNIQUE
 // constraint is on (principal, idem_key)): the same key from two
 // principals is two calls, each principal finds only its own by key, and a
-// conflict names the existing call of the same principal.
+// conflict names the existing call of the same principal. Get by id is
+// scoped the same way (testGetByPrincipal).
 func testPrincipalScoping(t *testing.T, open func(*testing.T) store.Store) {
 	s := open(t)
 	ctx := t.Context()
@@ -54,6 +55,7 @@ func testPrincipalScoping(t *testing.T, open func(*testing.T) store.Store) {
 	}
 	_, err = s.GetByKey(ctx, "carol", "shared-key")
 	wantErr(t, "GetByKey(carol, another principal's key)", err, store.ErrNotFound)
+	testGetByPrincipal(t, s, a, b, anon)
 
 	// Replays stay within the principal.
 	again, out, err := s.CreateOrGet(ctx, mk("bob", "fp-b"))
@@ -124,7 +126,7 @@ func testPurge(t *testing.T, su suite) {
 	}
 
 	for _, id := range []string{done.CallID, failed.CallID} {
-		_, err := s.Get(ctx, id)
+		_, err := s.GetAny(ctx, id)
 		wantErr(t, "Get(purged "+id+")", err, store.ErrNotFound)
 		if evs := audit(t, s, id); len(evs) != 0 {
 			t.Fatalf("purged call %s kept audit rows %v", id, events(evs))
@@ -290,4 +292,29 @@ func testListKeyset(t *testing.T, su suite) {
 			t.Fatalf("tied calls not by call_id descending: %v", tied)
 		}
 	}
+}
+
+// testGetByPrincipal: Get finds a call by id for the principal that
+// recorded it only; for any other principal (the default one included)
+// the call does not exist. GetAny finds it for everyone.
+func testGetByPrincipal(t *testing.T, s store.Store, calls ...store.Call) {
+	ctx := t.Context()
+	for _, c := range calls {
+		got, err := s.Get(ctx, c.Principal, c.CallID)
+		if err != nil || got.CallID != c.CallID || got.Principal != c.Principal {
+			t.Fatalf("Get(%q, its own call %s) = %s of %q, %v", c.Principal, c.CallID, got.CallID, got.Principal, err)
+		}
+		for _, other := range []string{"alice", "bob", "carol", store.DefaultPrincipal} {
+			if other == c.Principal {
+				continue
+			}
+			_, err := s.Get(ctx, other, c.CallID)
+			wantErr(t, fmt.Sprintf("Get(%q, %q's call)", other, c.Principal), err, store.ErrNotFound)
+		}
+		if got, err := s.GetAny(ctx, c.CallID); err != nil || got.CallID != c.CallID {
+			t.Fatalf("GetAny(%s) = %s, %v", c.CallID, got.CallID, err)
+		}
+	}
+	_, err := s.Get(ctx, calls[0].Principal, newCallID(t))
+	wantErr(t, "Get(an unknown id)", err, store.ErrNotFound)
 }

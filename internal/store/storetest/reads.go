@@ -22,7 +22,7 @@ func testGet(t *testing.T, open func(t *testing.T) store.Store) {
 	if !reflect.DeepEqual(normalize(t, byKey), normalize(t, c)) {
 		t.Fatalf("GetByKey = %+v, want %+v", byKey, c)
 	}
-	_, err = s.Get(t.Context(), newCallID(t))
+	_, err = s.GetAny(t.Context(), newCallID(t))
 	wantErr(t, "Get of an unknown id", err, store.ErrNotFound)
 	_, err = s.GetByKey(t.Context(), store.DefaultPrincipal, "nope")
 	wantErr(t, "GetByKey of an unknown key", err, store.ErrNotFound)
@@ -304,7 +304,7 @@ func testReadOnly(t *testing.T, su suite) {
 	c := createAndClaim(t, rw, "k1", "w1", longLease)
 
 	// Reads work and see the writer's commits.
-	if g, err := ro.Get(t.Context(), c.CallID); err != nil || g.Status != store.StatusRunning {
+	if g, err := ro.GetAny(t.Context(), c.CallID); err != nil || g.Status != store.StatusRunning {
 		t.Fatalf("read-only Get = %+v, %v", g, err)
 	}
 	if _, err := ro.GetByKey(t.Context(), store.DefaultPrincipal, "k1"); err != nil {
@@ -359,7 +359,7 @@ func testReadOnly(t *testing.T, su suite) {
 	if _, err := rw.Succeed(t.Context(), completion(c)); err != nil {
 		t.Fatalf("writer after read-only use: %v", err)
 	}
-	if g, err := ro.Get(t.Context(), c.CallID); err != nil || g.Status != store.StatusSucceeded {
+	if g, err := ro.GetAny(t.Context(), c.CallID); err != nil || g.Status != store.StatusSucceeded {
 		t.Fatalf("reader does not see the later commit: %+v, %v", g, err)
 	}
 }

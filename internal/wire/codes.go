@@ -1,0 +1,49 @@
+package wire
+
+// Error codes: stable API, clients branch on them (docs/api.md, "Errors"
+// and "The call object"). Each constant is Code + the code in CamelCase.
+
+// Codes of the error body the server answers with (docs/api.md, "Errors").
+const (
+	CodeMissingIdempotencyKey = "missing_idempotency_key"
+	CodeBadRequest            = "bad_request"
+	CodeIdempotencyConflict   = "idempotency_conflict"
+	CodeUnauthenticated       = "unauthenticated"
+	CodeAlreadyFinal          = "already_final"
+	CodeNotFound              = "not_found"
+	CodePayloadTooLarge       = "payload_too_large"
+	CodeMethodNotAllowed      = "method_not_allowed"
+	CodeUnavailable           = "unavailable"
+	CodeOverloaded            = "overloaded"
+	// CodeInternal is also a failed call's code (a tool panic, a
+	// completion the database refused for good).
+	CodeInternal = "internal"
+)
+
+// Codes of a failed call's error object (docs/api.md, "The call object").
+const (
+	CodeToolFailed            = "tool_failed"
+	CodeDownstreamError       = "downstream_error"
+	CodeDownstreamRejected    = "downstream_rejected"
+	CodeDownstreamUnreachable = "downstream_unreachable"
+	CodeDownstreamTimeout     = "downstream_timeout"
+	CodeToolTimeout           = "tool_timeout"
+	CodeInvalidArgs           = "invalid_args"
+	CodeCanceled              = "canceled"
+	CodeResultTooLarge        = "result_too_large"
+)
+
+// Codes the client side reports itself, never sent by the server
+// (docs/api.md, "Errors"; docs/cli.md).
+const (
+	// CodeRetryExhausted: every attempt timed out, failed to connect or was
+	// told to come back later.
+	CodeRetryExhausted = "retry_exhausted"
+	// CodeUnknown: a by-key lookup never found the key before the deadline.
+	CodeUnknown = "unknown"
+	// CodeDeadlineExceeded: polling ended before the call was final.
+	CodeDeadlineExceeded = "deadline_exceeded"
+	// CodeInvalidKey: the client refused a key the server could never
+	// accept; nothing was sent.
+	CodeInvalidKey = "invalid_key"
+)
