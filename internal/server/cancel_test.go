@@ -1,13 +1,13 @@
 package server
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"testing"
-	"time"
 
+	"github.com/idemctl/idemctl/internal/executor"
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 func errorCodeOf(t *testing.T, c CallView) string {
@@ -39,7 +39,7 @@ func TestCancelEachState(t *testing.T) {
 	if r.status != http.StatusOK {
 		t.Fatalf("cancel pending: %d %s", r.status, r.body)
 	}
-	if c := r.call(t); c.Status != "failed" || errorCodeOf(t, c) != codeCanceled {
+	if c := r.call(t); c.Status != "failed" || errorCodeOf(t, c) != wire.CodeCanceled {
 		t.Fatalf("canceled pending call = %s %s", c.Status, c.Error)
 	}
 
@@ -48,7 +48,7 @@ func TestCancelEachState(t *testing.T) {
 		t.Fatalf("cancel running: %d %s, want 202 with the running call", r.status, r.body)
 	}
 	done := b.waitFinal(running.CallID)
-	if done.Status != "failed" || errorCodeOf(t, done) != codeCanceled {
+	if done.Status != "failed" || errorCodeOf(t, done) != wire.CodeCanceled {
 		t.Fatalf("running call after cancel = %s %s, want failed canceled", done.Status, done.Error)
 	}
 
@@ -112,47 +112,13 @@ func TestCancelOtherPrincipal(t *testing.T) {
 	}
 }
 
-// TestCancelBeforeToolStarts: a cancel that reaches this process between
-// the claim and the tool's start still cancels the tool.
-func TestCancelBeforeToolStarts(t *testing.T) {
-	r := newRunningCalls()
-	r.cancel("c_1")
-	ctx, done := r.track(context.Background(), "c_1")
-	defer done()
-	if ctx.Err() == nil || !canceledByRequest(ctx) {
-		t.Fatal("an early cancel was lost")
-	}
-	other, done2 := r.track(context.Background(), "c_2")
-	done2()
-	if canceledByRequest(other) {
-		t.Fatal("a finished tool's context reads as canceled by request")
-	}
-
-	// A mark nobody picks up (the tool had finished) does not stay for ever,
-	// and does not cancel a later run of the call.
-	now := time.Now()
-	r.now = func() time.Time { return now }
-	r.cancel("c_stale")
-	now = now.Add(earlyCancelTTL)
-	r.cancel("c_other")
-	if _, ok := r.early["c_stale"]; ok {
-		t.Fatal("a stale early cancel was kept")
-	}
-	now = now.Add(earlyCancelTTL)
-	late, done3 := r.track(context.Background(), "c_other")
-	defer done3()
-	if late.Err() != nil {
-		t.Fatal("an early cancel older than the TTL cancelled a later run")
-	}
-}
-
 // TestResultSizeLimit: a result above MaxResultBytes fails the call with
 // result_too_large, not retryable, and leaves no effect.
 func TestResultSizeLimit(t *testing.T) {
 	b := setup(t, func(c *Config) { c.MaxResultBytes = 10 })
 	c := b.waitFinal(b.post("k-big", `{"tool":"charge","args":{"amount":1}}`).call(t).CallID)
-	if c.Status != "failed" || errorCodeOf(t, c) != codeResultTooLarge {
-		t.Fatalf("call = %s %s, want failed %s", c.Status, c.Error, codeResultTooLarge)
+	if c.Status != "failed" || errorCodeOf(t, c) != wire.CodeResultTooLarge {
+		t.Fatalf("call = %s %s, want failed %s", c.Status, c.Error, wire.CodeResultTooLarge)
 	}
 	if st := b.stats(); st.Effects != 0 {
 		t.Fatalf("effects = %d, want 0", st.Effects)
@@ -169,7 +135,7 @@ func TestResultSizeLimit(t *testing.T) {
 // heartbeat: the 10 s sleep ends failed canceled long before it would
 // have finished, with no effect.
 func TestCancelThroughAnotherInstanceAtHeartbeat(t *testing.T) {
-	b := setup(t, func(c *Config) { c.Workers = 1; c.Lease = MinLease })
+	b := setup(t, func(c *Config) { c.Workers = 1; c.Lease = executor.MinLease })
 	running := b.post("k-sleep", `{"tool":"sleep","args":{"seconds":10}}`).call(t)
 	eventuallyStatus(t, b, running.CallID, "running")
 	errJSON := json.RawMessage(`{"code":"canceled","message":"canceled by request","retryable":false}`)
@@ -177,7 +143,7 @@ func TestCancelThroughAnotherInstanceAtHeartbeat(t *testing.T) {
 		t.Fatalf("Cancel in the store = %v, %v; want CancelRequested", out, err)
 	}
 	done := b.waitFinal(running.CallID)
-	if done.Status != "failed" || errorCodeOf(t, done) != codeCanceled {
+	if done.Status != "failed" || errorCodeOf(t, done) != wire.CodeCanceled {
 		t.Fatalf("call after a cancel through another instance = %s %s, want failed canceled", done.Status, done.Error)
 	}
 	if done.Attempt != 1 {

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/idemctl/idemctl/internal/exitcode"
 )
 
 const charge100 = `{"tool":"charge","args":{"amount":100},"client_id":"demo","seq":1}`
@@ -169,8 +171,8 @@ func TestCrashAfterCommitThenRestart(t *testing.T) {
 	c := b.post("k-crash-after", body).call(t)
 	select {
 	case code := <-b.exits:
-		if code != exitCrash {
-			t.Fatalf("exit code %d, want %d", code, exitCrash)
+		if code != exitcode.Crash {
+			t.Fatalf("exit code %d, want %d", code, exitcode.Crash)
 		}
 	case <-time.After(waitDeadline):
 		t.Fatal("the chaos hook never asked to exit")

@@ -1,18 +1,11 @@
-package server
+package executor
 
 import (
 	"fmt"
 
 	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/wire"
 )
-
-// DefaultMaxResultBytes is Config.MaxResultBytes's default: the largest
-// tool result stored (1 MiB, as the request body).
-const DefaultMaxResultBytes = 1 << 20
-
-// codeResultTooLarge is the error code of a call whose tool returned a
-// result above MaxResultBytes.
-const codeResultTooLarge = "result_too_large"
 
 // capResult turns a success whose result exceeds max bytes into a
 // failure, not retryable (the same tool would return the same result),
@@ -22,6 +15,6 @@ func capResult(out tools.Outcome, max int) tools.Outcome {
 	if out.Err != nil || len(out.Result) <= max {
 		return out
 	}
-	return tools.Outcome{Err: &tools.ToolError{Code: codeResultTooLarge,
+	return tools.Outcome{Err: &tools.ToolError{Code: wire.CodeResultTooLarge,
 		Message: fmt.Sprintf("the tool's result is %d bytes; this server stores at most %d", len(out.Result), max)}}
 }

@@ -1,0 +1,398 @@
+// Package executor runs recorded tool calls, concurrently and apart from
+// HTTP handling (docs/design.md, "Leases and dead-owner recovery"). It is
+// split by role as river splits its producer, job executor, completer and
+// rescuer:
+//
+//	executor.go    the executor itself: New, Start, Wake, Shutdown; the limiter
+//	config.go      its Config, defaults and validation
+//	scheduler.go   one goroutine that recovers, claims what can start now
+//	               (in batches, up to the free capacity) and starts a run per call
+//	run.go         one attempt of one call: the tool, the chaos hooks, the outcome
+//	heartbeat.go   extends a running call's lease every lease/3, fenced
+//	completion.go  commits the outcome under the claim's fencing token
+//	recovery.go    expired leases and calls of dead owners back to pending
+//	owner.go       the lease owner's identity and whether a process is gone
+//	queue.go       the pending count the scheduler keeps for back-pressure
+//	policy.go      per-tool policies: server-side retries, concurrency caps
+//	running.go     the tools running in this process, for cancel
+//	result.go      the bound on a stored result
+//	metrics.go     the executor's Prometheus collectors
+//
+// Every decision goes through the store's conditional updates, never
+// through memory: a claim is won by exactly one claimer, and a heartbeat or
+// a completion commits only under the (owner, attempt) fencing token the
+// claim returned (docs/lifecycle.md, "Completion and fencing").
+//
+// The server talks to it through a narrow seam: Wake when a call became
+// runnable, Added and Pending for the back-pressure of new keys, Cancel for
+// a running call, and Deps.OnFinal back when a completion committed.
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemctl/idemctl/internal/exitcode"
+	"github.com/idemctl/idemctl/internal/logkey"
+	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/toolreg"
+	"github.com/idemctl/idemctl/internal/tools"
+)
+
+// exitCrash is the exit status of a chaos crash.
+const exitCrash = exitcode.Crash
+
+// commitTimeout bounds one completion transaction. Completions do not use the
+// tool's context: once a tool has run, recording its outcome matters more
+// than a prompt shutdown.
+const commitTimeout = 10 * time.Second
+
+// Deps is what an executor works with besides its Config.
+type Deps struct {
+	// Store records the calls; required.
+	Store store.Store
+	// Tools runs the calls' tools and declares their policies (when
+	// Config.Policies is nil); nil means the four built-in tools.
+	Tools *toolreg.Registry
+	// Logger receives structured logs; nil discards them.
+	Logger *slog.Logger
+	// OnFinal, if set, is called with a call's id once its completion
+	// committed here and the call is final (the server's "Prefer: wait"
+	// handlers listen). A scheduled retry is not final and is not told.
+	OnFinal func(callID string)
+}
+
+// Executor runs tool calls: at most Config.Workers at once, a goroutine per
+// running call (plus its heartbeat), and a single scheduler goroutine that
+// claims for all of them, so an idle executor costs one goroutine and one
+// tick, whatever Workers says. Create it with New.
+type Executor struct {
+	st      store.Store
+	running *runningCalls // tools running here, for Cancel
+	tools   tools.Runner  // the registry (Deps.Tools): runs a tool of any kind
+	// maxResult is Config.MaxResultBytes (result.go).
+	maxResult int
+	owner     string  // this executor's claims, shared by all its runs (see ownerID)
+	self      ownerID // this process, for dead-owner recovery
+	// deadOwners: this process's identity is complete and /proc shows
+	// every process (procFS.livenessCertain), so a missing pid means a
+	// dead owner. Off, only lease expiry recovers; whyNoDeadOwners says why.
+	deadOwners      bool
+	whyNoDeadOwners string
+	proc            procFS
+	limit           limiter
+	lease           time.Duration
+	interval        time.Duration
+	grace           time.Duration
+	chaos           bool
+	exit            func(code int)
+	queue           *queueGauge // the pending count, refreshed by the scheduler
+	// beforeCommit, if set, runs after the tool and before its completion
+	// commits (tests: pause a worker past its lease).
+	beforeCommit func(ctx context.Context, c store.Call)
+	// policy is Config.Policies with defaults (policy.go): retries and
+	// per-tool caps.
+	policy func(tool string) ToolPolicy
+	// runToolFn, if set, replaces tools.Run (tests).
+	runToolFn func(ctx context.Context, inv tools.Invocation) (tools.Outcome, error)
+	onFinal   func(callID string) // a completion committed
+	log       *slog.Logger
+	m         *metrics
+
+	wake chan struct{} // capacity 1: coalesces wake-ups
+
+	started    atomic.Bool
+	workCtx    context.Context // cancelled when the shutdown grace runs out
+	cancelWork context.CancelFunc
+	stopSched  context.CancelFunc
+	schedDone  chan struct{}
+	runs       sync.WaitGroup // one per claimed call until its run ends
+	stopOnce   sync.Once
+	stopped    chan struct{} // closed when shutdown has finished
+	stopErr    error
+
+	lastErr map[string]string // scheduler-only: dedupes repeated error logs
+	// lastOwnerPass is when the scheduler last looked for calls of dead
+	// owners (scheduler-only; zero: never).
+	lastOwnerPass time.Time
+}
+
+// instances numbers the executors of this process, so two servers in one
+// process (tests, a bench) hold leases under different owners.
+var instances atomic.Int64
+
+// New validates cfg, fills its defaults, works out this process's lease
+// owner and whether dead-owner recovery can be trusted here, and builds an
+// Executor. It starts nothing: call Start.
+func New(cfg Config, d Deps) (*Executor, error) {
+	if d.Store == nil {
+		return nil, errors.New("executor: nil store")
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("executor: %w", err)
+	}
+	if d.Tools == nil {
+		d.Tools = toolreg.Builtins()
+	}
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if d.OnFinal == nil {
+		d.OnFinal = func(string) {}
+	}
+	if cfg.Policies == nil {
+		cfg.Policies = registryPolicies(d.Tools)
+	}
+	proc := procFS{root: "/proc"}
+	if cfg.proc != nil {
+		proc = *cfg.proc
+	}
+	self, err := proc.self(cfg.InstanceHost)
+	// Dead-owner recovery only when liveness is certain; otherwise only
+	// lease expiry recovers a crashed server's calls. Without a start time,
+	// liveness cannot be told from pid reuse; without a host identity,
+	// whose pids they are; with a /proc that hides processes, whether a pid
+	// is gone or merely invisible.
+	deadOwners, why := err == nil && self.Start != 0, ""
+	if !deadOwners {
+		why = fmt.Sprintf("process identity incomplete: %v", err)
+	} else {
+		deadOwners, why = proc.livenessCertain()
+	}
+	if self.Host == "" {
+		self.Host = "unknown-host"
+	}
+	m := newMetrics()
+	if deadOwners {
+		m.deadOwnerRecovery.Set(1)
+	}
+	policy := policyFunc(cfg.Policies)
+	return &Executor{
+		st:              d.Store,
+		owner:           fmt.Sprintf("%s/%d", self, instances.Add(1)),
+		self:            self,
+		deadOwners:      deadOwners,
+		whyNoDeadOwners: why,
+		proc:            proc,
+		limit:           newToolLimit(cfg.Workers, policy, d.Tools.Names),
+		queue:           &queueGauge{},
+		lease:           cfg.Lease,
+		interval:        cfg.RecoverInterval,
+		grace:           cfg.ShutdownGrace,
+		chaos:           cfg.Chaos,
+		exit:            cfg.Exit,
+		beforeCommit:    cfg.beforeCommit,
+		policy:          policy,
+		runToolFn:       cfg.runTool,
+		onFinal:         d.OnFinal,
+		running:         newRunningCalls(),
+		tools:           d.Tools,
+		maxResult:       cfg.MaxResultBytes,
+		log:             d.Logger,
+		m:               m,
+	}, nil
+}
+
+// Owner is the lease owner this executor claims calls under:
+// "host:pid:starttime/instance", where instance numbers the executors of
+// this process. Every worker claims under it: it identifies the server
+// process, not a worker.
+func (e *Executor) Owner() string { return e.owner }
+
+// Wake asks the scheduler to claim now rather than at its next tick. It never
+// blocks; wake-ups coalesce.
+func (e *Executor) Wake() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Added counts a call the server made pending (a new key, a retry reset)
+// in the queue estimate, until the scheduler's next read of the store.
+func (e *Executor) Added() { e.queue.added() }
+
+// Pending is the estimated number of pending calls in the whole database
+// (see queueGauge for how exact it is): what the back-pressure of new keys
+// compares with its limit. It costs no query.
+func (e *Executor) Pending() int64 { return e.queue.pending() }
+
+// Cancel cancels the tool of a call this process runs (or is about to
+// start): its context ends with the cancel as its cause, and the call is
+// recorded canceled (CanceledErrorJSON).
+func (e *Executor) Cancel(callID string) { e.running.cancel(callID) }
+
+// Start launches the scheduler. It stops claiming when ctx is done; runs
+// keep going until Shutdown. An Executor starts once.
+func (e *Executor) Start(ctx context.Context) error {
+	if !e.started.CompareAndSwap(false, true) {
+		return errors.New("executor: already started")
+	}
+	if e.deadOwners {
+		e.log.Info("dead-owner recovery on: calls of crashed processes on this host are released at once",
+			"dead_owner_recovery", true)
+	} else {
+		e.log.Warn("dead-owner recovery off: calls of crashed servers wait for their lease to expire",
+			"dead_owner_recovery", false, logkey.Reason, e.whyNoDeadOwners)
+	}
+	e.wake = make(chan struct{}, 1)
+	e.schedDone = make(chan struct{})
+	e.stopped = make(chan struct{})
+	e.lastErr = make(map[string]string)
+	// Tools run under a context of their own: a cancelled request or
+	// server context must not abandon them; only the end of the shutdown
+	// grace does.
+	e.workCtx, e.cancelWork = context.WithCancel(context.WithoutCancel(ctx))
+	var schedCtx context.Context
+	schedCtx, e.stopSched = context.WithCancel(ctx)
+	go e.schedule(schedCtx)
+	return nil
+}
+
+// Shutdown stops claiming, lets in-flight tools finish within
+// Config.ShutdownGrace (or until ctx is done), then cancels the rest, whose
+// calls are released so another instance or the next start runs them again
+// at once. Later calls wait for the first one to finish and return its
+// result. Safe to call on an executor that never started.
+func (e *Executor) Shutdown(ctx context.Context) error {
+	if !e.started.Load() {
+		return nil
+	}
+	e.stopOnce.Do(func() {
+		e.stopErr = e.stop(ctx, e.grace)
+		close(e.stopped)
+	})
+	<-e.stopped
+	return e.stopErr
+}
+
+func (e *Executor) stop(ctx context.Context, grace time.Duration) error {
+	e.stopSched()
+	<-e.schedDone // no new run starts after this
+
+	done := make(chan struct{})
+	go func() { e.runs.Wait(); close(done) }()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-done:
+		e.cancelWork()
+		return nil
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	n := e.limit.running()
+	e.log.Warn("shutdown grace over, abandoning running tools", "running", n)
+	e.cancelWork()
+	<-done // Run returns promptly on cancel; a commit in progress is bounded by commitTimeout
+	return fmt.Errorf("shutdown: %d tool call(s) abandoned after the grace period", n)
+}
+
+// limiter bounds how many tool executions run at once. The scheduler asks
+// free and quotas before claiming, takes a slot per claimed call, and the
+// run gives it back.
+type limiter interface {
+	// free is how many more calls may start now.
+	free() int
+	// quotas is how many more calls of each capped tool may start now
+	// (a tool's ToolPolicy.Concurrency less its running calls), for
+	// ClaimNext; tools without a cap are not listed.
+	quotas() []store.ToolQuota
+	// acquire takes a slot for a call of tool (after free said there is one).
+	acquire(tool string)
+	// release gives back a slot acquire took.
+	release(tool string)
+	// running is how many slots are taken.
+	running() int
+}
+
+// toolLimit is the global limit (--workers) composed with each tool's
+// ToolPolicy.Concurrency. The per-tool bound is enforced by the claim
+// itself (quotas → store.ToolQuota): a call of a tool at its cap is never
+// claimed, so it never waits idle under this server's lease, and the
+// calls of other tools behind it are claimed meanwhile.
+type toolLimit struct {
+	global *globalLimit
+	policy func(tool string) ToolPolicy
+	// names lists the tools whose policy may cap them (tools.Names).
+	names func() []string
+
+	mu sync.Mutex
+	n  map[string]int // running calls by tool
+}
+
+func newToolLimit(workers int, policy func(string) ToolPolicy, names func() []string) *toolLimit {
+	return &toolLimit{global: newGlobalLimit(workers), policy: policy, names: names, n: map[string]int{}}
+}
+
+func (l *toolLimit) free() int    { return l.global.free() }
+func (l *toolLimit) running() int { return l.global.running() }
+
+func (l *toolLimit) acquire(tool string) {
+	l.global.acquire(tool)
+	l.mu.Lock()
+	l.n[tool]++
+	l.mu.Unlock()
+}
+
+func (l *toolLimit) release(tool string) {
+	l.global.release(tool)
+	l.mu.Lock()
+	if l.n[tool]--; l.n[tool] <= 0 {
+		delete(l.n, tool)
+	}
+	l.mu.Unlock()
+}
+
+func (l *toolLimit) quotas() []store.ToolQuota {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []store.ToolQuota
+	for _, tool := range l.names() {
+		if c := l.policy(tool).Concurrency; c > 0 {
+			out = append(out, store.ToolQuota{Tool: tool, Max: c - l.n[tool]})
+		}
+	}
+	return out
+}
+
+// globalLimit is --workers: one bound on all tool executions of this
+// server, whatever the tool.
+type globalLimit struct {
+	mu  sync.Mutex
+	max int
+	n   int
+}
+
+func newGlobalLimit(max int) *globalLimit { return &globalLimit{max: max} }
+
+func (g *globalLimit) free() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.max - g.n
+}
+
+func (g *globalLimit) acquire(string) {
+	g.mu.Lock()
+	g.n++
+	g.mu.Unlock()
+}
+
+func (g *globalLimit) release(string) {
+	g.mu.Lock()
+	g.n--
+	g.mu.Unlock()
+}
+
+func (g *globalLimit) running() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.n
+}
