@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/idemctl/idemctl/internal/executor"
 	"github.com/idemctl/idemctl/internal/failpoint"
 	"github.com/idemctl/idemctl/internal/mcpdoor"
 	"github.com/idemctl/idemctl/internal/server"
@@ -86,8 +87,8 @@ func (o *serveOptions) Validate() error {
 	if o.Workers < 1 {
 		errs = append(errs, fmt.Errorf("--workers must be at least 1, got %d", o.Workers))
 	}
-	if o.Lease < server.MinLease {
-		errs = append(errs, fmt.Errorf("--lease must be at least %s, got %s", server.MinLease, o.Lease))
+	if o.Lease < executor.MinLease {
+		errs = append(errs, fmt.Errorf("--lease must be at least %s, got %s", executor.MinLease, o.Lease))
 	}
 	if o.MaxPending < 0 {
 		errs = append(errs, fmt.Errorf("--max-pending must not be negative (0 = unlimited), got %d", o.MaxPending))
@@ -171,20 +172,20 @@ Passwords in --db are never printed. See docs/cli.md, "serve".`,
 	f := cmd.Flags()
 	f.StringVar(&opts.Addr, "addr", server.DefaultAddr, "listen address (host:port; port 0 picks a free one)")
 	f.StringVar(&opts.DB, "db", "idem.db", "database: SQLite path, sqlite://path, postgres:// URL or key=value DSN")
-	f.IntVar(&opts.Workers, "workers", server.DefaultWorkers, "tool executions run at once (a goroutine each; sized for I/O-bound tools)")
-	f.DurationVar(&opts.Lease, "lease", server.DefaultLease, "how long a call stays claimed after its worker's last heartbeat (every lease/3); at least 1s")
+	f.IntVar(&opts.Workers, "workers", executor.DefaultWorkers, "tool executions run at once (a goroutine each; sized for I/O-bound tools)")
+	f.DurationVar(&opts.Lease, "lease", executor.DefaultLease, "how long a call stays claimed after its worker's last heartbeat (every lease/3); at least 1s")
 	f.IntVar(&opts.MaxPending, "max-pending", server.DefaultMaxPending, "pending calls beyond which a new key gets 503 overloaded; 0 = unlimited")
 	f.BoolVar(&opts.Chaos, "chaos", false, "enable the test-only args _crash_after_commit, _crash_before_commit and _pause_before_commit, and IDEMCTL_FAILPOINTS (loopback addresses only)")
 	addLogFlags(f, &opts.LogFormat, &opts.LogLevel)
 	f.DurationVar(&opts.DBWait, "db-wait", defaultDBWait, "at start, how long to keep trying while the database is unavailable (0: try once)")
-	f.DurationVar(&opts.ShutdownGrace, "shutdown-grace", server.DefaultShutdownGrace, "on SIGINT/SIGTERM, how long running tools may take to finish")
+	f.DurationVar(&opts.ShutdownGrace, "shutdown-grace", executor.DefaultShutdownGrace, "on SIGINT/SIGTERM, how long running tools may take to finish")
 	f.StringVar(&opts.Pprof, "pprof", "", "serve Go's profiles (/debug/pprof/) on this loopback address, e.g. 127.0.0.1:6060; off when empty")
 	f.IntVar(&opts.MaxBodies, "max-concurrent-bodies", server.DefaultMaxConcurrentBodies, "request bodies read at once; beyond, 503 overloaded (bounds memory: up to 1 MiB each)")
 	f.IntVar(&opts.MaxHeldWaits, "max-held-waits", server.DefaultMaxHeldWaits, "Prefer: wait answers held at once; beyond, answered at once with the current state")
 	f.StringVar(&opts.AuthTokens, "auth-tokens", "", "token file: one PRINCIPAL:SHA256HEX per line (idemctl token new prints them); requests then need Authorization: Bearer TOKEN and see only their principal's calls; re-read on SIGHUP")
 	f.BoolVar(&opts.InsecureNoAuth, "insecure-no-auth", false, "allow a non-loopback --addr without --auth-tokens (anyone who reaches the port can read and replay every call)")
 	f.DurationVar(&opts.Retention, "retention", server.DefaultRetention, "how long a final call is kept after its last update; then it is purged (its effect row stays) and its key is new again; 0 keeps calls forever")
-	f.IntVar(&opts.MaxResultBytes, "max-result-bytes", server.DefaultMaxResultBytes, "largest tool result stored; a larger one fails the call with result_too_large (not retryable, no effect)")
+	f.IntVar(&opts.MaxResultBytes, "max-result-bytes", executor.DefaultMaxResultBytes, "largest tool result stored; a larger one fails the call with result_too_large (not retryable, no effect)")
 	f.StringVar(&opts.Tools, "tools", "", "tools file (YAML or JSON): http tools and the built-ins' policy; ${VAR} in header values comes from the environment (docs/tools.md, \"The tool registry\")")
 	f.DurationVar(&opts.MCPWait, "mcp-wait", mcpdoor.DefaultWait, "how long an MCP tools/call at /mcp waits for its call to be final before answering \"still running\" (capped at 30s, the longest Prefer: wait)")
 	f.BoolVar(&opts.UI, "ui", true, "serve the web console at /ui (default: on with --auth-tokens or on a loopback --addr, off otherwise; --ui=false turns it off)")
@@ -241,19 +242,21 @@ func runServe(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 	st = armFailpoints(o.failpoints, st, logger)
 
 	srv, err := server.New(server.Config{
+		Config: executor.Config{
+			Workers:        o.Workers,
+			Lease:          o.Lease,
+			Chaos:          o.Chaos,
+			ShutdownGrace:  o.ShutdownGrace,
+			InstanceHost:   o.InstanceHost,
+			MaxResultBytes: o.MaxResultBytes,
+		},
 		Addr:           o.Addr,
-		Workers:        o.Workers,
-		Lease:          o.Lease,
 		MaxPending:     maxPending(o.MaxPending),
-		Chaos:          o.Chaos,
-		ShutdownGrace:  o.ShutdownGrace,
-		InstanceHost:   o.InstanceHost,
 		Tools:          o.tools,
 		Logger:         logger,
 		Auth:           auth,
 		InsecureNoAuth: o.InsecureNoAuth,
 		Retention:      o.Retention,
-		MaxResultBytes: o.MaxResultBytes,
 		MCPWait:        o.MCPWait,
 		NoUI:           !o.uiEnabled(),
 

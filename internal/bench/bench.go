@@ -19,7 +19,7 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/idemctl/idemctl/internal/server"
+	"github.com/idemctl/idemctl/internal/executor"
 )
 
 // Output formats of the report.
@@ -36,7 +36,7 @@ const (
 	DefaultTimeout     = 5 * time.Second
 	// DefaultWorkers is serve's default, so the in-process server runs
 	// tools as a deployed one does.
-	DefaultWorkers      = server.DefaultWorkers
+	DefaultWorkers      = executor.DefaultWorkers
 	DefaultDrainTimeout = 30 * time.Second
 	// MaxDuration bounds --duration: a bench is a measurement, not a soak.
 	MaxDuration = time.Hour

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/idemctl/idemctl/internal/executor"
 	"github.com/idemctl/idemctl/internal/server"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/sqlite"
@@ -90,10 +91,9 @@ func startInProcess(ctx context.Context, workers int, lease time.Duration) (_ *i
 		return p, fmt.Errorf("opening temp database: %w", err)
 	}
 	p.srv, err = server.New(server.Config{
-		Addr:    "127.0.0.1:0",
-		Workers: workers,
-		Lease:   lease,
-		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Config: executor.Config{Workers: workers, Lease: lease},
+		Addr:   "127.0.0.1:0",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}, p.st)
 	if err != nil {
 		return p, err

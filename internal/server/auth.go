@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 
 	"github.com/idemctl/idemctl/internal/console"
+	"github.com/idemctl/idemctl/internal/logkey"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -212,8 +213,8 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		principal, known := s.cfg.Auth.principal(token)
 		if !known {
 			s.m.authFailures.WithLabelValues(authUnknown).Inc()
-			s.log.Info("unknown bearer token", attrMethod, r.Method, attrPath, r.URL.Path, "remote", r.RemoteAddr)
-			w.Header().Set(wire.HeaderWWWAuthenticate, `Bearer realm="idemctl", error="invalid_token"`)
+			s.log.Info("unknown bearer token", logkey.Method, r.Method, logkey.Path, r.URL.Path, "remote", r.RemoteAddr)
+			w.Header().Set("WWW-Authenticate", `Bearer realm="idemctl", error="invalid_token"`)
 			writeError(w, s.log, http.StatusUnauthorized, wire.CodeUnauthenticated, "unknown bearer token")
 			return
 		}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/wire"
@@ -109,36 +108,5 @@ func TestBackPressureOff(t *testing.T) {
 	}
 	if st.Queue.MaxPending != 0 || st.Queue.Refused != 0 {
 		t.Fatalf("/stats queue = %+v, want max_pending 0 (unlimited), refused 0", st.Queue)
-	}
-}
-
-// TestQueueGaugeEstimate: between reads, the gauge adds this server's new
-// pending calls and subtracts its claims; a read replaces the estimate;
-// full is "at least max pending", never with max 0 (unlimited).
-func TestQueueGaugeEstimate(t *testing.T) {
-	q := &queueGauge{max: 4}
-	if q.full() || q.pending() != 0 || !q.due(time.Hour) {
-		t.Fatalf("before any read: pending %d full %v", q.pending(), q.full())
-	}
-	q.set(store.Queue{Pending: 5})
-	if !q.full() || q.due(time.Hour) {
-		t.Fatalf("5 pending, max 4: full %v", q.full())
-	}
-	q.claimed(3)
-	q.added()
-	q.added()
-	if got := q.pending(); got != 4 || !q.full() {
-		t.Fatalf("5 - 3 + 2: pending %d full %v, want 4 and full", got, q.full())
-	}
-	q.claimed(10)
-	if got := q.pending(); got != 0 || q.full() {
-		t.Fatalf("more claims than counted: pending %d, want 0, not full", got)
-	}
-	q.set(store.Queue{Pending: 1})
-	if got := q.pending(); got != 1 {
-		t.Fatalf("after a read: pending %d, want the read's 1", got)
-	}
-	if (&queueGauge{}).full() {
-		t.Fatal("max 0 (unlimited) reported full")
 	}
 }

@@ -5,87 +5,16 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"sync"
-	"time"
 
 	"github.com/idemctl/idemctl/internal/callview"
+	"github.com/idemctl/idemctl/internal/executor"
+	"github.com/idemctl/idemctl/internal/logkey"
 	"github.com/idemctl/idemctl/internal/store"
-	"github.com/idemctl/idemctl/internal/tools"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
-// canceledError is the error stored on a canceled call. Not retryable: a
-// same-key request returns the canceled call, it does not run it again.
-var canceledError = &tools.ToolError{Code: wire.CodeCanceled, Message: "canceled by request", Retryable: false}
-
-// errCanceledByRequest is the cause of a tool context cancelled by a
-// cancel request (not by shutdown).
-var errCanceledByRequest = errors.New("canceled by request")
-
-// earlyCancelTTL is how long a cancel that found no running tool is kept
-// for a tool about to start. The gap it covers, claim to tool start, is
-// microseconds; a mark older than this belongs to a tool that had already
-// finished (and is committing), and is dropped.
-const earlyCancelTTL = time.Minute
-
-// runningCalls is the executor's side of cancel: the tools running in this
-// process, by call id, with the function that cancels each one's context.
-// A cancel that arrives between the claim and the tool's start is kept
-// (for earlyCancelTTL) and applied when the tool starts.
-type runningCalls struct {
-	mu      sync.Mutex
-	cancels map[string]context.CancelCauseFunc
-	early   map[string]time.Time // cancelled before track, and when
-	now     func() time.Time
-}
-
-func newRunningCalls() *runningCalls {
-	return &runningCalls{cancels: map[string]context.CancelCauseFunc{}, early: map[string]time.Time{}, now: time.Now}
-}
-
-// track returns the context a call's tool runs under and the function to
-// call when it is done.
-func (r *runningCalls) track(parent context.Context, callID string) (context.Context, func()) {
-	ctx, cancel := context.WithCancelCause(parent)
-	r.mu.Lock()
-	r.cancels[callID] = cancel
-	if at, ok := r.early[callID]; ok {
-		delete(r.early, callID)
-		if r.now().Sub(at) < earlyCancelTTL {
-			cancel(errCanceledByRequest)
-		}
-	}
-	r.mu.Unlock()
-	return ctx, func() {
-		r.mu.Lock()
-		delete(r.cancels, callID)
-		r.mu.Unlock()
-		cancel(nil)
-	}
-}
-
-// cancel cancels the tool of a call this process runs (or is about to).
-func (r *runningCalls) cancel(callID string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if c, ok := r.cancels[callID]; ok {
-		c(errCanceledByRequest)
-		return
-	}
-	now := r.now()
-	for id, at := range r.early { // few: only cancels that raced a claim or a commit
-		if now.Sub(at) >= earlyCancelTTL {
-			delete(r.early, id)
-		}
-	}
-	r.early[callID] = now
-}
-
-// canceledByRequest reports whether ctx, a tool's context from track, was
-// cancelled by a cancel request.
-func canceledByRequest(ctx context.Context) bool {
-	return errors.Is(context.Cause(ctx), errCanceledByRequest)
-}
+// codeAlreadyFinal answers a cancel of a call that had already ended.
+const codeAlreadyFinal = "already_final"
 
 // handleCallAction serves /v1/tool-calls/{call_id}/{action}: only
 // "cancel", by POST. (One pattern with a wildcard action, because a
@@ -116,7 +45,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		s.storeError(w, r, err, attrCallID, id)
+		s.storeError(w, r, err, logkey.CallID, id)
 		return
 	}
 	switch out {
@@ -148,7 +77,7 @@ func (s *Server) cancelCall(ctx context.Context, principal, id string) (store.Ca
 	if err != nil {
 		return store.Call{}, 0, err
 	}
-	errJSON, err := marshalJSON(canceledError)
+	errJSON, err := executor.CanceledErrorJSON()
 	if err != nil {
 		return store.Call{}, 0, err
 	}
@@ -158,13 +87,13 @@ func (s *Server) cancelCall(ctx context.Context, principal, id string) (store.Ca
 	}
 	switch out {
 	case store.Canceled:
-		s.log.Info("call canceled", attrCallID, id, attrKey, call.IdemKey, attrPrincipal, principal)
+		s.log.Info("call canceled", logkey.CallID, id, logkey.Key, call.IdemKey, logkey.Principal, principal)
 		s.waiters.notify(id)
 	case store.CancelRequested:
-		if call.Owner != nil && *call.Owner == s.owner {
-			s.exec.running.cancel(id)
+		if call.Owner != nil && *call.Owner == s.exec.Owner() {
+			s.exec.Cancel(id)
 		}
-		s.log.Info("call cancel requested", attrCallID, id, attrKey, call.IdemKey, attrPrincipal, principal)
+		s.log.Info("call cancel requested", logkey.CallID, id, logkey.Key, call.IdemKey, logkey.Principal, principal)
 	}
 	return call, out, nil
 }

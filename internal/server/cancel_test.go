@@ -1,12 +1,11 @@
 package server
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"testing"
-	"time"
 
+	"github.com/idemctl/idemctl/internal/executor"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/wire"
 )
@@ -113,40 +112,6 @@ func TestCancelOtherPrincipal(t *testing.T) {
 	}
 }
 
-// TestCancelBeforeToolStarts: a cancel that reaches this process between
-// the claim and the tool's start still cancels the tool.
-func TestCancelBeforeToolStarts(t *testing.T) {
-	r := newRunningCalls()
-	r.cancel("c_1")
-	ctx, done := r.track(context.Background(), "c_1")
-	defer done()
-	if ctx.Err() == nil || !canceledByRequest(ctx) {
-		t.Fatal("an early cancel was lost")
-	}
-	other, done2 := r.track(context.Background(), "c_2")
-	done2()
-	if canceledByRequest(other) {
-		t.Fatal("a finished tool's context reads as canceled by request")
-	}
-
-	// A mark nobody picks up (the tool had finished) does not stay for ever,
-	// and does not cancel a later run of the call.
-	now := time.Now()
-	r.now = func() time.Time { return now }
-	r.cancel("c_stale")
-	now = now.Add(earlyCancelTTL)
-	r.cancel("c_other")
-	if _, ok := r.early["c_stale"]; ok {
-		t.Fatal("a stale early cancel was kept")
-	}
-	now = now.Add(earlyCancelTTL)
-	late, done3 := r.track(context.Background(), "c_other")
-	defer done3()
-	if late.Err() != nil {
-		t.Fatal("an early cancel older than the TTL cancelled a later run")
-	}
-}
-
 // TestResultSizeLimit: a result above MaxResultBytes fails the call with
 // result_too_large, not retryable, and leaves no effect.
 func TestResultSizeLimit(t *testing.T) {
@@ -170,7 +135,7 @@ func TestResultSizeLimit(t *testing.T) {
 // heartbeat: the 10 s sleep ends failed canceled long before it would
 // have finished, with no effect.
 func TestCancelThroughAnotherInstanceAtHeartbeat(t *testing.T) {
-	b := setup(t, func(c *Config) { c.Workers = 1; c.Lease = MinLease })
+	b := setup(t, func(c *Config) { c.Workers = 1; c.Lease = executor.MinLease })
 	running := b.post("k-sleep", `{"tool":"sleep","args":{"seconds":10}}`).call(t)
 	eventuallyStatus(t, b, running.CallID, "running")
 	errJSON := json.RawMessage(`{"code":"canceled","message":"canceled by request","retryable":false}`)

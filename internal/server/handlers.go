@@ -18,6 +18,7 @@ import (
 
 	"github.com/idemctl/idemctl/internal/callview"
 	"github.com/idemctl/idemctl/internal/console"
+	"github.com/idemctl/idemctl/internal/logkey"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/wire"
 )
@@ -179,7 +180,7 @@ func (s *Server) readCreate(w http.ResponseWriter, r *http.Request) (req createR
 // checked completely (parseCreate, checkToolCall). A refusal stores
 // nothing; a conflict carries the call the key names.
 func (s *Server) submit(ctx context.Context, principal, key string, req createRequest) (store.Call, store.Outcome, *apiError) {
-	if s.exec.queue.full() {
+	if s.queueFull() {
 		if aerr := s.refuseNewKey(ctx, principal, key); aerr != nil {
 			return store.Call{}, 0, aerr
 		}
@@ -195,7 +196,7 @@ func (s *Server) submit(ctx context.Context, principal, key string, req createRe
 			aerr.callID = ce.CallID // the call the key names, for the client to read
 		}
 		s.log.Info("idempotency conflict: same key, different fingerprint",
-			attrKey, key, attrTool, req.Tool, attrCallID, aerr.callID, attrPrincipal, principal)
+			logkey.Key, key, logkey.Tool, req.Tool, logkey.CallID, aerr.callID, logkey.Principal, principal)
 		return store.Call{}, 0, aerr
 	case err != nil:
 		return store.Call{}, 0, s.submitStoreError(ctx, err, key)
@@ -212,10 +213,10 @@ func (s *Server) submit(ctx context.Context, principal, key string, req createRe
 	}
 	// Debug, not info: one line per request costs about a tenth of the
 	// accepted rate (BENCHMARKS.md §11); idemctl_calls_total counts them.
-	s.log.Debug("tool call "+outcome.String(), attrCallID, call.CallID, attrKey, key,
-		attrTool, call.Tool, attrStatus, call.Status, attrPrincipal, principal)
+	s.log.Debug("tool call "+outcome.String(), logkey.CallID, call.CallID, logkey.Key, key,
+		logkey.Tool, call.Tool, logkey.Status, call.Status, logkey.Principal, principal)
 	if outcome == store.Created || outcome == store.RetryReset {
-		s.exec.queue.added()
+		s.exec.Added()
 		s.exec.Wake() // start now, not at the next tick
 	}
 	return call, outcome, nil
@@ -234,7 +235,7 @@ func (s *Server) createOrGet(ctx context.Context, principal, key string, req cre
 		if err == nil || errors.Is(err, store.ErrConflict) || try > 0 || !s.idTaken(ctx, callID, principal, key) {
 			return call, outcome, err
 		}
-		s.log.Warn("call id already taken, retrying with a fresh one", attrCallID, callID, attrKey, key)
+		s.log.Warn("call id already taken, retrying with a fresh one", logkey.CallID, callID, logkey.Key, key)
 	}
 }
 
@@ -250,13 +251,13 @@ func (s *Server) idTaken(ctx context.Context, callID, principal, key string) boo
 func (s *Server) submitStoreError(ctx context.Context, err error, key string) *apiError {
 	switch {
 	case errors.Is(err, store.ErrUnavailable):
-		s.log.Warn("database unavailable", attrKey, key, attrErr, err)
+		s.log.Warn("database unavailable", logkey.Key, key, logkey.Err, err)
 		return &apiError{status: http.StatusServiceUnavailable, code: wire.CodeUnavailable,
 			message: "database unavailable, retry with the same key"}
 	case ctx.Err() != nil:
 		return &apiError{status: http.StatusServiceUnavailable, code: wire.CodeUnavailable, message: "request cancelled"}
 	}
-	s.log.Error("internal error", attrKey, key, attrErr, err)
+	s.log.Error("internal error", logkey.Key, key, logkey.Err, err)
 	return &apiError{status: http.StatusInternalServerError, code: wire.CodeInternal, message: "internal error"}
 }
 
@@ -274,11 +275,18 @@ func (s *Server) refuseNewKey(ctx context.Context, principal, key string) *apiEr
 		return s.submitStoreError(ctx, err, key)
 	}
 	s.m.limitRefusals.WithLabelValues(limitPending).Inc()
-	s.exec.queue.refused.Add(1)
-	s.log.Info("new key refused: too many calls pending", attrKey, key,
-		"pending", s.exec.queue.pending(), "max_pending", s.exec.queue.max)
+	s.refused.Add(1)
+	s.log.Info("new key refused: too many calls pending", logkey.Key, key,
+		"pending", s.exec.Pending(), "max_pending", s.maxPending)
 	return &apiError{status: http.StatusServiceUnavailable, code: wire.CodeOverloaded,
-		message: fmt.Sprintf("too many calls pending (at most %d); nothing was recorded, retry with the same key", s.exec.queue.max)}
+		message: fmt.Sprintf("too many calls pending (at most %d); nothing was recorded, retry with the same key", s.maxPending)}
+}
+
+// queueFull reports whether a new key must be refused: a limit is set and
+// at least that many calls are pending, by the executor's estimate (it
+// costs no query; see executor.Executor.Pending for how exact it is).
+func (s *Server) queueFull() bool {
+	return s.maxPending > 0 && s.exec.Pending() >= s.maxPending
 }
 
 // bodyReadError answers a request whose body could not be read. The
@@ -287,7 +295,7 @@ func (s *Server) refuseNewKey(ctx context.Context, principal, key string) *apiEr
 // a client has no use for. Nothing was recorded, so a retry with the same
 // key is always safe.
 func (s *Server) bodyReadError(w http.ResponseWriter, r *http.Request, err error) {
-	s.log.Info("reading request body failed", attrMethod, r.Method, attrPath, r.URL.Path, attrErr, err)
+	s.log.Info("reading request body failed", logkey.Method, r.Method, logkey.Path, r.URL.Path, logkey.Err, err)
 	var ne net.Error
 	if errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
 		// The server's read timeout ran out mid-body: 408 (RFC 9110
@@ -321,7 +329,7 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		s.storeError(w, r, err, attrCallID, id)
+		s.storeError(w, r, err, logkey.CallID, id)
 		return
 	}
 	s.respondCall(w, r, call, false, false)
@@ -345,7 +353,7 @@ func (s *Server) handleGetByKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		s.storeError(w, r, err, attrKey, key)
+		s.storeError(w, r, err, logkey.Key, key)
 		return
 	}
 	s.respondCall(w, r, call, false, false)
@@ -455,8 +463,8 @@ func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
 		Queue: &wire.Queue{
 			Depth:                   q.Pending,
 			OldestPendingAgeSeconds: q.OldestPendingAge.Seconds(),
-			MaxPending:              s.exec.queue.max,
-			Refused:                 s.exec.queue.refused.Load(),
+			MaxPending:              s.maxPending,
+			Refused:                 s.refused.Load(),
 		}})
 }
 
@@ -486,7 +494,7 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(wire.HeaderRetryAfter, "1")
 		// The error is logged, not sent: a driver's message names the
 		// database's address (and may quote its DSN).
-		s.log.Warn("readiness check: database unreachable", attrErr, err)
+		s.log.Warn("readiness check: database unreachable", logkey.Err, err)
 		writeError(w, s.log, http.StatusServiceUnavailable, wire.CodeUnavailable, "database unreachable")
 		return
 	}
@@ -510,8 +518,8 @@ func (s *Server) methodNotAllowed(allow string) http.HandlerFunc {
 func (s *Server) storeError(w http.ResponseWriter, r *http.Request, err error, attrs ...any) {
 	switch {
 	case errors.Is(err, store.ErrUnavailable):
-		s.log.Warn("database unavailable", append(attrs, attrErr, err)...)
-		w.Header().Set(wire.HeaderRetryAfter, "1")
+		s.log.Warn("database unavailable", append(attrs, logkey.Err, err)...)
+		w.Header().Set("Retry-After", "1")
 		writeError(w, s.log, http.StatusServiceUnavailable, wire.CodeUnavailable, "database unavailable, retry with the same key")
 	case r.Context().Err() != nil:
 		// The client is gone; whatever we write goes nowhere.
@@ -523,7 +531,7 @@ func (s *Server) storeError(w http.ResponseWriter, r *http.Request, err error, a
 
 // internalError logs err and answers 500 internal without details.
 func (s *Server) internalError(w http.ResponseWriter, r *http.Request, err error, attrs ...any) {
-	s.log.Error("internal error", append(attrs, attrMethod, r.Method, attrPath, r.URL.Path, attrErr, err)...)
+	s.log.Error("internal error", append(attrs, logkey.Method, r.Method, logkey.Path, r.URL.Path, logkey.Err, err)...)
 	writeError(w, s.log, http.StatusInternalServerError, wire.CodeInternal, "internal error")
 }
 

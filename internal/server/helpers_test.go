@@ -86,8 +86,8 @@ func setupOn(t *testing.T, dbPath string, opts ...func(*Config)) *bundle {
 	cfg := Config{
 		Addr:   "127.0.0.1:0",
 		Logger: testLogger(t),
-		Exit:   func(code int) { b.exits <- code },
 	}
+	cfg.Exit = func(code int) { b.exits <- code }
 	for _, o := range opts {
 		o(&cfg)
 	}

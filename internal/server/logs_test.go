@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/idemctl/idemctl/internal/logkey"
 )
 
 // syncBuffer is a bytes.Buffer safe for the server's goroutines.
@@ -48,7 +50,7 @@ func TestDurationsLoggedAsText(t *testing.T) {
 		if err := json.Unmarshal([]byte(line), &rec); err != nil {
 			t.Fatalf("log line %q: %v", line, err)
 		}
-		for _, k := range []string{attrLease, attrGrace, attrPause, attrDuration} {
+		for _, k := range []string{logkey.Lease, logkey.Grace, logkey.Pause, logkey.Duration} {
 			if v, ok := rec[k]; ok {
 				seen[k] = v
 				if _, isText := v.(string); !isText {
@@ -57,11 +59,11 @@ func TestDurationsLoggedAsText(t *testing.T) {
 			}
 		}
 	}
-	if seen[attrLease] != "30s" {
-		t.Errorf("lease logged as %v, want \"30s\"", seen[attrLease])
+	if seen[logkey.Lease] != "30s" {
+		t.Errorf("lease logged as %v, want \"30s\"", seen[logkey.Lease])
 	}
-	if d, ok := seen[attrDuration].(string); !ok {
-		t.Errorf("no call duration logged (got %v)", seen[attrDuration])
+	if d, ok := seen[logkey.Duration].(string); !ok {
+		t.Errorf("no call duration logged (got %v)", seen[logkey.Duration])
 	} else if _, err := time.ParseDuration(d); err != nil {
 		t.Errorf("duration %q: %v", d, err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/idemctl/idemctl/internal/executor"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/sqlite"
 	"github.com/idemctl/idemctl/internal/wire"
@@ -23,7 +24,7 @@ func TestMCPSessionDoesNotHoldShutdown(t *testing.T) {
 	}
 	defer st.Close()
 	const grace = time.Minute
-	srv, err := New(Config{Addr: "127.0.0.1:0", Logger: testLogger(t), ShutdownGrace: grace}, st)
+	srv, err := New(Config{Config: executor.Config{ShutdownGrace: grace}, Addr: "127.0.0.1:0", Logger: testLogger(t)}, st)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,37 +22,11 @@ const (
 	callsDeduplicated = "deduplicated"
 )
 
-// Label values of idemctl_executions_total{outcome}, besides the final
-// status a committed completion reports (succeeded, failed).
-const (
-	execFenced    = "fenced"    // the commit was refused: the lease had moved on
-	execAbandoned = "abandoned" // shutdown cancelled the tool; the call was released
-	execCrashed   = "crashed"   // a chaos hook ended the process (in tests: the exit hook)
-	execError     = "error"     // the commit failed (database); the lease brings the call back
-	// execRetry: a retryable failure with attempts left; the call is
-	// pending again until its not-before time (docs/lifecycle.md,
-	// "Server-side retries").
-	execRetry = "retry_scheduled"
-)
-
 // Label values of idemctl_limit_refusals_total{limit}.
 const (
 	limitBodies  = "bodies"  // MaxConcurrentBodies: 503 overloaded
 	limitWaits   = "waits"   // MaxHeldWaits: answered without waiting
 	limitPending = "pending" // MaxPending: a new key answered 503 overloaded
-)
-
-// Label values of idemctl_lease_extensions_total{outcome}.
-const (
-	beatExtended = "extended" // the lease was extended
-	beatLost     = "lost"     // refused: the call was taken over; the tool was cancelled
-	beatError    = "error"    // the store failed; the next beat tries again
-)
-
-// Label values of idemctl_lease_recoveries_total{reason}.
-const (
-	recoverExpired   = "expired"
-	recoverDeadOwner = "dead_owner"
 )
 
 // Label values of idemctl_auth_failures_total{reason}.
@@ -69,16 +43,6 @@ type metrics struct {
 	requests       *prometheus.CounterVec   // route, code
 	requestSeconds *prometheus.HistogramVec // route
 	calls          *prometheus.CounterVec   // outcome
-	executions     *prometheus.CounterVec   // tool, outcome
-	attempts       prometheus.Histogram
-	recoveries     *prometheus.CounterVec // reason
-	fenced         prometheus.Counter
-	busyWorkers    prometheus.Gauge
-	execSeconds    *prometheus.HistogramVec // tool
-	heartbeats     *prometheus.CounterVec   // outcome
-	claimQueries   prometheus.Counter
-
-	deadOwnerRecovery prometheus.Gauge // 1 on, 0 off (lease expiry only)
 
 	bodiesInFlight prometheus.Gauge
 	waitsHeld      prometheus.Gauge
@@ -90,10 +54,11 @@ type metrics struct {
 }
 
 // newMetrics builds the collectors. The queue is read from st at scrape
-// time; maxPending is Config.MaxPending. extra, if not nil, also receives
-// the idemctl collectors (not the Go and process ones, which an embedding
-// program registers itself).
-func newMetrics(st store.Store, maxPending int64, extra prometheus.Registerer) (*metrics, error) {
+// time; maxPending is Config.MaxPending; exec is the executor's metrics
+// (executor.Executor.Collector), registered with the server's own. extra,
+// if not nil, also receives the idemctl collectors (not the Go and process
+// ones, which an embedding program registers itself).
+func newMetrics(st store.Store, maxPending int64, exec prometheus.Collector, extra prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -109,44 +74,6 @@ func newMetrics(st store.Store, maxPending int64, extra prometheus.Registerer) (
 			Name: "idemctl_calls_total",
 			Help: "POST /v1/tool-calls results: created, replayed (same key, same fingerprint), retry_reset, conflict (same key, other fingerprint).",
 		}, []string{"outcome"}),
-		executions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "idemctl_executions_total",
-			Help: "Tool attempts by tool and outcome (succeeded, failed, retry_scheduled, fenced, abandoned, crashed, error).",
-		}, []string{"tool", "outcome"}),
-		attempts: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "idemctl_execution_attempt",
-			Help:    "Attempt number of each claimed execution; mass above 1 means leases expire or processes crash.",
-			Buckets: []float64{1, 2, 3, 5, 10},
-		}),
-		recoveries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "idemctl_lease_recoveries_total",
-			Help: "Running calls returned to pending: lease expired, or owner process gone (dead_owner).",
-		}, []string{"reason"}),
-		fenced: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "idemctl_fenced_commits_total",
-			Help: "Completions refused because the worker no longer held the lease it claimed.",
-		}),
-		busyWorkers: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "idemctl_workers_busy",
-			Help: "Tool executions running now (limit: --workers).",
-		}),
-		claimQueries: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "idemctl_claim_queries_total",
-			Help: "Claims asked of the database (each claims up to the free capacity in one transaction); against idemctl_execution_attempt_count, the batching of claims.",
-		}),
-		heartbeats: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "idemctl_lease_extensions_total",
-			Help: "Heartbeats of running tools: extended (lease moved on), lost (refused: the call was taken over, the tool cancelled), error (store failure, retried at the next beat).",
-		}, []string{"outcome"}),
-		execSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "idemctl_execution_duration_seconds",
-			Help:    "Time from claim to committed completion, by tool.",
-			Buckets: []float64{.001, .005, .01, .05, .1, .5, 1, 2.5, 5, 10, 30},
-		}, []string{"tool"}),
-		deadOwnerRecovery: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "idemctl_dead_owner_recovery",
-			Help: "1 if calls of crashed processes on this host are released at once (dead-owner recovery), 0 if only lease expiry recovers them (identity incomplete, or /proc may hide processes).",
-		}),
 		bodiesInFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "idemctl_http_bodies_in_flight",
 			Help: "POST bodies being read and parsed now (limit: MaxConcurrentBodies).",
@@ -179,8 +106,7 @@ func newMetrics(st store.Store, maxPending int64, extra prometheus.Registerer) (
 	})
 	maxPendingGauge.Set(float64(maxPending))
 	own := []prometheus.Collector{
-		m.requests, m.requestSeconds, m.calls, m.executions, m.attempts,
-		m.recoveries, m.fenced, m.busyWorkers, m.execSeconds, m.heartbeats, m.claimQueries, m.deadOwnerRecovery,
+		m.requests, m.requestSeconds, m.calls, exec,
 		m.bodiesInFlight, m.waitsHeld, m.limitRefusals, newQueueCollector(st), maxPendingGauge,
 		m.authFailures, m.purged, m.purgeSeconds,
 	}
@@ -207,17 +133,11 @@ func newMetrics(st store.Store, maxPending int64, extra prometheus.Registerer) (
 	for _, o := range []string{callsCreated, callsReplayed, callsRetryReset, callsConflict, callsDeduplicated} {
 		m.calls.WithLabelValues(o)
 	}
-	for _, r := range []string{recoverExpired, recoverDeadOwner} {
-		m.recoveries.WithLabelValues(r)
-	}
 	for _, r := range []string{authMissing, authUnknown} {
 		m.authFailures.WithLabelValues(r)
 	}
 	for _, l := range []string{limitBodies, limitWaits, limitPending} {
 		m.limitRefusals.WithLabelValues(l)
-	}
-	for _, o := range []string{beatExtended, beatLost, beatError} {
-		m.heartbeats.WithLabelValues(o)
 	}
 	return m, nil
 }

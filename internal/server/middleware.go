@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/idemctl/idemctl/internal/logkey"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -70,7 +71,7 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 			if p == http.ErrAbortHandler {
 				panic(p) // a deliberate abort: let net/http drop the connection
 			}
-			s.log.Error("handler panicked", attrMethod, r.Method, attrPath, r.URL.Path,
+			s.log.Error("handler panicked", logkey.Method, r.Method, logkey.Path, r.URL.Path,
 				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 			if sw, ok := w.(*statusWriter); ok && sw.wrote {
 				// Part of a response is out; a 500 now would corrupt it.

@@ -20,6 +20,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -143,14 +144,21 @@ func pgCount(t *testing.T, dsn, sql string, args ...any) int64 {
 }
 
 // instanceOf returns the index of the instance an owner column names (by
-// pid; every instance runs on this machine), or -1.
+// pid; every instance runs on this machine), or -1. An owner is
+// "host:pid:start/instance" (executor.Executor.Owner); the host may hold
+// colons, so the pid is counted from the right.
 func (c *cluster) instanceOf(owner string) int {
-	o, ok := parseOwner(owner)
-	if !ok {
+	owner, _, _ = strings.Cut(owner, "/")
+	parts := strings.Split(owner, ":")
+	if len(parts) < 3 {
+		return -1
+	}
+	pid, err := strconv.Atoi(parts[len(parts)-2])
+	if err != nil {
 		return -1
 	}
 	for i, p := range c.procs {
-		if p.Pid() == o.PID {
+		if p.Pid() == pid {
 			return i
 		}
 	}

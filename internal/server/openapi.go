@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/idemctl/idemctl/docs"
+	"github.com/idemctl/idemctl/internal/logkey"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -15,7 +16,7 @@ import (
 func (s *Server) handleOpenAPI(w http.ResponseWriter, _ *http.Request) {
 	body, err := docs.OpenAPIJSON()
 	if err != nil { // the document is embedded and tested; a bug if it happens
-		s.log.Error("openapi document", attrErr, err)
+		s.log.Error("openapi document", logkey.Err, err)
 		writeError(w, s.log, http.StatusInternalServerError, wire.CodeInternal, "the OpenAPI document could not be read")
 		return
 	}

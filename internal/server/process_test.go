@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemctl/idemctl/internal/exitcode"
 	"github.com/idemctl/idemctl/internal/server/servertest"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/sqlite"
@@ -84,8 +85,8 @@ func TestProcessCrashBeforeCommitRecoveredByDeadOwner(t *testing.T) {
 	const key = "k-proc-before"
 	_, _, _ = tryPost(p.URL, key, `{"tool":"charge","args":{"amount":11,"_crash_before_commit":true}}`)
 	code, err := p.Wait(waitDeadline)
-	if err != nil || code != exitCrash {
-		t.Fatalf("server exit: code %d err %v, want %d", code, err, exitCrash)
+	if err != nil || code != exitcode.Crash {
+		t.Fatalf("server exit: code %d err %v, want %d", code, err, exitcode.Crash)
 	}
 
 	st := openDB(t, db)
@@ -215,8 +216,8 @@ func TestProcessCrashAfterCommitThenSameKey(t *testing.T) {
 	body := `{"tool":"charge","args":{"amount":13,"_crash_after_commit":true}}`
 	p := servertest.StartServe(t, bin, "--db", db, "--chaos")
 	_, _, _ = tryPost(p.URL, "k-proc-after", body)
-	if code, err := p.Wait(waitDeadline); err != nil || code != exitCrash {
-		t.Fatalf("server exit: code %d err %v, want %d", code, err, exitCrash)
+	if code, err := p.Wait(waitDeadline); err != nil || code != exitcode.Crash {
+		t.Fatalf("server exit: code %d err %v, want %d", code, err, exitcode.Crash)
 	}
 
 	p2 := servertest.StartServe(t, bin, "--db", db, "--chaos")
@@ -250,4 +251,58 @@ func TestProcessSigtermGraceful(t *testing.T) {
 	if err != nil || c.Status != store.StatusSucceeded {
 		t.Fatalf("the running tool did not finish before exit: %+v %v", c, err)
 	}
+}
+
+// TestProcessKillDuringHeartbeatedTool: kill -9 while a tool runs past its
+// lease on heartbeats. The heartbeats die with the process, the lease
+// expires, and a server on the same database (of another host identity, so
+// only lease expiry can recover the call, not dead-owner recovery) runs it
+// again: attempt 2, succeeded, the recovery audited as a lease expiry.
+func TestProcessKillDuringHeartbeatedTool(t *testing.T) {
+	bin := servertest.Binary(t)
+	db := filepath.Join(t.TempDir(), "idem.db")
+	p := servertest.StartServe(t, bin, "--db", db, "--lease", "1s")
+	const key = "k-heartbeat-kill"
+	if s, _, err := tryPost(p.URL, key, `{"tool":"sleep","args":{"seconds":4}}`); err != nil || s != http.StatusAccepted {
+		t.Fatalf("post: %d %v", s, err)
+	}
+	waitByKey(t, p.URL, key, func(c wire.Call) bool { return c.Status == "running" })
+	eventually(t, "a heartbeat extends the lease", func() bool {
+		r := doURL(t, p.URL, http.MethodGet, "/metrics", nil, nil)
+		return metricSample(t, r.body, `idemctl_lease_extensions_total{outcome="extended"}`) >= 1
+	})
+	p.Kill()
+
+	p2 := servertest.StartServe(t, bin, "--db", db, "--lease", "1s", "--instance-host", "other-host")
+	done := waitByKey(t, p2.URL, key, func(c wire.Call) bool { return c.Status.Final() })
+	if done.Status != "succeeded" || done.Attempt != 2 {
+		t.Fatalf("after the kill: status %s attempt %d, want succeeded at attempt 2", done.Status, done.Attempt)
+	}
+	if _, err := p2.Stop(waitDeadline); err != nil {
+		t.Fatal(err)
+	}
+	st := openDB(t, db)
+	if d := lastDetail(t, st, done.CallID, store.EventRecover); !strings.HasPrefix(d, "lease expired (owner ") {
+		t.Fatalf("recover detail %q, want a lease expiry", d)
+	}
+	if ev := auditEvents(t, st, done.CallID); contains(ev, store.EventFenced) {
+		t.Fatalf("audit %v has fenced: the killed attempt never completed", ev)
+	}
+}
+
+// lastDetail returns the detail of the last audit row of event for a call,
+// failing the test when there is none.
+func lastDetail(t *testing.T, st store.Store, callID, event string) string {
+	t.Helper()
+	rows, err := st.Audit(context.Background(), callID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := len(rows) - 1; i >= 0; i-- {
+		if rows[i].Event == event {
+			return rows[i].Detail
+		}
+	}
+	t.Fatalf("no %s row in the audit of %s: %+v", event, callID, rows)
+	return ""
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/idemctl/idemctl/internal/logkey"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -33,7 +34,7 @@ func marshalJSON(v any) ([]byte, error) {
 func writeJSON(w http.ResponseWriter, log *slog.Logger, status int, v any) {
 	body, err := marshalJSON(v)
 	if err != nil {
-		log.Error("encoding response", attrErr, err)
+		log.Error("encoding response", logkey.Err, err)
 		status = http.StatusInternalServerError
 		body, _ = json.Marshal(wire.Error{Error: wire.ErrorDetail{Code: wire.CodeInternal, Message: "response encoding failed"}}) // cannot fail: two strings
 	}

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemctl/idemctl/internal/exitcode"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -171,8 +172,8 @@ func TestCrashAfterCommitThenRestart(t *testing.T) {
 	c := b.post("k-crash-after", body).call(t)
 	select {
 	case code := <-b.exits:
-		if code != exitCrash {
-			t.Fatalf("exit code %d, want %d", code, exitCrash)
+		if code != exitcode.Crash {
+			t.Fatalf("exit code %d, want %d", code, exitcode.Crash)
 		}
 	case <-time.After(waitDeadline):
 		t.Fatal("the chaos hook never asked to exit")

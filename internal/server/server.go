@@ -1,9 +1,9 @@
 // Package server is idemctl's HTTP service (docs/api.md, docs/lifecycle.md): the
 // handlers that record a tool call under its idempotency key and answer with
-// the one call that key names, and the executor that runs recorded calls
+// the one call that key names, refusing new keys while the queue is full.
+// It owns an executor (package executor), which runs the recorded calls
 // concurrently under leases its heartbeats keep alive, recovers them after
-// crashes, refuses new keys while the queue is full, and commits each
-// outcome only while it still holds the lease.
+// crashes, and commits each outcome only while it still holds the lease.
 //
 // The correctness lives in the store's transactions and constraints
 // (calls.idem_key UNIQUE, conditional claims, fenced completions,
@@ -40,34 +40,23 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/idemctl/idemctl/internal/executor"
+	"github.com/idemctl/idemctl/internal/logkey"
 	"github.com/idemctl/idemctl/internal/mcpdoor"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/toolreg"
-	"github.com/idemctl/idemctl/internal/tools"
 )
 
-// Defaults of Config's zero values.
+// Defaults of Config's zero values (the executor's are in package
+// executor).
 const (
 	DefaultAddr = "127.0.0.1:8081"
-	// DefaultWorkers fits I/O-bound tools, which wait far more than they
-	// compute: a run is a goroutine and its heartbeat, and an idle server
-	// costs nothing per worker (BENCHMARKS.md, "7. Executor").
-	DefaultWorkers = 256
-	// DefaultLease is how long a call stays claimed after its worker's
-	// last sign of life. Heartbeats extend it while the tool runs, so it
-	// bounds the recovery time after a crash, not the tool's run time.
-	DefaultLease = 30 * time.Second
-	// MinLease is the shortest lease accepted: the heartbeat extends it
-	// every third of it, a write per running call each time.
-	MinLease = time.Second
 	// DefaultMaxPending is how many pending calls a server lets queue
 	// before it refuses new keys (Config.MaxPending).
 	DefaultMaxPending = 100_000
 	// NoPendingLimit as Config.MaxPending turns the queue limit off.
-	NoPendingLimit         = -1
-	DefaultRecoverInterval = 200 * time.Millisecond
-	DefaultShutdownGrace   = 15 * time.Second
-	DefaultMaxWait         = 30 * time.Second
+	NoPendingLimit = -1
+	DefaultMaxWait = 30 * time.Second
 	// DefaultMaxConcurrentBodies bounds the memory of bodies in flight:
 	// at most 64 × MaxBodyBytes (64 MiB) plus their parsed form.
 	DefaultMaxConcurrentBodies = 64
@@ -85,36 +74,25 @@ const (
 	maxPurgeInterval = time.Minute
 )
 
-// Config configures a Server. Zero values take the defaults above.
+// Config configures a Server. Zero values take the defaults above (and
+// the executor's, for the fields of the embedded executor.Config).
 type Config struct {
+	// Config is the executor's part: workers, lease, recover interval,
+	// shutdown grace, chaos, the exit hook, the result bound, the
+	// instance host and the tool policies.
+	executor.Config
+
 	// Addr is the address the server is meant to listen on. New checks it
 	// for Chaos; Run serves on whatever listener it is given.
 	Addr string
-	// Workers is how many tool executions this server runs at once (the
-	// global limit; a run is a goroutine, so hundreds are cheap).
-	Workers int
-	// Lease is how long a claim holds a call after its worker's last
-	// heartbeat before another worker may take it over (docs/lifecycle.md,
-	// "Leases"). At least MinLease. Heartbeats extend it every Lease/3
-	// while the tool runs, so a tool may run longer than Lease.
-	Lease time.Duration
 	// MaxPending is how many calls may be pending (in the whole database)
 	// before a request for a new key is refused with 503 overloaded and
 	// Retry-After, storing nothing; existing keys and reads are always
 	// served. Zero means DefaultMaxPending, NoPendingLimit (any negative
 	// value) no limit. The count is this server's estimate, refreshed by
-	// the scheduler (see queueGauge for how exact it is).
+	// the executor's scheduler (see executor.Executor.Pending for how
+	// exact it is).
 	MaxPending int
-	// Chaos enables the _crash_* and _pause_before_commit argument hooks
-	// (docs/tools.md, "Chaos hooks"). Refused
-	// unless Addr is a loopback address.
-	Chaos bool
-	// RecoverInterval is the scheduler's tick (200 ms by default): lease
-	// recovery and claiming; the dead-owner pass runs at most once per
-	// interval however often the scheduler is woken.
-	RecoverInterval time.Duration
-	// ShutdownGrace bounds how long a stop waits for running tools.
-	ShutdownGrace time.Duration
 	// MaxWait caps "Prefer: wait=N"; larger N are clamped.
 	MaxWait time.Duration
 	// MaxConcurrentBodies is how many POST bodies may be read and parsed
@@ -126,10 +104,6 @@ type Config struct {
 	// at once. Beyond it the request is answered at once with the call's
 	// current state, without Preference-Applied (poll, or wait later).
 	MaxHeldWaits int
-	// MaxResultBytes is the largest tool result stored; a larger one
-	// fails the call with result_too_large (not retryable) and no effect.
-	// Zero means DefaultMaxResultBytes.
-	MaxResultBytes int
 	// Auth, if set, requires a bearer token from its token file on every
 	// request but /healthz and /readyz, and scopes calls to the token's
 	// principal (docs/api.md, "Authentication"). Nil: no authentication;
@@ -163,30 +137,6 @@ type Config struct {
 	// server always keeps a private registry for GET /metrics, so many
 	// servers can live in one process.
 	Registry prometheus.Registerer
-	// InstanceHost, if set, replaces the derived host identity in the lease
-	// owner (hostname plus a hash of boot id and pid namespace, see hostID).
-	// Servers with the same InstanceHost judge each other's pids for
-	// dead-owner recovery, so it must name one pid namespace: never give
-	// two machines or containers the same value.
-	InstanceHost string
-	// Policies gives each tool's ToolPolicy (policy.go): server-side
-	// retries and a per-tool concurrency cap. Nil means DefaultToolPolicy
-	// for every tool. It is asked often (on every claim, for each tool
-	// of tools.Names(), and on every retryable failure), so it must be
-	// cheap and safe for concurrent use.
-	Policies func(tool string) ToolPolicy
-	// Exit ends the process for a chaos crash; nil means os.Exit. Tests
-	// set it to observe the crash without losing the test binary.
-	Exit func(code int)
-
-	// beforeCommit, if set, runs in the worker between the tool and its
-	// completion transaction (tests: pause a worker past its lease).
-	beforeCommit func(ctx context.Context, c store.Call)
-	// proc overrides where process liveness is read (tests).
-	proc *procFS
-	// runTool, if set, replaces tools.Run (tests: a tool that counts its
-	// concurrent executions, or fails on demand).
-	runTool func(ctx context.Context, inv tools.Invocation) (tools.Outcome, error)
 }
 
 // Server is the HTTP service plus its executor. Create it with New.
@@ -195,7 +145,7 @@ type Server struct {
 	st      store.Store
 	log     *slog.Logger
 	m       *metrics
-	exec    *executor
+	exec    *executor.Executor
 	waiters *waiters
 	// newCallID makes the id of a new call (newCallID; tests replace it).
 	newCallID func() (string, error)
@@ -205,9 +155,10 @@ type Server struct {
 	waitSlots chan struct{}
 	handler   http.Handler
 	mcp       http.Handler // the MCP door at wire.PathMCP
-	owner     string
-	// whyNoDeadOwners says why dead-owner recovery is off ("" when on).
-	whyNoDeadOwners string
+	// maxPending is Config.MaxPending, 0 for no limit; refused counts the
+	// new keys refused for it since the start (/stats).
+	maxPending int64
+	refused    atomic.Int64
 
 	started   atomic.Bool
 	closing   chan struct{} // closed when a stop begins: waits return, readyz fails
@@ -215,10 +166,6 @@ type Server struct {
 	closeOnce sync.Once
 	purgeDone chan struct{} // closed when the purge task has ended (nil if none)
 }
-
-// instances numbers the executors of this process, so two servers in one
-// process (tests, a bench) hold leases under different owners.
-var instances atomic.Int64
 
 // New validates cfg, fills its defaults and builds a Server on st. It does
 // not start anything: call Run, or Start and serve Handler yourself.
@@ -230,71 +177,29 @@ func New(cfg Config, st store.Store) (*Server, error) {
 		return nil, err
 	}
 	log := cfg.Logger
-	proc := procFS{root: "/proc"}
-	if cfg.proc != nil {
-		proc = *cfg.proc
-	}
-	self, err := proc.self(cfg.InstanceHost)
-	// Dead-owner recovery only when liveness is certain; otherwise only
-	// lease expiry recovers a crashed server's calls. Without a start time,
-	// liveness cannot be told from pid reuse; without a host identity,
-	// whose pids they are; with a /proc that hides processes, whether a pid
-	// is gone or merely invisible.
-	deadOwners, why := err == nil && self.Start != 0, ""
-	if !deadOwners {
-		why = fmt.Sprintf("process identity incomplete: %v", err)
-	} else {
-		deadOwners, why = proc.livenessCertain()
-	}
-	if self.Host == "" {
-		self.Host = "unknown-host"
-	}
-	owner := fmt.Sprintf("%s/%d", self, instances.Add(1))
 	health := &writeHealth{log: log, retest: writeRetest}
 	st = &healthStore{Store: st, h: health} // every write's outcome, for /readyz (writehealth.go)
 
 	s := &Server{
-		cfg:             cfg,
-		st:              st,
-		newCallID:       newCallID,
-		log:             log,
-		waiters:         newWaiters(),
-		bodySlots:       make(chan struct{}, cfg.MaxConcurrentBodies),
-		waitSlots:       make(chan struct{}, cfg.MaxHeldWaits),
-		owner:           owner,
-		closing:         make(chan struct{}),
-		whyNoDeadOwners: why,
-		health:          health,
+		cfg:        cfg,
+		st:         st,
+		newCallID:  newCallID,
+		log:        log,
+		waiters:    newWaiters(),
+		bodySlots:  make(chan struct{}, cfg.MaxConcurrentBodies),
+		waitSlots:  make(chan struct{}, cfg.MaxHeldWaits),
+		maxPending: int64(max(cfg.MaxPending, 0)),
+		closing:    make(chan struct{}),
+		health:     health,
 	}
-	maxPending := int64(max(cfg.MaxPending, 0))
-	s.m, err = newMetrics(st, maxPending, cfg.Registry)
+	var err error
+	s.exec, err = executor.New(cfg.Config, executor.Deps{Store: st, Tools: cfg.Tools, Logger: log, OnFinal: s.waiters.notify})
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	s.m, err = newMetrics(st, s.maxPending, s.exec.Collector(), cfg.Registry)
 	if err != nil {
 		return nil, fmt.Errorf("server: metrics: %w", err)
-	}
-	if deadOwners {
-		s.m.deadOwnerRecovery.Set(1)
-	}
-	s.exec = &executor{
-		st:           st,
-		owner:        owner,
-		self:         self,
-		deadOwners:   deadOwners,
-		proc:         proc,
-		limit:        newToolLimit(cfg.Workers, policyFunc(cfg.Policies), cfg.Tools.Names),
-		queue:        &queueGauge{max: maxPending},
-		lease:        cfg.Lease,
-		interval:     cfg.RecoverInterval,
-		chaos:        cfg.Chaos,
-		exit:         cfg.Exit,
-		beforeCommit: cfg.beforeCommit,
-		policy:       policyFunc(cfg.Policies),
-		runToolFn:    cfg.runTool,
-		onFinal:      s.waiters.notify,
-		running:      newRunningCalls(),
-		tools:        cfg.Tools,
-		maxResult:    cfg.MaxResultBytes,
-		log:          log,
-		m:            s.m,
 	}
 	if s.mcp, err = s.mcpHandler(); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
@@ -308,20 +213,9 @@ func (c *Config) fill() error {
 	if c.Addr == "" {
 		c.Addr = DefaultAddr
 	}
-	if c.Workers == 0 {
-		c.Workers = DefaultWorkers
-	}
-	if c.Lease == 0 {
-		c.Lease = DefaultLease
-	}
+	c.Config = c.Config.WithDefaults()
 	if c.MaxPending == 0 {
 		c.MaxPending = DefaultMaxPending
-	}
-	if c.RecoverInterval == 0 {
-		c.RecoverInterval = DefaultRecoverInterval
-	}
-	if c.ShutdownGrace == 0 {
-		c.ShutdownGrace = DefaultShutdownGrace
 	}
 	if c.MaxWait == 0 {
 		c.MaxWait = DefaultMaxWait
@@ -335,33 +229,18 @@ func (c *Config) fill() error {
 	if c.MaxHeldWaits == 0 {
 		c.MaxHeldWaits = DefaultMaxHeldWaits
 	}
-	if c.MaxResultBytes == 0 {
-		c.MaxResultBytes = DefaultMaxResultBytes
-	}
 	if c.Tools == nil {
 		c.Tools = toolreg.Builtins()
-	}
-	if c.Policies == nil {
-		c.Policies = registryPolicies(c.Tools)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	if c.Exit == nil {
-		c.Exit = osExit
-	}
 	var errs []error
-	if c.Workers < 1 {
-		errs = append(errs, fmt.Errorf("workers must be at least 1, got %d", c.Workers))
+	if err := c.Config.Validate(); err != nil {
+		errs = append(errs, err)
 	}
-	if c.Lease < MinLease {
-		errs = append(errs, fmt.Errorf("lease must be at least %s, got %s", MinLease, c.Lease))
-	}
-	if c.RecoverInterval < 0 || c.ShutdownGrace < 0 || c.MaxWait < 0 || c.MCPWait < 0 {
-		errs = append(errs, errors.New("recover interval, shutdown grace, max wait and mcp wait must not be negative"))
-	}
-	if c.MaxResultBytes < 0 {
-		errs = append(errs, fmt.Errorf("max result bytes must not be negative, got %d", c.MaxResultBytes))
+	if c.MaxWait < 0 || c.MCPWait < 0 {
+		errs = append(errs, errors.New("max wait and mcp wait must not be negative"))
 	}
 	if c.Retention < 0 {
 		errs = append(errs, fmt.Errorf("retention must not be negative (0 keeps calls forever), got %s", c.Retention))
@@ -374,11 +253,6 @@ func (c *Config) fill() error {
 	if c.MaxConcurrentBodies < 0 || c.MaxHeldWaits < 0 {
 		errs = append(errs, fmt.Errorf("max concurrent bodies and max held waits must not be negative, got %d and %d",
 			c.MaxConcurrentBodies, c.MaxHeldWaits))
-	}
-	if c.InstanceHost != "" {
-		if err := checkInstanceHost(c.InstanceHost); err != nil {
-			errs = append(errs, err)
-		}
 	}
 	if c.Chaos {
 		if err := CheckLoopback(c.Addr); err != nil {
@@ -411,11 +285,10 @@ func CheckLoopback(addr string) error {
 	return fmt.Errorf("address %q is not loopback", addr)
 }
 
-// Owner is the lease owner this server's executor claims calls under:
-// "host:pid:starttime/instance", where instance numbers the servers of this
-// process. Every worker of the server claims under it: it identifies the
-// server process, not a worker.
-func (s *Server) Owner() string { return s.owner }
+// Owner is the lease owner this server's executor claims calls under
+// (executor.Executor.Owner): "host:pid:starttime/instance", where instance
+// numbers the servers of this process.
+func (s *Server) Owner() string { return s.exec.Owner() }
 
 // Handler returns the HTTP handler: the API routes with JSON errors,
 // metrics and panic recovery. Usable with httptest or any http.Server.
@@ -428,16 +301,11 @@ func (s *Server) Start(ctx context.Context) error {
 	if !s.started.CompareAndSwap(false, true) {
 		return errors.New("server: already started")
 	}
-	s.log.Info("executor starting", attrOwner, s.owner, "workers", s.cfg.Workers,
-		durationAttr(attrLease, s.cfg.Lease), "max_pending", max(s.cfg.MaxPending, 0), "chaos", s.cfg.Chaos)
-	if s.exec.deadOwners {
-		s.log.Info("dead-owner recovery on: calls of crashed processes on this host are released at once",
-			"dead_owner_recovery", true)
-	} else {
-		s.log.Warn("dead-owner recovery off: calls of crashed servers wait for their lease to expire",
-			"dead_owner_recovery", false, attrReason, s.whyNoDeadOwners)
+	s.log.Info("executor starting", logkey.Owner, s.exec.Owner(), "workers", s.cfg.Workers,
+		logkey.DurationAttr(logkey.Lease, s.cfg.Lease), "max_pending", s.maxPending, "chaos", s.cfg.Chaos)
+	if err := s.exec.Start(ctx); err != nil {
+		return err
 	}
-	s.exec.start(ctx)
 	if s.cfg.Retention > 0 {
 		s.purgeDone = make(chan struct{})
 		go s.purgeLoop(ctx)
@@ -454,7 +322,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if !s.started.Load() {
 		return nil
 	}
-	err := s.exec.shutdown(ctx, s.cfg.ShutdownGrace)
+	err := s.exec.Shutdown(ctx)
 	if s.purgeDone != nil {
 		// A purge batch is short and the loop checks closing between
 		// batches; waiting keeps it from using a store about to close.
@@ -495,14 +363,14 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	hs := s.httpServer()
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
-	s.log.Info("serving", attrAddr, ln.Addr().String())
+	s.log.Info("serving", logkey.Addr, ln.Addr().String())
 
 	var serveErr error
 	select {
 	case serveErr = <-errc:
 	case <-ctx.Done():
 	}
-	s.log.Info("shutting down", durationAttr(attrGrace, s.cfg.ShutdownGrace))
+	s.log.Info("shutting down", logkey.DurationAttr(logkey.Grace, s.cfg.ShutdownGrace))
 	s.beginClose() // first, so held "Prefer: wait" requests answer and the HTTP drain is quick
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownGrace)
 	defer cancel()

@@ -329,3 +329,20 @@ func TestManyValuesRefusedByCount(t *testing.T) {
 		t.Fatal("a refused request changed the database")
 	}
 }
+
+// TestPauseBeforeCommitNeedsChaos: without --chaos the pause argument is
+// refused like any "_" argument, and nothing is stored.
+func TestPauseBeforeCommitNeedsChaos(t *testing.T) {
+	b := setup(t)
+	r := b.post("k-pause-nochaos", `{"tool":"charge","args":{"amount":1,"_pause_before_commit":3}}`)
+	if r.status != http.StatusBadRequest || r.errCode(t) != "bad_request" {
+		t.Fatalf("got %d %s, want 400 bad_request", r.status, r.body)
+	}
+	if s := b.stats(); s.Calls != 0 {
+		t.Fatalf("calls=%d after a refused request, want 0", s.Calls)
+	}
+	c := setup(t, func(c *Config) { c.Chaos = true })
+	if r := c.post("k-pause-zero", `{"tool":"charge","args":{"amount":1,"_pause_before_commit":0}}`); r.status != http.StatusBadRequest {
+		t.Fatalf("pause 0 with chaos: got %d %s, want 400", r.status, r.body)
+	}
+}

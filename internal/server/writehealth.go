@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idemctl/idemctl/internal/logkey"
 	"github.com/idemctl/idemctl/internal/store"
 )
 
@@ -64,7 +65,7 @@ func (h *writeHealth) note(k writeKind, err error) {
 	case errors.Is(err, store.ErrUnavailable):
 		if h.failed[k].Swap(time.Now().UnixNano()) == 0 {
 			h.log.Warn("database write failed: not ready until this kind of write succeeds",
-				"write", writeKindNames[k], attrErr, err)
+				"write", writeKindNames[k], logkey.Err, err)
 		}
 	case err != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		// The caller gave up: says nothing about the database.

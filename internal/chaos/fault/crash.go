@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/client"
+	"github.com/idemctl/idemctl/internal/executor"
 	"github.com/idemctl/idemctl/internal/exitcode"
 	"github.com/idemctl/idemctl/internal/serveproc"
-	"github.com/idemctl/idemctl/internal/server"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/tools"
 	"github.com/idemctl/idemctl/internal/wire"
@@ -201,8 +201,8 @@ func runCrash(ctx context.Context, e *env, rep *Report, hook string) error {
 		rep.fail("invariant 4: no recover row in the audit: the crashed call was never handed back")
 	default:
 		after := time.Duration((recovered.TS - claimed.TS) * float64(time.Second))
-		e.logf("recovered %.2fs after the first claim (%s); the lease was %s", after.Seconds(), recovered.Detail, server.DefaultLease)
-		if after >= server.DefaultLease {
+		e.logf("recovered %.2fs after the first claim (%s); the lease was %s", after.Seconds(), recovered.Detail, executor.DefaultLease)
+		if after >= executor.DefaultLease {
 			rep.fail("the crashed owner's call waited for its lease (%s) instead of being recovered at once", after.Round(time.Millisecond))
 		}
 	}

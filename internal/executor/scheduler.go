@@ -1,16 +1,17 @@
-package server
+package executor
 
 import (
 	"context"
 	"errors"
 	"time"
 
+	"github.com/idemctl/idemctl/internal/logkey"
 	"github.com/idemctl/idemctl/internal/store"
 )
 
 // schedule is the scheduler loop: at start, every interval, and on wake (a
 // new call, a finished run).
-func (e *executor) schedule(ctx context.Context) {
+func (e *Executor) schedule(ctx context.Context) {
 	defer close(e.schedDone)
 	tick := time.NewTicker(e.interval)
 	defer tick.Stop()
@@ -36,7 +37,7 @@ func (e *executor) schedule(ctx context.Context) {
 // under load), and the pass lists every running call (BENCHMARKS.md §14:
 // that listing on every wake-up was a tenth of the server's allocations).
 // It is for crashed processes, where one interval more changes nothing.
-func (e *executor) tick(ctx context.Context) {
+func (e *Executor) tick(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
@@ -69,8 +70,8 @@ func (e *executor) tick(ctx context.Context) {
 			e.m.attempts.Observe(float64(c.Attempt))
 			// Debug: per call (idemctl_claim_queries_total and the
 			// attempts histogram count claims at info's price).
-			e.log.Debug("claimed call", attrCallID, c.CallID, attrKey, c.IdemKey,
-				attrTool, c.Tool, attrAttempt, c.Attempt)
+			e.log.Debug("claimed call", logkey.CallID, c.CallID, logkey.Key, c.IdemKey,
+				logkey.Tool, c.Tool, logkey.Attempt, c.Attempt)
 			e.runs.Add(1)
 			go e.run(c)
 		}
@@ -108,7 +109,7 @@ func filledQuota(quotas []store.ToolQuota, calls []store.Call) bool {
 // from the store, at most once per interval however often the scheduler is
 // woken: the count reads an index of every pending call, and wake-ups come
 // with every new call.
-func (e *executor) refreshQueue(ctx context.Context) {
+func (e *Executor) refreshQueue(ctx context.Context) {
 	if !e.queue.due(e.interval) {
 		return
 	}
@@ -121,10 +122,10 @@ func (e *executor) refreshQueue(ctx context.Context) {
 
 // noteErr logs a scheduler error once per distinct message (the loop runs
 // five times a second) and reports whether err is non-nil.
-func (e *executor) noteErr(op string, err error) bool {
+func (e *Executor) noteErr(op string, err error) bool {
 	if err == nil {
 		if e.lastErr[op] != "" {
-			e.log.Info("scheduler "+op+" works again", attrOwner, e.owner)
+			e.log.Info("scheduler "+op+" works again", logkey.Owner, e.owner)
 			delete(e.lastErr, op)
 		}
 		return false
@@ -133,7 +134,7 @@ func (e *executor) noteErr(op string, err error) bool {
 		return true
 	}
 	if msg := err.Error(); e.lastErr[op] != msg {
-		e.log.Warn("scheduler "+op+" failed", attrErr, err)
+		e.log.Warn("scheduler "+op+" failed", logkey.Err, err)
 		e.lastErr[op] = msg
 	}
 	return true
@@ -141,7 +142,7 @@ func (e *executor) noteErr(op string, err error) bool {
 
 // run is one claimed call's goroutine: it runs the attempt, then gives its
 // slot back and wakes the scheduler to claim the backlog.
-func (e *executor) run(c store.Call) {
+func (e *Executor) run(c store.Call) {
 	defer e.runs.Done()
 	defer func() {
 		e.limit.release(c.Tool)

@@ -1,4 +1,4 @@
-package server
+package executor
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idemctl/idemctl/internal/logkey"
 	"github.com/idemctl/idemctl/internal/store"
 )
 
@@ -39,7 +40,7 @@ type heartbeat struct {
 
 // startHeartbeat starts beating for c; lose cancels the tool's context.
 // Call stop when the tool has returned.
-func (e *executor) startHeartbeat(c store.Call, log *slog.Logger, lose context.CancelCauseFunc) *heartbeat {
+func (e *Executor) startHeartbeat(c store.Call, log *slog.Logger, lose context.CancelCauseFunc) *heartbeat {
 	// The beats run under a context of their own, not the tool's, and end
 	// only when stop is called: a cancelled tool may take a moment to
 	// return, and its lease must hold until its release or completion.
@@ -78,12 +79,12 @@ func (e *executor) startHeartbeat(c store.Call, log *slog.Logger, lose context.C
 			case errors.Is(err, store.ErrNotHeld), errors.Is(err, store.ErrNotFound):
 				e.m.heartbeats.WithLabelValues(beatLost).Inc()
 				log.Warn("lease extension refused: the call was taken over; cancelling the tool",
-					attrOwner, e.owner, attrErr, err)
+					logkey.Owner, e.owner, logkey.Err, err)
 				lose(errLeaseLost)
 				return
 			default:
 				e.m.heartbeats.WithLabelValues(beatError).Inc()
-				log.Warn("lease extension failed; trying again at the next beat", attrErr, err)
+				log.Warn("lease extension failed; trying again at the next beat", logkey.Err, err)
 			}
 		}
 	}()

@@ -1,15 +1,14 @@
-package server
+package executor
 
 import (
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
 )
 
 // queueGauge is this server's view of the pending queue, for the
-// back-pressure of new keys (Config.MaxPending; docs/operations.md,
+// back-pressure of new keys (the server's MaxPending; docs/operations.md,
 // "Limits"). A new key is checked against it on every request, so it must
 // cost nothing: no COUNT per request. The scheduler reads the count from
 // the store (store.Queue, an index of pending calls) at most once per
@@ -26,9 +25,6 @@ import (
 // queue. It never refuses on a count it could not read: until the first
 // read succeeds, it takes the queue as empty.
 type queueGauge struct {
-	max     int64        // MaxPending; 0 = unlimited
-	refused atomic.Int64 // new keys refused since the start (/stats)
-
 	mu    sync.Mutex
 	read  store.Queue // the last count read from the store
 	at    time.Time   // when it was read; zero before the first read
@@ -67,10 +63,4 @@ func (q *queueGauge) pending() int64 {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return max(0, q.read.Pending+q.delta)
-}
-
-// full reports whether a new key must be refused: a limit is set and at
-// least that many calls are pending.
-func (q *queueGauge) full() bool {
-	return q.max > 0 && q.pending() >= q.max
 }

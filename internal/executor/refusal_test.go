@@ -1,19 +1,16 @@
-package server
+package executor
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
-	"github.com/idemctl/idemctl/internal/store/sqlite"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -63,43 +60,27 @@ func (s *refusingStore) Fail(ctx context.Context, c store.Completion) (store.Cal
 	return s.Store.Fail(ctx, c)
 }
 
-// setupRefusing starts a server with its executor on a refusingStore over
-// a fresh SQLite database.
-func setupRefusing(t *testing.T, lease time.Duration, rs *refusingStore) backendServer {
+// setupRefusing starts an executor (one worker) on a refusingStore over a
+// fresh SQLite database.
+func setupRefusing(t *testing.T, lease time.Duration, rs *refusingStore) *bundle {
 	t.Helper()
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "idem.db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs.Store = st
-	srv, err := New(Config{Logger: testLogger(t), Workers: 1, Lease: lease}, rs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := srv.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		ts.Close()
-		cancel()
-		_ = srv.Shutdown(context.Background())
-		_ = st.Close()
+	return setup(t, func(c *testConfig) {
+		c.Workers = 1
+		c.Lease = lease
+		c.wrap = func(st store.Store) store.Store { rs.Store = st; return rs }
 	})
-	return backendServer{base: ts.URL, st: rs}
 }
 
 // errorObject decodes a failed call's error.
-func errorObject(t *testing.T, c wire.Call) (code, message string, retryable bool) {
+func errorObject(t *testing.T, c store.Call) (code, message string, retryable bool) {
 	t.Helper()
 	var e struct {
 		Code      string `json:"code"`
 		Message   string `json:"message"`
 		Retryable *bool  `json:"retryable"`
 	}
-	if err := json.Unmarshal(c.Error, &e); err != nil || e.Retryable == nil {
-		t.Fatalf("error object %s: %v (retryable must be present)", c.Error, err)
+	if err := json.Unmarshal(c.ErrorJSON, &e); err != nil || e.Retryable == nil {
+		t.Fatalf("error object %s: %v (retryable must be present)", c.ErrorJSON, err)
 	}
 	return e.Code, e.Message, *e.Retryable
 }
@@ -123,27 +104,23 @@ func TestRefusedSucceedEndsFailed(t *testing.T) {
 	rs := &refusingStore{refuseSucceed: func(store.Completion) error { return pgLikeError("22P05") }}
 	b := setupRefusing(t, 30*time.Second, rs)
 
-	r := doURL(t, b.base, "POST", "/v1/tool-calls", []byte(`{"tool":"charge","args":{"amount":7}}`),
-		map[string]string{"Idempotency-Key": "k-refused-succeed"})
-	if r.status != 202 {
-		t.Fatalf("POST: %d %s", r.status, r.body)
-	}
-	c := waitFinalURL(t, b.base, r.call(t).CallID)
+	submitted := b.submit("k-refused-succeed", `{"tool":"charge","args":{"amount":7}}`)
+	c := b.waitFinal(submitted.CallID)
 
-	if c.Status != store.StatusFailed || c.Attempt != 1 || string(c.Result) != "null" || c.EffectID != nil {
+	if c.Status != store.StatusFailed || c.Attempt != 1 || c.ResultJSON != nil || c.EffectID != nil {
 		t.Fatalf("call: status %s attempt %d result %s effect %v, want failed at attempt 1 without result or effect",
-			c.Status, c.Attempt, c.Result, c.EffectID)
+			c.Status, c.Attempt, c.ResultJSON, c.EffectID)
 	}
 	code, msg, retryable := errorObject(t, c)
 	if code != wire.CodeInternal || retryable {
-		t.Errorf("error %s: want code internal, retryable false", c.Error)
+		t.Errorf("error %s: want code internal, retryable false", c.ErrorJSON)
 	}
 	const want = "could not record the tool's outcome: the database refused it (SQLSTATE 22P05)"
 	if msg != want {
 		t.Errorf("message %q, want %q", msg, want)
 	}
-	if strings.Contains(string(c.Error), secretValue) {
-		t.Errorf("error object echoes the refused value: %s", c.Error)
+	if strings.Contains(string(c.ErrorJSON), secretValue) {
+		t.Errorf("error object echoes the refused value: %s", c.ErrorJSON)
 	}
 
 	// Exactly one completion recorded, by this attempt, and no effect.
@@ -151,7 +128,7 @@ func TestRefusedSucceedEndsFailed(t *testing.T) {
 	if ev[store.EventFailed] != 1 || ev[store.EventSucceeded] != 0 || ev[store.EventClaimed] != 1 || ev[store.EventRecover] != 0 {
 		t.Errorf("audit %v: want one claimed, one failed, no succeeded, no recover", ev)
 	}
-	if s := storeStats(t, b.st); s.Calls != 1 || s.Effects != 0 {
+	if s := b.stats(); s.Calls != 1 || s.Effects != 0 {
 		t.Errorf("calls=%d effects=%d, want 1 and 0", s.Calls, s.Effects)
 	}
 	// A deterministic refusal is not retried: one Succeed, one Fail.
@@ -159,11 +136,9 @@ func TestRefusedSucceedEndsFailed(t *testing.T) {
 		t.Errorf("Succeed called %d times, Fail %d, want 1 and 1", s, f)
 	}
 
-	// Final for good: the same key replays the failure, it does not reset it.
-	r = doURL(t, b.base, "POST", "/v1/tool-calls", []byte(`{"tool":"charge","args":{"amount":7}}`),
-		map[string]string{"Idempotency-Key": "k-refused-succeed"})
-	if r.status != 200 || r.call(t).Status != store.StatusFailed {
-		t.Errorf("same-key retry: %d %s, want 200 failed", r.status, r.body)
+	// Final for good: the same key finds the failure, it does not reset it.
+	if again := b.submit("k-refused-succeed", `{"tool":"charge","args":{"amount":7}}`); again.Status != store.StatusFailed || again.Attempt != 1 {
+		t.Errorf("same-key retry: status %s attempt %d, want failed at attempt 1", again.Status, again.Attempt)
 	}
 }
 
@@ -178,16 +153,12 @@ func TestRefusedToolFailureEndsFailed(t *testing.T) {
 		return nil
 	}}
 	b := setupRefusing(t, 30*time.Second, rs)
-	r := doURL(t, b.base, "POST", "/v1/tool-calls", []byte(`{"tool":"fail","args":{"retryable":true}}`),
-		map[string]string{"Idempotency-Key": "k-refused-fail"})
-	if r.status != 202 {
-		t.Fatalf("POST: %d %s", r.status, r.body)
-	}
-	c := waitFinalURL(t, b.base, r.call(t).CallID)
+	submitted := b.submit("k-refused-fail", `{"tool":"fail","args":{"retryable":true}}`)
+	c := b.waitFinal(submitted.CallID)
 	code, msg, retryable := errorObject(t, c)
 	if c.Status != store.StatusFailed || c.Attempt != 1 || code != wire.CodeInternal || retryable ||
 		msg != "could not record the tool's outcome: the database refused it" {
-		t.Fatalf("call: status %s attempt %d error %s", c.Status, c.Attempt, c.Error)
+		t.Fatalf("call: status %s attempt %d error %s", c.Status, c.Attempt, c.ErrorJSON)
 	}
 	if ev := countEvents(auditEvents(t, b.st, c.CallID)); ev[store.EventFailed] != 1 {
 		t.Errorf("audit %v: want one failed", ev)
@@ -210,22 +181,18 @@ func TestTransientCommitErrorKeepsTheLease(t *testing.T) {
 		return nil
 	}}
 	b := setupRefusing(t, MinLease, rs)
-	r := doURL(t, b.base, "POST", "/v1/tool-calls", []byte(`{"tool":"charge","args":{"amount":3}}`),
-		map[string]string{"Idempotency-Key": "k-transient"})
-	if r.status != 202 {
-		t.Fatalf("POST: %d %s", r.status, r.body)
-	}
-	id := r.call(t).CallID
+	submitted := b.submit("k-transient", `{"tool":"charge","args":{"amount":3}}`)
+	id := submitted.CallID
 	eventually(t, "the first attempt has tried its commit 3 times", func() bool { return rs.succeeds.Load() >= 3 })
 	refuse.Store(false) // the database is back
-	c := waitFinalURL(t, b.base, id)
+	c := b.waitFinal(id)
 	if c.Status != store.StatusSucceeded || c.Attempt < 2 || c.EffectID == nil {
 		t.Fatalf("call: status %s attempt %d effect %v, want succeeded by a later attempt", c.Status, c.Attempt, c.EffectID)
 	}
 	if f := rs.fails.Load(); f != 0 {
 		t.Errorf("Fail called %d times for a transient error", f)
 	}
-	if s := storeStats(t, b.st); s.Effects != 1 {
+	if s := b.stats(); s.Effects != 1 {
 		t.Errorf("effects=%d, want 1", s.Effects)
 	}
 }
@@ -237,12 +204,8 @@ func TestRefusalFallbackRefusedLeavesItToTheLease(t *testing.T) {
 	refusal := func(store.Completion) error { return refusedWithoutCode("sqlite: constraint failed") }
 	rs := &refusingStore{refuseSucceed: refusal, refuseFail: refusal}
 	b := setupRefusing(t, MinLease, rs)
-	r := doURL(t, b.base, "POST", "/v1/tool-calls", []byte(`{"tool":"charge","args":{"amount":3}}`),
-		map[string]string{"Idempotency-Key": "k-refused-twice"})
-	if r.status != 202 {
-		t.Fatalf("POST: %d %s", r.status, r.body)
-	}
-	id := r.call(t).CallID
+	submitted := b.submit("k-refused-twice", `{"tool":"charge","args":{"amount":3}}`)
+	id := submitted.CallID
 	eventually(t, "a second attempt after the lease", func() bool {
 		c, err := b.st.GetAny(context.Background(), id)
 		return err == nil && c.Attempt >= 2

@@ -1,4 +1,4 @@
-package server
+package executor
 
 import (
 	"fmt"
@@ -6,10 +6,6 @@ import (
 	"github.com/idemctl/idemctl/internal/tools"
 	"github.com/idemctl/idemctl/internal/wire"
 )
-
-// DefaultMaxResultBytes is Config.MaxResultBytes's default: the largest
-// tool result stored (1 MiB, as the request body).
-const DefaultMaxResultBytes = 1 << 20
 
 // capResult turns a success whose result exceeds max bytes into a
 // failure, not retryable (the same tool would return the same result),

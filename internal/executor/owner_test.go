@@ -1,4 +1,4 @@
-package server
+package executor
 
 import (
 	"os"
@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/idemctl/idemctl/internal/store"
 )
 
 func TestParseOwner(t *testing.T) {
@@ -263,10 +265,12 @@ func TestCheckInstanceHost(t *testing.T) {
 			t.Errorf("checkInstanceHost(%q) accepted", bad)
 		}
 	}
-	if _, err := New(Config{InstanceHost: "a/b"}, &faultyStore{}); err == nil {
+	// New never touches the store; a nil interface inside stands for one.
+	nop := Deps{Store: struct{ store.Store }{}}
+	if _, err := New(Config{InstanceHost: "a/b"}, nop); err == nil {
 		t.Error("New accepted instance host a/b")
 	}
-	srv, err := New(Config{InstanceHost: "node-x"}, &faultyStore{})
+	srv, err := New(Config{InstanceHost: "node-x"}, nop)
 	if err != nil || !strings.HasPrefix(srv.Owner(), "node-x:"+strconv.Itoa(os.Getpid())+":") {
 		t.Errorf("owner with --instance-host node-x: %q, %v", srv.Owner(), err)
 	}

@@ -1,4 +1,4 @@
-package server
+package executor
 
 import (
 	"context"
@@ -39,7 +39,7 @@ func (p *concurrencyProbe) open() { p.once.Do(func() { close(p.gate) }) }
 // keeps claiming; and calls of other tools queued behind them run.
 func TestPerToolConcurrency(t *testing.T) {
 	probe := &concurrencyProbe{gate: make(chan struct{})}
-	b := setup(t, withPolicy(tools.Sleep, ToolPolicy{MaxAttempts: 1, Concurrency: 2}), func(c *Config) {
+	b := setup(t, withPolicy(tools.Sleep, ToolPolicy{MaxAttempts: 1, Concurrency: 2}), func(c *testConfig) {
 		c.Workers = 8
 		c.runTool = func(ctx context.Context, inv tools.Invocation) (tools.Outcome, error) {
 			if inv.Tool == tools.Sleep {
@@ -51,10 +51,10 @@ func TestPerToolConcurrency(t *testing.T) {
 	t.Cleanup(probe.open)
 	var sleeps, charges []string
 	for i := range 6 {
-		sleeps = append(sleeps, b.post(fmt.Sprintf("k-sleep-%d", i), `{"tool":"sleep","args":{"seconds":0}}`).call(t).CallID)
+		sleeps = append(sleeps, b.submit(fmt.Sprintf("k-sleep-%d", i), `{"tool":"sleep","args":{"seconds":0}}`).CallID)
 	}
 	for i := range 3 {
-		charges = append(charges, b.post(fmt.Sprintf("k-charge-%d", i), `{"tool":"charge","args":{"amount":1}}`).call(t).CallID)
+		charges = append(charges, b.submit(fmt.Sprintf("k-charge-%d", i), `{"tool":"charge","args":{"amount":1}}`).CallID)
 	}
 	// Not starved: the charges, created after six sleeps, finish while
 	// sleep is at its cap.

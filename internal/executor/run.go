@@ -1,4 +1,4 @@
-package server
+package executor
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/fingerprint"
+	"github.com/idemctl/idemctl/internal/logkey"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/tools"
 	"github.com/idemctl/idemctl/internal/wire"
@@ -17,20 +18,20 @@ import (
 // safeExecute keeps a bug in the completion path from taking the whole
 // server down. The call stays running under this lease; when the lease
 // expires another attempt runs it (fenced and effect-unique as always).
-func (e *executor) safeExecute(c store.Call) {
+func (e *Executor) safeExecute(c store.Call) {
 	defer func() {
 		if p := recover(); p != nil {
 			e.log.Error("worker panicked; the call waits for its lease to expire",
-				attrCallID, c.CallID, attrKey, c.IdemKey, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				logkey.CallID, c.CallID, logkey.Key, c.IdemKey, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 		}
 	}()
 	e.execute(c)
 }
 
 // execute runs one attempt of a claimed call and records its outcome.
-func (e *executor) execute(c store.Call) {
+func (e *Executor) execute(c store.Call) {
 	start := time.Now()
-	log := e.log.With(attrCallID, c.CallID, attrKey, c.IdemKey, attrTool, c.Tool, attrAttempt, c.Attempt)
+	log := e.log.With(logkey.CallID, c.CallID, logkey.Key, c.IdemKey, logkey.Tool, c.Tool, logkey.Attempt, c.Attempt)
 
 	// The tool's context ends at the end of the shutdown grace, or when a
 	// heartbeat learns that the call was taken over (errLeaseLost).
@@ -65,7 +66,7 @@ func (e *executor) execute(c store.Call) {
 	// like the crash: the attempt that takes over must be able to commit.
 	if e.chaos && chaos.PauseBeforeCommit > 0 && c.Attempt == 1 {
 		log.Warn("chaos: _pause_before_commit, pausing before the completion commits",
-			durationAttr(attrPause, chaos.PauseBeforeCommit), durationAttr(attrLease, e.lease))
+			logkey.DurationAttr(logkey.Pause, chaos.PauseBeforeCommit), logkey.DurationAttr(logkey.Lease, e.lease))
 		t := time.NewTimer(chaos.PauseBeforeCommit)
 		// When the shutdown grace runs out the pause ends early and the
 		// commit goes ahead: the tool has run, and recording its outcome
@@ -87,24 +88,24 @@ func (e *executor) execute(c store.Call) {
 		// completion (or its coming one) is the call's. Ours must vanish.
 		e.m.fenced.Inc()
 		e.m.executions.WithLabelValues(c.Tool, execFenced).Inc()
-		log.Warn("completion fenced: lease lost to another worker", attrOwner, e.owner, attrErr, err)
+		log.Warn("completion fenced: lease lost to another worker", logkey.Owner, e.owner, logkey.Err, err)
 		return
 	case refusedForGood(err):
-		log.Error("the database refused the completion; recording the call as failed", attrErr, err)
+		log.Error("the database refused the completion; recording the call as failed", logkey.Err, err)
 		if done, err = e.failRefused(c, err, extensions); err != nil {
 			if errors.Is(err, store.ErrFenced) {
 				e.m.fenced.Inc()
 				e.m.executions.WithLabelValues(c.Tool, execFenced).Inc()
-				log.Warn("failure record fenced: lease lost to another worker", attrOwner, e.owner, attrErr, err)
+				log.Warn("failure record fenced: lease lost to another worker", logkey.Owner, e.owner, logkey.Err, err)
 				return
 			}
 			e.m.executions.WithLabelValues(c.Tool, execError).Inc()
-			log.Error("recording the refusal as a failure failed too; the lease will bring the call back", attrErr, err)
+			log.Error("recording the refusal as a failure failed too; the lease will bring the call back", logkey.Err, err)
 			return
 		}
 	case err != nil:
 		e.m.executions.WithLabelValues(c.Tool, execError).Inc()
-		log.Error("recording completion failed; the lease will bring the call back", attrErr, err)
+		log.Error("recording completion failed; the lease will bring the call back", logkey.Err, err)
 		return
 	}
 	if done.Status == store.StatusPending {
@@ -117,14 +118,14 @@ func (e *executor) execute(c store.Call) {
 		if done.NotBefore != nil { // the store's clock on both sides
 			in = time.Duration((*done.NotBefore - done.UpdatedAt) * float64(time.Second)).Round(time.Millisecond)
 		}
-		log.Info("call failed, retry scheduled", attrErr, out.Err, durationAttr(attrRetryIn, in),
-			attrMaxAttempts, e.policy(c.Tool).MaxAttempts, "lease_extensions", extensions)
+		log.Info("call failed, retry scheduled", logkey.Err, out.Err, logkey.DurationAttr(logkey.RetryIn, in),
+			logkey.MaxAttempts, e.policy(c.Tool).MaxAttempts, "lease_extensions", extensions)
 		return
 	}
 	e.m.executions.WithLabelValues(c.Tool, string(done.Status)).Inc()
 	e.m.execSeconds.WithLabelValues(c.Tool).Observe(time.Since(start).Seconds())
 	// Debug: per call; idemctl_executions_total counts outcomes.
-	log.Debug("call "+string(done.Status), attrStatus, done.Status, durationAttr(attrDuration, time.Since(start)),
+	log.Debug("call "+string(done.Status), logkey.Status, done.Status, logkey.DurationAttr(logkey.Duration, time.Since(start)),
 		"lease_extensions", extensions)
 
 	if e.chaos && chaos.CrashAfterCommit && done.Status == store.StatusSucceeded {
@@ -141,7 +142,7 @@ func (e *executor) execute(c store.Call) {
 // then releases the call. A tool cancelled because its lease was lost still counts as
 // ran, with an error outcome: its completion goes to the store and is
 // fenced there, which audits the lost attempt like any stale one.
-func (e *executor) runTool(ctx context.Context, c store.Call, log *slog.Logger) (args map[string]any, out tools.Outcome, ran bool) {
+func (e *Executor) runTool(ctx context.Context, c store.Call, log *slog.Logger) (args map[string]any, out tools.Outcome, ran bool) {
 	defer func() {
 		// A panicking tool is a bug; it must not take the server down, and
 		// re-running it would panic again: fail the call for good.
@@ -185,13 +186,13 @@ func (e *executor) runTool(ctx context.Context, c store.Call, log *slog.Logger) 
 
 // abandon releases a call whose tool was cancelled by shutdown, so it runs
 // again at once elsewhere instead of after its lease.
-func (e *executor) abandon(c store.Call, log *slog.Logger) {
+func (e *Executor) abandon(c store.Call, log *slog.Logger) {
 	e.m.executions.WithLabelValues(c.Tool, execAbandoned).Inc()
 	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
 	defer cancel()
 	err := e.st.Release(ctx, c.CallID, e.owner, c.Attempt, "abandoned at shutdown")
 	if err != nil && !errors.Is(err, store.ErrNotHeld) {
-		log.Warn("releasing abandoned call failed; its lease will expire", attrErr, err)
+		log.Warn("releasing abandoned call failed; its lease will expire", logkey.Err, err)
 		return
 	}
 	log.Warn("tool abandoned at shutdown, call released")

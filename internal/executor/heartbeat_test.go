@@ -1,16 +1,12 @@
-package server
+package executor
 
 import (
 	"context"
-	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/idemctl/idemctl/internal/server/servertest"
 	"github.com/idemctl/idemctl/internal/store"
-	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // lastDetail returns the detail of the last audit row of event for a call,
@@ -38,8 +34,8 @@ func lastDetail(t *testing.T, st store.Store, callID, event string) string {
 // same server would recover and run the call again, and the first
 // attempt's commit would be fenced.
 func TestHeartbeatKeepsLongToolOnOneAttempt(t *testing.T) {
-	b := setup(t, func(c *Config) { c.Lease = MinLease })
-	c := b.post("k-long", `{"tool":"sleep","args":{"seconds":3}}`).call(t)
+	b := setup(t, func(c *testConfig) { c.Lease = MinLease })
+	c := b.submit("k-long", `{"tool":"sleep","args":{"seconds":3}}`)
 	done := b.waitFinal(c.CallID)
 	if done.Status != "succeeded" || done.Attempt != 1 {
 		t.Fatalf("status %s attempt %d, want succeeded at attempt 1", done.Status, done.Attempt)
@@ -73,18 +69,18 @@ func TestHeartbeatKeepsLongToolOnOneAttempt(t *testing.T) {
 func TestRefusedExtensionCancelsTool(t *testing.T) {
 	ctx := context.Background()
 	returned := make(chan time.Time, 1)
-	b := setup(t, func(c *Config) {
+	b := setup(t, func(c *testConfig) {
 		c.Workers = 1
 		c.Lease = MinLease
 		// Runs after the tool has returned, before the commit.
 		c.beforeCommit = func(context.Context, store.Call) { returned <- time.Now() }
 	})
-	c := b.post("k-stolen", `{"tool":"sleep","args":{"seconds":10}}`).call(t)
+	c := b.submit("k-stolen", `{"tool":"sleep","args":{"seconds":10}}`)
 	eventually(t, "the server claims the call", func() bool {
 		g, err := b.st.GetAny(ctx, c.CallID)
 		return err == nil && g.Status == store.StatusRunning
 	})
-	if err := b.st.Release(ctx, c.CallID, b.srv.Owner(), 1, "test: taken over"); err != nil {
+	if err := b.st.Release(ctx, c.CallID, b.ex.Owner(), 1, "test: taken over"); err != nil {
 		t.Fatal(err)
 	}
 	thief, err := b.st.ClaimNext(ctx, "thief", time.Hour, 1)
@@ -118,42 +114,5 @@ func TestRefusedExtensionCancelsTool(t *testing.T) {
 	}
 	if g.Status != store.StatusRunning || *g.Owner != "thief" || g.Attempt != 2 {
 		t.Fatalf("after the fenced completion: %+v, want running under thief at attempt 2", g)
-	}
-}
-
-// TestProcessKillDuringHeartbeatedTool: kill -9 while a tool runs past its
-// lease on heartbeats. The heartbeats die with the process, the lease
-// expires, and a server on the same database (of another host identity, so
-// only lease expiry can recover the call, not dead-owner recovery) runs it
-// again: attempt 2, succeeded, the recovery audited as a lease expiry.
-func TestProcessKillDuringHeartbeatedTool(t *testing.T) {
-	bin := servertest.Binary(t)
-	db := filepath.Join(t.TempDir(), "idem.db")
-	p := servertest.StartServe(t, bin, "--db", db, "--lease", "1s")
-	const key = "k-heartbeat-kill"
-	if s, _, err := tryPost(p.URL, key, `{"tool":"sleep","args":{"seconds":4}}`); err != nil || s != http.StatusAccepted {
-		t.Fatalf("post: %d %v", s, err)
-	}
-	waitByKey(t, p.URL, key, func(c wire.Call) bool { return c.Status == "running" })
-	eventually(t, "a heartbeat extends the lease", func() bool {
-		r := doURL(t, p.URL, http.MethodGet, "/metrics", nil, nil)
-		return metricSample(t, r.body, `idemctl_lease_extensions_total{outcome="extended"}`) >= 1
-	})
-	p.Kill()
-
-	p2 := servertest.StartServe(t, bin, "--db", db, "--lease", "1s", "--instance-host", "other-host")
-	done := waitByKey(t, p2.URL, key, func(c wire.Call) bool { return c.Status.Final() })
-	if done.Status != "succeeded" || done.Attempt != 2 {
-		t.Fatalf("after the kill: status %s attempt %d, want succeeded at attempt 2", done.Status, done.Attempt)
-	}
-	if _, err := p2.Stop(waitDeadline); err != nil {
-		t.Fatal(err)
-	}
-	st := openDB(t, db)
-	if d := lastDetail(t, st, done.CallID, store.EventRecover); !strings.HasPrefix(d, "lease expired (owner ") {
-		t.Fatalf("recover detail %q, want a lease expiry", d)
-	}
-	if ev := auditEvents(t, st, done.CallID); contains(ev, store.EventFenced) {
-		t.Fatalf("audit %v has fenced: the killed attempt never completed", ev)
 	}
 }

@@ -1,16 +1,13 @@
-package server
+package executor
 
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
-	"github.com/idemctl/idemctl/internal/store/sqlite"
-	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // listCounter counts the listings of running calls, the dead-owner pass's
@@ -31,40 +28,21 @@ func (l *listCounter) ListCalls(ctx context.Context, f store.ListFilter) ([]stor
 // call and every finished run, but looks for calls of dead owners (a listing
 // of every running call) at most once per interval, not on every wake-up.
 func TestDeadOwnerPassOncePerInterval(t *testing.T) {
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "idem.db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	counted := &listCounter{Store: st}
-	srv, err := New(Config{Addr: "127.0.0.1:0", Logger: testLogger(t), RecoverInterval: time.Hour}, counted)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !srv.exec.deadOwners {
+	var counted *listCounter
+	b := setup(t, func(c *testConfig) {
+		c.RecoverInterval = time.Hour
+		c.wrap = func(st store.Store) store.Store { counted = &listCounter{Store: st}; return counted }
+	})
+	if !b.ex.deadOwners {
 		t.Skip("dead-owner recovery is off on this host (no complete process identity)")
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if err := srv.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown(context.Background()) //nolint:errcheck // test teardown
-	base := startHTTP(t, srv)
 	const n = 30
 	var ids []string
 	for i := range n {
-		r := doURL(t, base, "POST", "/v1/tool-calls", []byte(`{"tool":"charge","args":{"amount":1}}`),
-			map[string]string{"Idempotency-Key": fmt.Sprintf("k-pass-%d", i)})
-		var c wire.Call
-		if r.status != 202 && r.status != 200 {
-			t.Fatalf("POST: %d %s", r.status, r.body)
-		}
-		c = r.call(t)
-		ids = append(ids, c.CallID)
+		ids = append(ids, b.submit(fmt.Sprintf("k-pass-%d", i), `{"tool":"charge","args":{"amount":1}}`).CallID)
 	}
 	for _, id := range ids {
-		waitFinalURL(t, base, id)
+		b.waitFinal(id)
 	}
 	// n creates and n finished runs woke the scheduler up to 2n times; with
 	// an interval of an hour only the first tick may list running calls.

@@ -1,4 +1,4 @@
-package server
+package executor
 
 import (
 	"context"
@@ -20,10 +20,10 @@ import (
 // recorded as failed: ScheduleRetry puts the call back to pending until
 // now + retryDelay (docs/lifecycle.md, "Server-side retries"); the call
 // returned is then pending.
-func (e *executor) commit(c store.Call, out tools.Outcome, extensions int64) (store.Call, error) {
+func (e *Executor) commit(c store.Call, out tools.Outcome, extensions int64) (store.Call, error) {
 	comp := store.Completion{CallID: c.CallID, Owner: e.owner, Attempt: c.Attempt, Extensions: extensions}
 	if out.Err != nil {
-		raw, err := marshalJSON(out.Err)
+		raw, err := storedError(out.Err)
 		if err != nil {
 			return store.Call{}, err
 		}
@@ -103,8 +103,8 @@ func refusedForGood(err error) bool {
 //
 // If this write fails too (ErrFenced included), nothing more is tried
 // here: the lease brings the call back, as for any failed completion.
-func (e *executor) failRefused(c store.Call, refusal error, extensions int64) (store.Call, error) {
-	raw, err := marshalJSON(tools.ToolError{
+func (e *Executor) failRefused(c store.Call, refusal error, extensions int64) (store.Call, error) {
+	raw, err := storedError(&tools.ToolError{
 		Code:      wire.CodeInternal,
 		Message:   "could not record the tool's outcome: " + refusalReason(refusal),
 		Retryable: false,

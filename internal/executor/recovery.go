@@ -1,10 +1,11 @@
-package server
+package executor
 
 import (
 	"context"
 	"errors"
 	"fmt"
 
+	"github.com/idemctl/idemctl/internal/logkey"
 	"github.com/idemctl/idemctl/internal/store"
 )
 
@@ -12,7 +13,7 @@ import (
 // With heartbeats a lease expires only when its worker stopped extending
 // it: the process died or froze, or the database refused it for longer
 // than the lease (docs/lifecycle.md, "Leases").
-func (e *executor) recoverExpired(ctx context.Context) {
+func (e *Executor) recoverExpired(ctx context.Context) {
 	ids, err := e.st.RecoverExpired(ctx)
 	if e.noteErr("recover", err) {
 		return
@@ -28,7 +29,7 @@ func (e *executor) recoverExpired(ctx context.Context) {
 // crash and restart there is no need to wait out the old lease. Only owners
 // that provably no longer exist are released; other hosts and live
 // processes are never touched.
-func (e *executor) releaseDeadOwners(ctx context.Context) {
+func (e *Executor) releaseDeadOwners(ctx context.Context) {
 	if !e.deadOwners {
 		return
 	}
@@ -52,21 +53,21 @@ func (e *executor) releaseDeadOwners(ctx context.Context) {
 			continue
 		}
 		if err != nil {
-			e.log.Warn("releasing call of dead owner", attrCallID, c.CallID, attrKey, c.IdemKey,
-				attrOwner, *c.Owner, attrErr, err)
+			e.log.Warn("releasing call of dead owner", logkey.CallID, c.CallID, logkey.Key, c.IdemKey,
+				logkey.Owner, *c.Owner, logkey.Err, err)
 			continue
 		}
 		e.m.recoveries.WithLabelValues(recoverDeadOwner).Inc()
-		e.log.Warn("owner process gone, call back to pending", attrCallID, c.CallID, attrKey, c.IdemKey,
-			attrOwner, *c.Owner, attrAttempt, c.Attempt)
+		e.log.Warn("owner process gone, call back to pending", logkey.CallID, c.CallID, logkey.Key, c.IdemKey,
+			logkey.Owner, *c.Owner, logkey.Attempt, c.Attempt)
 	}
 }
 
 // callAttrs returns the log attributes of a call known only by id.
-func (e *executor) callAttrs(ctx context.Context, id string) []any {
-	attrs := []any{attrCallID, id}
+func (e *Executor) callAttrs(ctx context.Context, id string) []any {
+	attrs := []any{logkey.CallID, id}
 	if c, err := e.st.GetAny(ctx, id); err == nil {
-		attrs = append(attrs, attrKey, c.IdemKey)
+		attrs = append(attrs, logkey.Key, c.IdemKey)
 	}
 	return attrs
 }

@@ -1,34 +1,48 @@
-package server
-
-import (
-	"context"
-	"fmt"
-	"log/slog"
-	"sync"
-	"time"
-
-	"github.com/idemctl/idemctl/internal/exitcode"
-	"github.com/idemctl/idemctl/internal/store"
-	"github.com/idemctl/idemctl/internal/tools"
-)
-
-// The executor runs recorded tool calls, split by role as river splits its
-// producer, job executor, completer and rescuer:
+// Package executor runs recorded tool calls, concurrently and apart from
+// HTTP handling (docs/design.md, "Leases and dead-owner recovery"). It is
+// split by role as river splits its producer, job executor, completer and
+// rescuer:
 //
-//	executor.go    the executor itself: start, Wake, shutdown; the limiter
+//	executor.go    the executor itself: Start, Wake, Shutdown; the limiter
+//	seam.go        New and what the server calls: Added, Pending, Cancel
+//	config.go      its Config, defaults and validation
 //	scheduler.go   one goroutine that recovers, claims what can start now
 //	               (in batches, up to the free capacity) and starts a run per call
 //	run.go         one attempt of one call: the tool, the chaos hooks, the outcome
 //	heartbeat.go   extends a running call's lease every lease/3, fenced
 //	completion.go  commits the outcome under the claim's fencing token
 //	recovery.go    expired leases and calls of dead owners back to pending
+//	owner.go       the lease owner's identity and whether a process is gone
 //	queue.go       the pending count the scheduler keeps for back-pressure
 //	policy.go      per-tool policies: server-side retries, concurrency caps
+//	running.go     the tools running in this process, for cancel
+//	result.go      the bound on a stored result
+//	metrics.go     the executor's Prometheus collectors
 //
 // Every decision goes through the store's conditional updates, never
 // through memory: a claim is won by exactly one claimer, and a heartbeat or
 // a completion commits only under the (owner, attempt) fencing token the
 // claim returned (docs/lifecycle.md, "Completion and fencing").
+//
+// The server talks to it through a narrow seam: Wake when a call became
+// runnable, Added and Pending for the back-pressure of new keys, Cancel for
+// a running call, and Deps.OnFinal back when a completion committed.
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemctl/idemctl/internal/exitcode"
+	"github.com/idemctl/idemctl/internal/logkey"
+	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/tools"
+)
 
 // exitCrash is the exit status of a chaos crash.
 const exitCrash = exitcode.Crash
@@ -38,30 +52,31 @@ const exitCrash = exitcode.Crash
 // than a prompt shutdown.
 const commitTimeout = 10 * time.Second
 
-// executor runs tool calls concurrently, separate from HTTP handling
-// (docs/design.md, "Leases and dead-owner recovery"): at most limit's
-// capacity at once, a goroutine per running call (plus its heartbeat), and
-// a single scheduler goroutine that claims for all of them, so an idle
-// server costs one goroutine and one tick, whatever --workers says.
-type executor struct {
+// Executor runs tool calls: at most Config.Workers at once, a goroutine per
+// running call (plus its heartbeat), and a single scheduler goroutine that
+// claims for all of them, so an idle executor costs one goroutine and one
+// tick, whatever Workers says. Create it with New.
+type Executor struct {
 	st      store.Store
-	running *runningCalls // tools running here, for cancel (cancel.go)
-	tools   tools.Runner  // the registry (Config.Tools): runs a tool of any kind
+	running *runningCalls // tools running here, for Cancel
+	tools   tools.Runner  // the registry (Deps.Tools): runs a tool of any kind
 	// maxResult is Config.MaxResultBytes (result.go).
 	maxResult int
-	owner     string  // this server's claims, shared by all its runs (see ownerID)
+	owner     string  // this executor's claims, shared by all its runs (see ownerID)
 	self      ownerID // this process, for dead-owner recovery
 	// deadOwners: this process's identity is complete and /proc shows
 	// every process (procFS.livenessCertain), so a missing pid means a
-	// dead owner. Off, only lease expiry recovers.
-	deadOwners bool
-	proc       procFS
-	limit      limiter
-	lease      time.Duration
-	interval   time.Duration
-	chaos      bool
-	exit       func(code int)
-	queue      *queueGauge // the pending count, refreshed by the scheduler
+	// dead owner. Off, only lease expiry recovers; whyNoDeadOwners says why.
+	deadOwners      bool
+	whyNoDeadOwners string
+	proc            procFS
+	limit           limiter
+	lease           time.Duration
+	interval        time.Duration
+	grace           time.Duration
+	chaos           bool
+	exit            func(code int)
+	queue           *queueGauge // the pending count, refreshed by the scheduler
 	// beforeCommit, if set, runs after the tool and before its completion
 	// commits (tests: pause a worker past its lease).
 	beforeCommit func(ctx context.Context, c store.Call)
@@ -76,6 +91,7 @@ type executor struct {
 
 	wake chan struct{} // capacity 1: coalesces wake-ups
 
+	started    atomic.Bool
 	workCtx    context.Context // cancelled when the shutdown grace runs out
 	cancelWork context.CancelFunc
 	stopSched  context.CancelFunc
@@ -93,16 +109,26 @@ type executor struct {
 
 // Wake asks the scheduler to claim now rather than at its next tick. It never
 // blocks; wake-ups coalesce.
-func (e *executor) Wake() {
+func (e *Executor) Wake() {
 	select {
 	case e.wake <- struct{}{}:
 	default:
 	}
 }
 
-// start launches the scheduler. It stops claiming when ctx is done; runs
-// keep going until shutdown.
-func (e *executor) start(ctx context.Context) {
+// Start launches the scheduler. It stops claiming when ctx is done; runs
+// keep going until Shutdown. An Executor starts once.
+func (e *Executor) Start(ctx context.Context) error {
+	if !e.started.CompareAndSwap(false, true) {
+		return errors.New("executor: already started")
+	}
+	if e.deadOwners {
+		e.log.Info("dead-owner recovery on: calls of crashed processes on this host are released at once",
+			"dead_owner_recovery", true)
+	} else {
+		e.log.Warn("dead-owner recovery off: calls of crashed servers wait for their lease to expire",
+			"dead_owner_recovery", false, logkey.Reason, e.whyNoDeadOwners)
+	}
 	e.wake = make(chan struct{}, 1)
 	e.schedDone = make(chan struct{})
 	e.stopped = make(chan struct{})
@@ -114,22 +140,27 @@ func (e *executor) start(ctx context.Context) {
 	var schedCtx context.Context
 	schedCtx, e.stopSched = context.WithCancel(ctx)
 	go e.schedule(schedCtx)
+	return nil
 }
 
-// shutdown stops claiming, lets in-flight tools finish within grace (or
-// until ctx is done), then cancels the rest, whose calls are released so
-// another instance or the next start runs them again at once. Later calls
-// wait for the first one to finish and return its result.
-func (e *executor) shutdown(ctx context.Context, grace time.Duration) error {
+// Shutdown stops claiming, lets in-flight tools finish within
+// Config.ShutdownGrace (or until ctx is done), then cancels the rest, whose
+// calls are released so another instance or the next start runs them again
+// at once. Later calls wait for the first one to finish and return its
+// result. Safe to call on an executor that never started.
+func (e *Executor) Shutdown(ctx context.Context) error {
+	if !e.started.Load() {
+		return nil
+	}
 	e.stopOnce.Do(func() {
-		e.stopErr = e.stop(ctx, grace)
+		e.stopErr = e.stop(ctx, e.grace)
 		close(e.stopped)
 	})
 	<-e.stopped
 	return e.stopErr
 }
 
-func (e *executor) stop(ctx context.Context, grace time.Duration) error {
+func (e *Executor) stop(ctx context.Context, grace time.Duration) error {
 	e.stopSched()
 	<-e.schedDone // no new run starts after this
 

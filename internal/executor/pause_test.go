@@ -1,8 +1,7 @@
-package server
+package executor
 
 import (
 	"context"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +18,7 @@ import (
 // commit is fenced. One call, one effect, fenced in the audit and counted
 // by A.
 func TestChaosPauseBeforeCommitFencedAfterTakeover(t *testing.T) {
-	a := setup(t, func(c *Config) {
+	a := setup(t, func(c *testConfig) {
 		c.Chaos = true
 		// One worker, busy with the paused attempt: A can recover the
 		// expired lease but cannot claim the call again itself, so the
@@ -27,7 +26,7 @@ func TestChaosPauseBeforeCommitFencedAfterTakeover(t *testing.T) {
 		c.Workers = 1
 		c.Lease = MinLease
 	})
-	c := a.post("k-pause", `{"tool":"charge","args":{"amount":42,"_pause_before_commit":3}}`).call(t)
+	c := a.submit("k-pause", `{"tool":"charge","args":{"amount":42,"_pause_before_commit":3}}`)
 	eventually(t, "A claims the call", func() bool {
 		got, err := a.st.GetAny(context.Background(), c.CallID)
 		return err == nil && got.Status != store.StatusPending
@@ -36,16 +35,16 @@ func TestChaosPauseBeforeCommitFencedAfterTakeover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if first.Status != store.StatusRunning || first.Attempt != 1 || first.Owner == nil || *first.Owner != a.srv.Owner() {
+	if first.Status != store.StatusRunning || first.Attempt != 1 || first.Owner == nil || *first.Owner != a.ex.Owner() {
 		t.Fatalf("before the takeover: status %s attempt %d owner %v, want running at attempt 1 under A (%s)",
-			first.Status, first.Attempt, ownerOf(first), a.srv.Owner())
+			first.Status, first.Attempt, ownerOf(first), a.ex.Owner())
 	}
 
 	// Server B: same database, another owner, chaos on as well (the pause
 	// must not fire again on attempt 2), a normal lease.
-	b := setupOn(t, a.dbPath, func(c *Config) { c.Chaos = true })
-	if a.srv.Owner() == b.srv.Owner() {
-		t.Fatalf("two servers share owner %s", a.srv.Owner())
+	b := setupOn(t, a.dbPath, func(c *testConfig) { c.Chaos = true })
+	if a.ex.Owner() == b.ex.Owner() {
+		t.Fatalf("two servers share owner %s", a.ex.Owner())
 	}
 	done := b.waitFinal(c.CallID)
 	if done.Status != "succeeded" || done.Attempt != 2 {
@@ -92,10 +91,10 @@ func TestChaosPauseBeforeCommitFencedAfterTakeover(t *testing.T) {
 	if got := strings.Join(story, ","); got != strings.Join(want, ",") && got != strings.Join(direct, ",") {
 		t.Fatalf("audit %v, want %v (or without the recover row)", story, want)
 	}
-	if claims[0].Detail != a.srv.Owner() || claims[1].Detail != b.srv.Owner() {
-		t.Fatalf("claims by %q then %q, want A (%s) then B (%s)", claims[0].Detail, claims[1].Detail, a.srv.Owner(), b.srv.Owner())
+	if claims[0].Detail != a.ex.Owner() || claims[1].Detail != b.ex.Owner() {
+		t.Fatalf("claims by %q then %q, want A (%s) then B (%s)", claims[0].Detail, claims[1].Detail, a.ex.Owner(), b.ex.Owner())
 	}
-	if !strings.Contains(fenced.Detail, a.srv.Owner()+" attempt 1 refused") {
+	if !strings.Contains(fenced.Detail, a.ex.Owner()+" attempt 1 refused") {
 		t.Fatalf("fenced detail %q does not name A's attempt 1", fenced.Detail)
 	}
 
@@ -117,17 +116,17 @@ func TestChaosPauseBeforeCommitFencedAfterTakeover(t *testing.T) {
 // outcome is committed (the lease is still ours), instead of the stop
 // waiting out the whole pause.
 func TestChaosPauseBeforeCommitEndsAtShutdownGrace(t *testing.T) {
-	b := setup(t, func(c *Config) {
+	b := setup(t, func(c *testConfig) {
 		c.Chaos = true
 		c.ShutdownGrace = 100 * time.Millisecond
 	})
-	c := b.post("k-pause-stop", `{"tool":"charge","args":{"amount":7,"_pause_before_commit":10}}`).call(t)
+	c := b.submit("k-pause-stop", `{"tool":"charge","args":{"amount":7,"_pause_before_commit":10}}`)
 	eventually(t, "the call runs", func() bool {
 		got, err := b.st.GetAny(context.Background(), c.CallID)
 		return err == nil && got.Status == store.StatusRunning
 	})
 	stopped := make(chan error, 1)
-	go func() { stopped <- b.srv.Shutdown(context.Background()) }()
+	go func() { stopped <- b.ex.Shutdown(context.Background()) }()
 	select {
 	case <-stopped: // an error is expected: the grace ran out with the call in hand
 	case <-time.After(5 * time.Second): // a hang guard, half the pause, not a timing assertion
@@ -142,23 +141,6 @@ func TestChaosPauseBeforeCommitEndsAtShutdownGrace(t *testing.T) {
 	}
 	if s := b.stats(); s.Calls != 1 || s.Effects != 1 {
 		t.Fatalf("calls=%d effects=%d, want 1 and 1", s.Calls, s.Effects)
-	}
-}
-
-// TestPauseBeforeCommitNeedsChaos: without --chaos the pause argument is
-// refused like any "_" argument, and nothing is stored.
-func TestPauseBeforeCommitNeedsChaos(t *testing.T) {
-	b := setup(t)
-	r := b.post("k-pause-nochaos", `{"tool":"charge","args":{"amount":1,"_pause_before_commit":3}}`)
-	if r.status != http.StatusBadRequest || r.errCode(t) != "bad_request" {
-		t.Fatalf("got %d %s, want 400 bad_request", r.status, r.body)
-	}
-	if s := b.stats(); s.Calls != 0 {
-		t.Fatalf("calls=%d after a refused request, want 0", s.Calls)
-	}
-	c := setup(t, func(c *Config) { c.Chaos = true })
-	if r := c.post("k-pause-zero", `{"tool":"charge","args":{"amount":1,"_pause_before_commit":0}}`); r.status != http.StatusBadRequest {
-		t.Fatalf("pause 0 with chaos: got %d %s, want 400", r.status, r.body)
 	}
 }
 

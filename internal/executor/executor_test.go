@@ -1,11 +1,9 @@
-package server
+package executor
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,8 +14,6 @@ import (
 
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/sqlite"
-	"github.com/idemctl/idemctl/internal/toolreg"
-	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // TestLeaseTakeoverFencesStaleWorker: a worker paused past its lease (a GC
@@ -28,7 +24,7 @@ func TestLeaseTakeoverFencesStaleWorker(t *testing.T) {
 	paused := make(chan store.Call, 1)
 	resume := make(chan struct{})
 	var once sync.Once
-	a := setup(t, func(c *Config) {
+	a := setup(t, func(c *testConfig) {
 		c.Workers = 1
 		c.Lease = MinLease
 		c.beforeCommit = func(_ context.Context, call store.Call) {
@@ -38,7 +34,7 @@ func TestLeaseTakeoverFencesStaleWorker(t *testing.T) {
 			})
 		}
 	})
-	c := a.post("k-takeover", `{"tool":"charge","args":{"amount":42}}`).call(t)
+	c := a.submit("k-takeover", `{"tool":"charge","args":{"amount":42}}`)
 	var stale store.Call
 	select {
 	case stale = <-paused:
@@ -48,8 +44,8 @@ func TestLeaseTakeoverFencesStaleWorker(t *testing.T) {
 
 	// Server B: same database, another owner, a normal lease.
 	b := setupOn(t, a.dbPath)
-	if a.srv.Owner() == b.srv.Owner() {
-		t.Fatalf("two servers share owner %s", a.srv.Owner())
+	if a.ex.Owner() == b.ex.Owner() {
+		t.Fatalf("two servers share owner %s", a.ex.Owner())
 	}
 	done := b.waitFinal(c.CallID)
 	if done.Status != "succeeded" || done.Attempt != 2 {
@@ -85,9 +81,9 @@ func TestDeadOwnerRecoveredWithoutWaitingForLease(t *testing.T) {
 	dead := fmt.Sprintf("%s:%d:1/1", host, 1<<30)
 	db := filepath.Join(t.TempDir(), "idem.db")
 	id := claimWithOwner(t, db, "k-dead-owner", dead, time.Hour)
-	b := setupOn(t, db, func(c *Config) { c.Workers = 1 })
-	if !b.srv.exec.deadOwners {
-		t.Skipf("dead-owner recovery is off on this machine: %s", b.srv.whyNoDeadOwners)
+	b := setupOn(t, db, func(c *testConfig) { c.Workers = 1 })
+	if !b.ex.deadOwners {
+		t.Skipf("dead-owner recovery is off on this machine: %s", b.ex.whyNoDeadOwners)
 	}
 	done := b.waitFinal(id)
 	if done.Status != "succeeded" || done.Attempt != 2 {
@@ -137,14 +133,14 @@ func TestHiddenOwnerNotReleased(t *testing.T) {
 			db := filepath.Join(t.TempDir(), "idem.db")
 			id := claimWithOwner(t, db, "k-hidden-owner", owner, time.Hour)
 			var logs syncBuffer
-			b := setupOn(t, db, func(c *Config) {
+			b := setupOn(t, db, func(c *testConfig) {
 				c.Workers = 1
 				c.InstanceHost = "node-a"
 				c.proc = &proc
 				c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 			})
 			if !tc.released {
-				b.srv.exec.releaseDeadOwners(ctx) // one pass, synchronously
+				b.ex.releaseDeadOwners(ctx) // one pass, synchronously
 				c, err := b.st.GetAny(ctx, id)
 				if err != nil {
 					t.Fatal(err)
@@ -205,12 +201,12 @@ func TestLiveAndForeignOwnersUntouched(t *testing.T) {
 	for key, owner := range owners {
 		ids[key] = claimWithOwner(t, db, key, owner, time.Hour)
 	}
-	b := setupOn(t, db, func(c *Config) { c.Workers = 1 })
-	if !b.srv.exec.deadOwners {
+	b := setupOn(t, db, func(c *testConfig) { c.Workers = 1 })
+	if !b.ex.deadOwners {
 		// Nothing would be judged at all: the test could not fail.
-		t.Skipf("dead-owner recovery is off on this machine: %s", b.srv.whyNoDeadOwners)
+		t.Skipf("dead-owner recovery is off on this machine: %s", b.ex.whyNoDeadOwners)
 	}
-	b.srv.exec.releaseDeadOwners(ctx) // one more pass, synchronously
+	b.ex.releaseDeadOwners(ctx) // one more pass, synchronously
 	for key, id := range ids {
 		c, err := b.st.GetAny(ctx, id)
 		if err != nil {
@@ -233,14 +229,7 @@ func claimWithOwner(t *testing.T, path, key, owner string, lease time.Duration) 
 		t.Fatal(err)
 	}
 	defer st.Close()
-	req, aerr := parseCreate([]byte(`{"tool":"charge","args":{"amount":1}}`), false, toolreg.Builtins())
-	if aerr != nil {
-		t.Fatal(aerr)
-	}
-	id, _ := newCallID()
-	if _, _, err := st.CreateOrGet(ctx, req.newCall(id, store.DefaultPrincipal, key)); err != nil {
-		t.Fatal(err)
-	}
+	id := submitTo(t, st, nil, key, `{"tool":"charge","args":{"amount":1}}`).CallID
 	claimed, err := st.ClaimNext(ctx, owner, lease, 1)
 	if err != nil || len(claimed) != 1 || claimed[0].CallID != id {
 		t.Fatalf("claim for %s: %v %v", owner, claimed, err)
@@ -251,8 +240,8 @@ func claimWithOwner(t *testing.T, path, key, owner string, lease time.Duration) 
 // TestChaosCrashBeforeCommit: with chaos, the process "exits" after the
 // tool ran and before its commit; nothing is committed, no effect.
 func TestChaosCrashBeforeCommit(t *testing.T) {
-	b := setup(t, func(c *Config) { c.Chaos = true })
-	c := b.post("k-crash-before", `{"tool":"charge","args":{"amount":3,"_crash_before_commit":true}}`).call(t)
+	b := setup(t, func(c *testConfig) { c.Chaos = true })
+	c := b.submit("k-crash-before", `{"tool":"charge","args":{"amount":3,"_crash_before_commit":true}}`)
 	select {
 	case code := <-b.exits:
 		if code != exitCrash {
@@ -273,91 +262,16 @@ func TestChaosCrashBeforeCommit(t *testing.T) {
 	}
 }
 
-func TestChaosRefusedOffLoopback(t *testing.T) {
-	b := setup(t)
-	for _, addr := range []string{"0.0.0.0:8081", ":8081", "10.1.2.3:80", "[::]:80", "example.com:80", "nonsense"} {
-		if _, err := New(Config{Addr: addr, Chaos: true}, b.st); err == nil {
-			t.Errorf("chaos on %q accepted", addr)
-		}
-		if addr != "nonsense" {
-			if _, err := New(Config{Addr: addr, InsecureNoAuth: true}, b.st); err != nil {
-				t.Errorf("non-chaos on %q refused: %v", addr, err)
-			}
-		}
-	}
-	for _, addr := range []string{"127.0.0.1:0", "127.9.9.9:80", "[::1]:80", "localhost:8081", "LOCALHOST:1"} {
-		if _, err := New(Config{Addr: addr, Chaos: true}, b.st); err != nil {
-			t.Errorf("chaos on %q refused: %v", addr, err)
-		}
-	}
-}
-
-func TestNewValidates(t *testing.T) {
-	b := setup(t)
-	for _, cfg := range []Config{{Workers: -1}, {Lease: -time.Second}, {Lease: MinLease - time.Millisecond},
-		{MaxWait: -1}, {MaxConcurrentBodies: -1}, {MaxHeldWaits: -1}} {
-		if _, err := New(cfg, b.st); err == nil {
-			t.Errorf("%+v accepted", cfg)
-		}
-	}
-	// The shortest lease is accepted; the defaults are the documented ones.
-	srv, err := New(Config{Lease: MinLease}, b.st)
-	if err != nil {
-		t.Fatalf("lease %s refused: %v", MinLease, err)
-	}
-	if srv.cfg.Workers != 256 || srv.cfg.MaxPending != 100_000 {
-		t.Errorf("defaults: workers %d max pending %d, want 256 and 100000", srv.cfg.Workers, srv.cfg.MaxPending)
-	}
-	if _, err := New(Config{}, nil); err == nil {
-		t.Error("nil store accepted")
-	}
-}
-
-func TestMetricsMove(t *testing.T) {
-	b := setup(t)
-	c1 := b.post("k-m1", `{"tool":"charge","args":{"amount":1}}`).call(t)
-	c2 := b.post("k-m2", `{"tool":"fail","args":{"retryable":false}}`).call(t)
-	b.waitFinal(c1.CallID)
-	b.waitFinal(c2.CallID)
-	b.post("k-m1", `{"tool":"charge","args":{"amount":1}}`) // replay
-	b.post("k-m1", `{"tool":"charge","args":{"amount":2}}`) // conflict
-	b.post("", `{}`)                                        // 400
-
-	want := map[string]float64{
-		`idemctl_calls_total{outcome="created"}`:                                       2,
-		`idemctl_calls_total{outcome="replayed"}`:                                      1,
-		`idemctl_calls_total{outcome="conflict"}`:                                      1,
-		`idemctl_executions_total{outcome="succeeded",tool="charge"}`:                  1,
-		`idemctl_executions_total{outcome="failed",tool="fail"}`:                       1,
-		`idemctl_execution_attempt_count`:                                              2,
-		`idemctl_execution_duration_seconds_count{tool="charge"}`:                      1,
-		`idemctl_http_requests_total{code="202",route="POST /v1/tool-calls"}`:          2,
-		`idemctl_http_requests_total{code="409",route="POST /v1/tool-calls"}`:          1,
-		`idemctl_http_requests_total{code="400",route="POST /v1/tool-calls"}`:          1,
-		`idemctl_http_requests_total{code="200",route="GET /v1/tool-calls/{call_id}"}`: -1, // any positive
-		`idemctl_queue_depth`:                              0,
-		`idemctl_workers_busy`:                             0,
-		`idemctl_fenced_commits_total`:                     0,
-		`idemctl_lease_recoveries_total{reason="expired"}`: 0,
-	}
-	for series, v := range want {
-		got := b.metricValue(series)
-		if (v < 0 && got <= 0) || (v >= 0 && got != v) {
-			t.Errorf("%s = %v, want %v", series, got, v)
-		}
-	}
-}
-
 // TestGracefulShutdownFinishesRunningTools: a stop waits for running tools
 // within the grace period; they complete normally.
 func TestGracefulShutdownFinishesRunningTools(t *testing.T) {
 	b := setup(t)
-	c := b.post("k-graceful", `{"tool":"sleep","args":{"seconds":0.3}}`).call(t)
+	c := b.submit("k-graceful", `{"tool":"sleep","args":{"seconds":0.3}}`)
 	eventually(t, "the call runs", func() bool {
 		got, _ := b.st.GetAny(context.Background(), c.CallID)
 		return got.Status == store.StatusRunning
 	})
-	if err := b.srv.Shutdown(context.Background()); err != nil {
+	if err := b.ex.Shutdown(context.Background()); err != nil {
 		t.Fatalf("Shutdown: %v", err)
 	}
 	got, _ := b.st.GetAny(context.Background(), c.CallID)
@@ -369,13 +283,13 @@ func TestGracefulShutdownFinishesRunningTools(t *testing.T) {
 // TestShutdownGraceAbandonsAndReleases: a tool still running when the grace
 // ends is cancelled and its call released, not left under a lease.
 func TestShutdownGraceAbandonsAndReleases(t *testing.T) {
-	b := setup(t, func(c *Config) { c.ShutdownGrace = 100 * time.Millisecond })
-	c := b.post("k-abandon", `{"tool":"sleep","args":{"seconds":10}}`).call(t)
+	b := setup(t, func(c *testConfig) { c.ShutdownGrace = 100 * time.Millisecond })
+	c := b.submit("k-abandon", `{"tool":"sleep","args":{"seconds":10}}`)
 	eventually(t, "the call runs", func() bool {
 		got, _ := b.st.GetAny(context.Background(), c.CallID)
 		return got.Status == store.StatusRunning
 	})
-	if err := b.srv.Shutdown(context.Background()); err == nil {
+	if err := b.ex.Shutdown(context.Background()); err == nil {
 		t.Fatal("Shutdown reported a clean stop with a tool abandoned")
 	}
 	got, _ := b.st.GetAny(context.Background(), c.CallID)
@@ -384,39 +298,5 @@ func TestShutdownGraceAbandonsAndReleases(t *testing.T) {
 	}
 	if ev := b.events(c.CallID); ev[len(ev)-1] != store.EventRecover {
 		t.Fatalf("audit %v, want a final recover", ev)
-	}
-}
-
-// TestRunServesAndStops: Run on a real listener answers, and returns nil
-// after ctx is cancelled.
-func TestRunServesAndStops(t *testing.T) {
-	b := setup(t)
-	srv, err := New(Config{Logger: testLogger(t)}, b.st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := netListen(t)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Run(ctx, ln) }()
-	base := "http://" + ln.Addr().String()
-	r := doURL(t, base, http.MethodPost, "/v1/tool-calls", []byte(`{"tool":"charge","args":{"amount":8}}`),
-		map[string]string{"Idempotency-Key": "k-run", "Prefer": "wait=10"})
-	var c wire.Call
-	_ = json.Unmarshal(r.body, &c)
-	if r.status != http.StatusOK || c.Status != "succeeded" {
-		t.Fatalf("POST via Run: %d %s", r.status, r.body)
-	}
-	cancel()
-	select {
-	case err := <-errc:
-		if err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-	case <-time.After(waitDeadline):
-		t.Fatal("Run did not return after cancel")
 	}
 }
