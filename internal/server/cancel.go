@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
-	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/tool"
 )
 
 // codeCanceled is the error code of a call stopped by a cancel request;
@@ -21,7 +21,7 @@ const (
 
 // canceledError is the error stored on a canceled call. Not retryable: a
 // same-key request returns the canceled call, it does not run it again.
-var canceledError = &tools.ToolError{Code: codeCanceled, Message: "canceled by request", Retryable: false}
+var canceledError = &tool.ToolError{Code: codeCanceled, Message: "canceled by request", Retryable: false}
 
 // errCanceledByRequest is the cause of a tool context cancelled by a
 // cancel request (not by shutdown).

@@ -10,7 +10,8 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
-	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/tool"
+	"github.com/idemctl/idemctl/internal/tool/builtin"
 )
 
 // withPolicy sets Config.Policies: p for tool, the default for the others.
@@ -65,7 +66,7 @@ func retryGaps(t *testing.T, st store.Store, callID string) []retryGap {
 // each delay within the jittered exponential backoff.
 func TestServerSideRetry(t *testing.T) {
 	p := ToolPolicy{MaxAttempts: 3, InitialBackoff: 200 * time.Millisecond, MaxBackoff: time.Second}
-	b := setup(t, withPolicy(tools.Fail, p))
+	b := setup(t, withPolicy(builtin.Fail, p))
 	c := b.post("k-retry", `{"tool":"fail","args":{"times":2,"retryable":true}}`).call(t)
 	done := b.waitFinal(c.CallID)
 	if done.Status != store.StatusSucceeded || done.Attempt != 3 {
@@ -91,13 +92,13 @@ func TestServerSideRetry(t *testing.T) {
 // the error as the tool reported it (retryable stays true), so a same-key
 // request still resets it.
 func TestServerSideRetryExhausted(t *testing.T) {
-	b := setup(t, withPolicy(tools.Fail, ToolPolicy{MaxAttempts: 3, InitialBackoff: time.Millisecond}))
+	b := setup(t, withPolicy(builtin.Fail, ToolPolicy{MaxAttempts: 3, InitialBackoff: time.Millisecond}))
 	c := b.post("k-exhausted", `{"tool":"fail","args":{"retryable":true}}`).call(t)
 	done := b.waitFinal(c.CallID)
 	if done.Status != store.StatusFailed || done.Attempt != 3 {
 		t.Fatalf("call = %+v, want failed at attempt 3", done)
 	}
-	var e tools.ToolError
+	var e tool.ToolError
 	if err := json.Unmarshal(done.Error, &e); err != nil || !e.Retryable {
 		t.Fatalf("error %s: want retryable true", done.Error)
 	}
@@ -128,7 +129,7 @@ func TestNoServerSideRetryByDefault(t *testing.T) {
 // time the call is pending: Prefer: wait runs out without a final answer
 // (a same-key replay gets 202 with Retry-After), and GET shows it pending.
 func TestRetryingCallIsNotFinal(t *testing.T) {
-	b := setup(t, withPolicy(tools.Fail, ToolPolicy{MaxAttempts: 2, InitialBackoff: time.Hour}))
+	b := setup(t, withPolicy(builtin.Fail, ToolPolicy{MaxAttempts: 2, InitialBackoff: time.Hour}))
 	c := b.post("k-waiting", `{"tool":"fail","args":{"times":1,"retryable":true}}`).call(t)
 	eventually(t, "the retry is scheduled", func() bool {
 		return contains(b.events(c.CallID), store.EventRetryScheduled)
@@ -158,14 +159,14 @@ func TestRetryingCallIsNotFinal(t *testing.T) {
 // lengthens the delay beyond the computed backoff and its cap.
 func TestRetryAfterHonoured(t *testing.T) {
 	var runs atomic.Int64
-	b := setup(t, withPolicy(tools.Sleep, ToolPolicy{MaxAttempts: 2, InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond}),
+	b := setup(t, withPolicy(builtin.Sleep, ToolPolicy{MaxAttempts: 2, InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond}),
 		func(c *Config) {
-			c.runTool = func(ctx context.Context, inv tools.Invocation) (tools.Outcome, error) {
+			c.runTool = func(ctx context.Context, inv tool.Invocation) (tool.Outcome, error) {
 				if runs.Add(1) == 1 {
-					return tools.Outcome{Err: &tools.ToolError{Code: "downstream_error", Message: "429",
+					return tool.Outcome{Err: &tool.ToolError{Code: "downstream_error", Message: "429",
 						Retryable: true, RetryAfter: 300 * time.Millisecond}}, nil
 				}
-				return tools.Run(ctx, inv)
+				return builtin.Run(ctx, inv)
 			}
 		})
 	c := b.post("k-retry-after", `{"tool":"sleep","args":{"seconds":0}}`).call(t)

@@ -42,8 +42,8 @@ import (
 
 	"github.com/idemctl/idemctl/internal/mcpdoor"
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/tool"
 	"github.com/idemctl/idemctl/internal/toolreg"
-	"github.com/idemctl/idemctl/internal/tools"
 )
 
 // Defaults of Config's zero values.
@@ -172,7 +172,7 @@ type Config struct {
 	// Policies gives each tool's ToolPolicy (policy.go): server-side
 	// retries and a per-tool concurrency cap. Nil means DefaultToolPolicy
 	// for every tool. It is asked often (on every claim, for each tool
-	// of tools.Names(), and on every retryable failure), so it must be
+	// of builtin.Names(), and on every retryable failure), so it must be
 	// cheap and safe for concurrent use.
 	Policies func(tool string) ToolPolicy
 	// Exit ends the process for a chaos crash; nil means os.Exit. Tests
@@ -184,9 +184,9 @@ type Config struct {
 	beforeCommit func(ctx context.Context, c store.Call)
 	// proc overrides where process liveness is read (tests).
 	proc *procFS
-	// runTool, if set, replaces tools.Run (tests: a tool that counts its
+	// runTool, if set, replaces builtin.Run (tests: a tool that counts its
 	// concurrent executions, or fails on demand).
-	runTool func(ctx context.Context, inv tools.Invocation) (tools.Outcome, error)
+	runTool func(ctx context.Context, inv tool.Invocation) (tool.Outcome, error)
 }
 
 // Server is the HTTP service plus its executor. Create it with New.

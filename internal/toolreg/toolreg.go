@@ -5,7 +5,7 @@
 // (serve --tools) adds http tools and may tune the built-ins' policy.
 //
 // The registry checks a call's arguments at accept time (Validate) and runs
-// an attempt of any registered tool (Run, a tools.Runner), so neither the
+// an attempt of any registered tool (Run, a tool.Runner), so neither the
 // handlers nor the executor need to know a tool's kind.
 package toolreg
 
@@ -27,7 +27,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/idemctl/idemctl/internal/httptool"
-	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/tool"
+	"github.com/idemctl/idemctl/internal/tool/builtin"
 )
 
 // Tool kinds.
@@ -107,7 +108,7 @@ type Tool struct {
 
 	schemaJSON json.RawMessage
 	schema     *jsonschema.Schema
-	runner     tools.Runner
+	runner     tool.Runner
 }
 
 // Schema returns the JSON Schema of the tool's args.
@@ -200,25 +201,25 @@ func (r *Registry) MarshalJSON() ([]byte, error) {
 }
 
 // Validate checks a call's tool and (normalized) args at accept time. An
-// unknown tool wraps tools.ErrUnknownTool; bad args wrap tools.ErrInvalidArgs
+// unknown tool wraps tool.ErrUnknownTool; bad args wrap tool.ErrInvalidArgs
 // with a message naming the failing place. Built-in tools are checked by
-// tools.Validate, exactly as without a registry; other tools by the chaos
-// rules of tools.ValidateChaos, then by their schema, the "_" arguments
+// builtin.Validate, exactly as without a registry; other tools by the chaos
+// rules of tool.ValidateChaos, then by their schema, the "_" arguments
 // left out (they are idemctl's, not the tool's).
-func (r *Registry) Validate(tool string, args map[string]any, chaos bool) error {
-	t, ok := r.tools[tool]
+func (r *Registry) Validate(name string, args map[string]any, chaos bool) error {
+	t, ok := r.tools[name]
 	if !ok {
-		return fmt.Errorf("%w %q (known tools: %s)", tools.ErrUnknownTool, tool, strings.Join(r.names, ", "))
+		return fmt.Errorf("%w %q (known tools: %s)", tool.ErrUnknownTool, name, strings.Join(r.names, ", "))
 	}
 	if t.Kind == KindBuiltin {
-		return tools.Validate(tool, args, chaos)
+		return builtin.Validate(name, args, chaos)
 	}
-	if err := tools.ValidateChaos(tool, args, chaos); err != nil {
+	if err := tool.ValidateChaos(name, args, chaos); err != nil {
 		return err
 	}
 	clean := make(map[string]any, len(args))
 	for k, v := range args {
-		if !tools.IsChaosArg(k) {
+		if !tool.IsChaosArg(k) {
 			clean[k] = v
 		}
 	}
@@ -228,10 +229,10 @@ func (r *Registry) Validate(tool string, args map[string]any, chaos bool) error 
 	}
 	var verr *jsonschema.ValidationError
 	if !errors.As(err, &verr) {
-		return fmt.Errorf("%w: %s: %v", tools.ErrInvalidArgs, tool, err)
+		return fmt.Errorf("%w: %s: %v", tool.ErrInvalidArgs, name, err)
 	}
 	path, msg := firstLeaf(verr)
-	return fmt.Errorf("%w: %s: at %s: %s", tools.ErrInvalidArgs, tool, path, msg)
+	return fmt.Errorf("%w: %s: at %s: %s", tool.ErrInvalidArgs, name, path, msg)
 }
 
 // firstLeaf picks, of the validator's innermost errors, the one at the
@@ -301,11 +302,11 @@ func pointer(loc []string) string {
 }
 
 // Run runs one attempt of a validated call with the tool's runner: a
-// tools.Runner for every kind of tool.
-func (r *Registry) Run(ctx context.Context, inv tools.Invocation) (tools.Outcome, error) {
+// tool.Runner for every kind of tool.
+func (r *Registry) Run(ctx context.Context, inv tool.Invocation) (tool.Outcome, error) {
 	t, ok := r.tools[inv.Tool]
 	if !ok {
-		return tools.Outcome{}, fmt.Errorf("%w %q", tools.ErrUnknownTool, inv.Tool)
+		return tool.Outcome{}, fmt.Errorf("%w %q", tool.ErrUnknownTool, inv.Tool)
 	}
 	if t.Kind != KindBuiltin || t.Timeout <= 0 {
 		// An http tool bounds its own attempt (downstream_timeout).
@@ -318,7 +319,7 @@ func (r *Registry) Run(ctx context.Context, inv tools.Invocation) (tools.Outcome
 		// Our bound, not the caller's cancel (shutdown, lost lease,
 		// cancel request): an outcome to record, retryable like a
 		// downstream timeout.
-		return tools.Outcome{Err: &tools.ToolError{Code: ErrorCodeToolTimeout,
+		return tool.Outcome{Err: &tool.ToolError{Code: ErrorCodeToolTimeout,
 			Message: fmt.Sprintf("no result within the tool's timeout (%s)", t.Timeout), Retryable: true}}, nil
 	}
 	return out, err
@@ -338,7 +339,7 @@ func Builtins() *Registry { return builtins }
 
 func mustBuiltins() *Registry {
 	r := &Registry{tools: map[string]*Tool{}}
-	for _, name := range tools.Names() {
+	for _, name := range builtin.Names() {
 		t, err := newBuiltin(name)
 		if err != nil {
 			panic(err) // static data
@@ -357,7 +358,7 @@ func newBuiltin(name string) (*Tool, error) {
 	}
 	return &Tool{Name: name, Kind: KindBuiltin, Description: spec.description, Effect: spec.effect,
 		Retry:      Retry{MaxAttempts: DefaultMaxAttempts, InitialBackoff: DefaultInitialBackoff, MaxBackoff: DefaultMaxBackoff},
-		schemaJSON: raw, schema: sch, runner: tools.Builtin}, nil
+		schemaJSON: raw, schema: sch, runner: tool.RunnerFunc(builtin.Run)}, nil
 }
 
 // compileSchema compiles a JSON Schema document (draft 2020-12 unless it
@@ -510,8 +511,8 @@ func parseTool(i int, raw any, getenv func(string) (string, bool)) (*Tool, error
 
 	var t *Tool
 	if kind == KindBuiltin {
-		if !tools.Known(name) {
-			return nil, bad("name", "%q is not a built-in tool (built-ins: %s)", name, strings.Join(tools.Names(), ", "))
+		if !builtin.Known(name) {
+			return nil, bad("name", "%q is not a built-in tool (built-ins: %s)", name, strings.Join(builtin.Names(), ", "))
 		}
 		b, err := newBuiltin(name)
 		if err != nil {
@@ -519,7 +520,7 @@ func parseTool(i int, raw any, getenv func(string) (string, bool)) (*Tool, error
 		}
 		t = b
 	} else {
-		if tools.Known(name) {
+		if builtin.Known(name) {
 			return nil, bad("name", "%q is a built-in tool; declare it with kind: builtin", name)
 		}
 		t = &Tool{Name: name, Kind: KindHTTP, Effect: true, Timeout: DefaultHTTPTimeout,

@@ -15,7 +15,8 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/fingerprint"
-	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/tool"
+	"github.com/idemctl/idemctl/internal/tool/builtin"
 )
 
 func env(kv ...string) func(string) (string, bool) {
@@ -156,17 +157,17 @@ func TestSecretsNeverShown(t *testing.T) {
 	}))
 	defer ts.Close()
 	r := refundRegistry(t, ts.URL)
-	tool, _ := r.Lookup("create_refund")
+	rt, _ := r.Lookup("create_refund")
 
 	var logBuf bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&logBuf, nil))
-	log.Info("registry", "r", r, "tool", tool, "runner", tool.runner)
+	log.Info("registry", "r", r, "tool", rt, "runner", rt.runner)
 	js, err := json.Marshal(r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	shown := []string{fmt.Sprint(r), fmt.Sprintf("%+v %#v", r, r), fmt.Sprintf("%+v %#v %v", tool, tool, tool),
-		fmt.Sprintf("%+v %#v %v %+v %#v", tool.runner, tool.runner, *tool, *tool, *tool), string(js), logBuf.String()}
+	shown := []string{fmt.Sprint(r), fmt.Sprintf("%+v %#v", r, r), fmt.Sprintf("%+v %#v %v", rt, rt, rt),
+		fmt.Sprintf("%+v %#v %v %+v %#v", rt.runner, rt.runner, *rt, *rt, *rt), string(js), logBuf.String()}
 	for _, s := range shown {
 		if strings.Contains(s, secret) {
 			t.Fatalf("secret shown in %s", s)
@@ -178,7 +179,7 @@ func TestSecretsNeverShown(t *testing.T) {
 		t.Fatalf("header error %v", err)
 	}
 	// And on the wire it is there, expanded.
-	out, err := r.Run(context.Background(), tools.Invocation{CallID: "c_0000000000000001", Tool: "create_refund",
+	out, err := r.Run(context.Background(), tool.Invocation{CallID: "c_0000000000000001", Tool: "create_refund",
 		Args: args(t, `{"amount": 1}`), Attempt: 1})
 	if err != nil || out.Err != nil {
 		t.Fatalf("run: %v %+v", err, out.Err)
@@ -201,17 +202,17 @@ func TestValidateSchema(t *testing.T) {
 		{"create_refund", `{"amount": 5}`, false, nil, ""},
 		{"create_refund", `{"amount": 5, "note": "x"}`, false, nil, ""},
 		{"create_refund", `{"amount": 5.0}`, false, nil, ""},
-		{"create_refund", `{}`, false, tools.ErrInvalidArgs, "create_refund: at /args: missing property 'amount'"},
-		{"create_refund", `{"amount": "5"}`, false, tools.ErrInvalidArgs, "at /args/amount: got string, want integer"},
-		{"create_refund", `{"amount": 0}`, false, tools.ErrInvalidArgs, "at /args/amount: minimum"},
-		{"create_refund", `{"amount": 1.5}`, false, tools.ErrInvalidArgs, "at /args/amount:"},
-		{"create_refund", `{"amount": 1, "x": 1}`, false, tools.ErrInvalidArgs, "at /args: additional properties 'x' not allowed"},
-		{"create_refund", `{"amount": 1, "note": 3}`, false, tools.ErrInvalidArgs, "at /args/note: got number, want string"},
-		{"create_refund", `{"amount": 1, "_crash_before_commit": true}`, false, tools.ErrInvalidArgs, "reserved for chaos hooks"},
+		{"create_refund", `{}`, false, tool.ErrInvalidArgs, "create_refund: at /args: missing property 'amount'"},
+		{"create_refund", `{"amount": "5"}`, false, tool.ErrInvalidArgs, "at /args/amount: got string, want integer"},
+		{"create_refund", `{"amount": 0}`, false, tool.ErrInvalidArgs, "at /args/amount: minimum"},
+		{"create_refund", `{"amount": 1.5}`, false, tool.ErrInvalidArgs, "at /args/amount:"},
+		{"create_refund", `{"amount": 1, "x": 1}`, false, tool.ErrInvalidArgs, "at /args: additional properties 'x' not allowed"},
+		{"create_refund", `{"amount": 1, "note": 3}`, false, tool.ErrInvalidArgs, "at /args/note: got number, want string"},
+		{"create_refund", `{"amount": 1, "_crash_before_commit": true}`, false, tool.ErrInvalidArgs, "reserved for chaos hooks"},
 		{"create_refund", `{"amount": 1, "_crash_before_commit": true}`, true, nil, ""},
-		{"create_refund", `{"amount": 1, "_pause_before_commit": 0}`, true, tools.ErrInvalidArgs, "_pause_before_commit must be a number"},
-		{"refund", `{}`, false, tools.ErrUnknownTool, `unknown tool "refund" (known tools: charge, create_refund, fail, send_email, sleep)`},
-		{"charge", `{"amount": 0}`, false, tools.ErrInvalidArgs, "amount must be an integer from 1 to"},
+		{"create_refund", `{"amount": 1, "_pause_before_commit": 0}`, true, tool.ErrInvalidArgs, "_pause_before_commit must be a number"},
+		{"refund", `{}`, false, tool.ErrUnknownTool, `unknown tool "refund" (known tools: charge, create_refund, fail, send_email, sleep)`},
+		{"charge", `{"amount": 0}`, false, tool.ErrInvalidArgs, "amount must be an integer from 1 to"},
 	}
 	for _, c := range cases {
 		err := r.Validate(c.tool, args(t, c.args), c.chaos)
@@ -228,16 +229,16 @@ func TestValidateSchema(t *testing.T) {
 }
 
 // TestBuiltinsAsToday: without a file the built-ins validate exactly as
-// tools.Validate does, message for message.
+// builtin.Validate does, message for message.
 func TestBuiltinsAsToday(t *testing.T) {
 	r := Builtins()
-	if strings.Join(r.Names(), ",") != strings.Join(tools.Names(), ",") {
+	if strings.Join(r.Names(), ",") != strings.Join(builtin.Names(), ",") {
 		t.Fatalf("names %v", r.Names())
 	}
 	for _, c := range builtinCases {
 		for _, chaos := range []bool{false, true} {
 			a := args(t, c.args)
-			got, want := r.Validate(c.tool, a, chaos), tools.Validate(c.tool, a, chaos)
+			got, want := r.Validate(c.tool, a, chaos), builtin.Validate(c.tool, a, chaos)
 			if fmt.Sprint(got) != fmt.Sprint(want) {
 				t.Errorf("%s %s chaos=%v: registry %v, tools %v", c.tool, c.args, chaos, got, want)
 			}
@@ -260,7 +261,7 @@ var builtinCases = []struct{ tool, args string }{
 }
 
 // TestBuiltinSchemasAgree: the schema GET /v1/tools publishes for a
-// built-in accepts exactly what tools.Validate accepts (chaos args aside),
+// built-in accepts exactly what builtin.Validate accepts (chaos args aside),
 // except the one rule a schema cannot say: a send_email "to" of only
 // whitespace (the schema's pattern \S catches it, so that one agrees too).
 func TestBuiltinSchemasAgree(t *testing.T) {
@@ -272,9 +273,9 @@ func TestBuiltinSchemasAgree(t *testing.T) {
 			continue
 		}
 		schemaOK := tool.schema.Validate(a) == nil
-		validateOK := tools.Validate(c.tool, a, false) == nil
+		validateOK := builtin.Validate(c.tool, a, false) == nil
 		if schemaOK != validateOK {
-			t.Errorf("%s %s: schema accepts=%v, tools.Validate accepts=%v", c.tool, c.args, schemaOK, validateOK)
+			t.Errorf("%s %s: schema accepts=%v, builtin.Validate accepts=%v", c.tool, c.args, schemaOK, validateOK)
 		}
 	}
 	for _, blank := range []string{`{"to": " "}`, `{"to": "\t\n"}`} {
@@ -402,8 +403,8 @@ func TestBuiltinTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(ctx context.Context, seconds string) (tools.Outcome, error) {
-		return r.Run(ctx, tools.Invocation{CallID: "c_1", Tool: "sleep", Args: args(t, `{"seconds": `+seconds+`}`), Attempt: 1})
+	run := func(ctx context.Context, seconds string) (tool.Outcome, error) {
+		return r.Run(ctx, tool.Invocation{CallID: "c_1", Tool: "sleep", Args: args(t, `{"seconds": `+seconds+`}`), Attempt: 1})
 	}
 	out, err := run(context.Background(), "10")
 	if err != nil {
