@@ -2,7 +2,10 @@ package toolreg
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 
+	"github.com/idemctl/idemctl/internal/tool"
 	"github.com/idemctl/idemctl/internal/tool/builtin"
 )
 
@@ -43,4 +46,34 @@ var builtinSpecs = map[string]builtinSpec{
 			"properties": {"retryable": {"type": "boolean"}, "times": {"type": "integer", "minimum": 0},
 				"message": {"type": "string"}}}`,
 	},
+}
+
+var builtins = mustBuiltins()
+
+// Builtins returns the registry of the four built-in tools with their
+// default policy: what a server without a tools file runs.
+func Builtins() *Registry { return builtins }
+
+func mustBuiltins() *Registry {
+	r := &Registry{tools: map[string]*Tool{}}
+	for _, name := range builtin.Names() {
+		t, err := newBuiltin(name)
+		if err != nil {
+			panic(err) // static data
+		}
+		r.tools[name] = t
+	}
+	r.names = slices.Sorted(maps.Keys(r.tools))
+	return r
+}
+
+func newBuiltin(name string) (*Tool, error) {
+	spec := builtinSpecs[name]
+	sch, raw, err := compileSchema(name, []byte(spec.schema))
+	if err != nil {
+		return nil, fmt.Errorf("built-in %s: %w", name, err)
+	}
+	return &Tool{Name: name, Kind: KindBuiltin, Description: spec.description, Effect: spec.effect,
+		Retry:      Retry{MaxAttempts: defaultMaxAttempts, InitialBackoff: defaultInitialBackoff, MaxBackoff: defaultMaxBackoff},
+		schemaJSON: raw, schema: sch, runner: tool.RunnerFunc(builtin.Run)}, nil
 }

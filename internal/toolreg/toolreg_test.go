@@ -82,7 +82,7 @@ func TestParseFields(t *testing.T) {
 		t.Fatal(err)
 	}
 	d, _ := r2.Lookup("t")
-	if d.Timeout != DefaultHTTPTimeout || d.Retry.MaxAttempts != 1 || d.Effect || d.Concurrency != 0 ||
+	if d.Timeout != defaultHTTPTimeout || d.Retry.MaxAttempts != 1 || d.Effect || d.Concurrency != 0 ||
 		string(d.Schema()) != `{"type":"object"}` {
 		t.Fatalf("defaults %+v schema %s", d, d.Schema())
 	}
@@ -424,5 +424,44 @@ func TestBuiltinTimeout(t *testing.T) {
 	// Without a timeout a built-in is not bounded: the built-ins registry.
 	if tl, _ := Builtins().Lookup("sleep"); tl.Timeout != 0 {
 		t.Fatalf("built-in sleep has a default timeout %v, want none", tl.Timeout)
+	}
+}
+
+// TestParseShapes: the file is read as YAML reads it, into the typed
+// shapes, and refused field by field as the map it is: a key present with
+// a null value is a wrong value (not an absent key), a null list item is
+// refused under its own index (the items after it keep theirs), a merge key
+// (<<) brings its fields in, unknown ones included, and a mapping keyed by
+// numbers is not a mapping.
+func TestParseShapes(t *testing.T) {
+	const ok = `name: t, kind: http, url: "http://127.0.0.1:9/x"`
+	cases := []struct{ file, want string }{
+		{`tools: [{` + ok + `, timeout: ~}]`, `tools[0] (t): timeout: nothing is not a duration`},
+		{`tools: [{` + ok + `, description: ~}]`, `tools[0] (t): description: must be a string, got nothing`},
+		{`tools: [{` + ok + `, retry: ~}]`, `tools[0] (t): retry: must be a mapping with max_attempts, initial_backoff, max_backoff`},
+		{`tools: [{` + ok + `, retry: {max_backoff: ~}}]`, `tools[0] (t): retry.max_backoff: nothing is not a duration`},
+		{`tools: [{` + ok + `, schema: {properties: {a: {}}}, dedup: {args: [a], window: ~}}]`, `tools[0] (t): dedup.window: nothing is not a duration`},
+		{`tools: [{name: t, kind: http, url: ~}]`, `tools[0] (t): url: must be a string, got nothing`},
+		{`tools: [~, {` + ok + `, timeout: 0s}]`, "tools[0]: must be a mapping\ntools[1] (t): timeout: \"0s\" must be above 0"},
+		{`tools: [{1: a}]`, `tools[0]: must be a mapping`},
+		{"base: &b {timeout: 1s}\ntools: [{<<: *b, " + ok + "}]", `unknown key "base"`},
+		{`tools: [{<<: {bogus: 1}, ` + ok + `}]`, `tools[0] (t): bogus: unknown field`},
+		{`tools: [{<<: {url: "http://x/"}, name: charge, kind: builtin}]`, `tools[0] (charge): url: not allowed for a builtin tool`},
+		{`tools: [{` + ok + `, retry: {tries: 1, max_attempts: 0}}]`, `tools[0] (t): retry.max_attempts: must be an integer from 1 to 100, got 0`},
+		{`tools: [{` + ok + `, retry: {a: 1, max_attempts: 0}}]`, `tools[0] (t): retry.a: unknown field (allowed: max_attempts, initial_backoff, max_backoff)`},
+	}
+	for _, c := range cases {
+		_, err := Parse([]byte(c.file), env())
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s:\n got %v\nwant …%s…", c.file, err, c.want)
+		}
+	}
+	// A merge key brings a shared policy in, as YAML means it to.
+	r, err := Parse([]byte("tools:\n- &a {name: a, kind: http, url: \"http://127.0.0.1:9/a\", timeout: 3s, retry: {max_attempts: 4}}\n- {<<: *a, name: b}\n"), env())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := r.Lookup("b"); b.Timeout != 3*time.Second || b.Retry.MaxAttempts != 4 {
+		t.Fatalf("merged tool %+v", b)
 	}
 }
