@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemctl/idemctl/internal/failpoint"
 	"github.com/idemctl/idemctl/internal/mcpdoor"
+	"github.com/idemctl/idemctl/internal/netutil"
 	"github.com/idemctl/idemctl/internal/server"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/backend"
@@ -65,7 +66,7 @@ func (o *serveOptions) Validate() error {
 	if o.Addr == "" {
 		errs = append(errs, errors.New("--addr must not be empty"))
 	} else if o.Chaos {
-		if err := server.CheckLoopback(o.Addr); err != nil {
+		if err := netutil.CheckLoopback(o.Addr); err != nil {
 			errs = append(errs, fmt.Errorf("--chaos makes the process exit on request, so it is only allowed on a loopback address: %w", err))
 		}
 	}
@@ -73,7 +74,7 @@ func (o *serveOptions) Validate() error {
 		errs = append(errs, errors.New("--db must not be empty"))
 	}
 	if o.Addr != "" && o.AuthTokens == "" && !o.InsecureNoAuth {
-		if err := server.CheckLoopback(o.Addr); err != nil {
+		if err := netutil.CheckLoopback(o.Addr); err != nil {
 			errs = append(errs, fmt.Errorf("without --auth-tokens anyone who can reach the port can read and replay every call, so only a loopback address is allowed; give --auth-tokens FILE, or --insecure-no-auth: %w", err))
 		}
 	}
@@ -93,7 +94,7 @@ func (o *serveOptions) Validate() error {
 		errs = append(errs, fmt.Errorf("--max-pending must not be negative (0 = unlimited), got %d", o.MaxPending))
 	}
 	if o.Pprof != "" {
-		if err := server.CheckLoopback(o.Pprof); err != nil {
+		if err := netutil.CheckLoopback(o.Pprof); err != nil {
 			errs = append(errs, fmt.Errorf("--pprof serves the process's profiles, so it is only allowed on a loopback address: %w", err))
 		}
 	}
@@ -298,5 +299,5 @@ func (o *serveOptions) uiEnabled() bool {
 	if o.uiSet {
 		return o.UI
 	}
-	return o.AuthTokens != "" || server.CheckLoopback(o.Addr) == nil
+	return o.AuthTokens != "" || netutil.CheckLoopback(o.Addr) == nil
 }

@@ -33,7 +33,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,6 +40,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemctl/idemctl/internal/mcpdoor"
+	"github.com/idemctl/idemctl/internal/netutil"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/tool"
 	"github.com/idemctl/idemctl/internal/toolreg"
@@ -367,7 +367,7 @@ func (c *Config) fill() error {
 		errs = append(errs, fmt.Errorf("retention must not be negative (0 keeps calls forever), got %s", c.Retention))
 	}
 	if c.Auth == nil && !c.InsecureNoAuth {
-		if err := CheckLoopback(c.Addr); err != nil {
+		if err := netutil.CheckLoopback(c.Addr); err != nil {
 			errs = append(errs, fmt.Errorf("without auth tokens anyone who can reach the port can read and replay every call, so only a loopback address is allowed (give auth tokens, or say insecure-no-auth): %w", err))
 		}
 	}
@@ -381,7 +381,7 @@ func (c *Config) fill() error {
 		}
 	}
 	if c.Chaos {
-		if err := CheckLoopback(c.Addr); err != nil {
+		if err := netutil.CheckLoopback(c.Addr); err != nil {
 			errs = append(errs, fmt.Errorf("--chaos makes the process exit on request, so it is only allowed on a loopback address: %w", err))
 		}
 	}
@@ -389,26 +389,6 @@ func (c *Config) fill() error {
 		return fmt.Errorf("server: %w", errors.Join(errs...))
 	}
 	return nil
-}
-
-// CheckLoopback accepts host:port where host is localhost or an IP in
-// 127.0.0.0/8 or ::1 (the only addresses --chaos may listen on). An empty
-// host means every interface and is refused.
-func CheckLoopback(addr string) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("address %q: %w", addr, err)
-	}
-	if strings.EqualFold(host, "localhost") {
-		return nil
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		return nil
-	}
-	if host == "" {
-		return fmt.Errorf("address %q listens on every interface", addr)
-	}
-	return fmt.Errorf("address %q is not loopback", addr)
 }
 
 // Owner is the lease owner this server's executor claims calls under:
@@ -480,12 +460,12 @@ func (s *Server) Wake() { s.exec.Wake() }
 // ShutdownGrace to finish. It returns nil after a clean stop.
 func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	if s.cfg.Chaos {
-		if err := CheckLoopback(ln.Addr().String()); err != nil {
+		if err := netutil.CheckLoopback(ln.Addr().String()); err != nil {
 			return fmt.Errorf("server: --chaos is only allowed on a loopback address: %w", err)
 		}
 	}
 	if s.cfg.Auth == nil && !s.cfg.InsecureNoAuth {
-		if err := CheckLoopback(ln.Addr().String()); err != nil {
+		if err := netutil.CheckLoopback(ln.Addr().String()); err != nil {
 			return fmt.Errorf("server: without auth tokens only a loopback address is allowed: %w", err)
 		}
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemctl/idemctl/internal/client"
+	"github.com/idemctl/idemctl/internal/ctxutil"
 	"github.com/idemctl/idemctl/internal/tool"
 )
 
@@ -171,7 +171,7 @@ func (r *faultRunner) pgRestart(ctx context.Context, n int) {
 			detail += "; database not back within " + pgBackWait.String() + ": " + cerr.Error()
 			break
 		}
-		_ = client.SleepContext(ctx, 200*time.Millisecond)
+		_ = ctxutil.Sleep(ctx, 200*time.Millisecond)
 	}
 	r.restarts++
 	r.log("%s cycle %d: PostgreSQL restart: %s", offset(at), n+1, detail)
