@@ -226,8 +226,9 @@ func New(cfg Config, st store.Store) (*Server, error) {
 	if st == nil {
 		return nil, errors.New("server: nil store")
 	}
-	if err := cfg.fill(); err != nil {
-		return nil, err
+	cfg.fill()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
 	}
 	log := cfg.Logger
 	proc := procFS{root: "/proc"}
@@ -303,8 +304,8 @@ func New(cfg Config, st store.Store) (*Server, error) {
 	return s, nil
 }
 
-// fill validates the configuration and applies defaults.
-func (c *Config) fill() error {
+// fill applies the defaults to the zero values.
+func (c *Config) fill() {
 	if c.Addr == "" {
 		c.Addr = DefaultAddr
 	}
@@ -350,45 +351,74 @@ func (c *Config) fill() error {
 	if c.Exit == nil {
 		c.Exit = osExit
 	}
+}
+
+// Validate reports every value of c that New would refuse, all at once.
+// It checks c as it is: New fills the defaults for zero values first and
+// then calls it, while a caller that validates ahead of New (serve, before
+// it binds a port or opens a database) passes complete values, so a zero
+// Workers, Lease, MaxResultBytes, MaxConcurrentBodies or MaxHeldWaits is
+// refused here. Its messages name serve's flags, which set these fields
+// one to one: serve is where a person reads them.
+func (c *Config) Validate() error {
 	var errs []error
+	if c.Addr == "" {
+		errs = append(errs, errors.New("--addr must not be empty"))
+	} else {
+		errs = append(errs, c.checkAddr(c.Addr)...)
+	}
 	if c.Workers < 1 {
-		errs = append(errs, fmt.Errorf("workers must be at least 1, got %d", c.Workers))
+		errs = append(errs, fmt.Errorf("--workers must be at least 1, got %d", c.Workers))
 	}
 	if c.Lease < MinLease {
-		errs = append(errs, fmt.Errorf("lease must be at least %s, got %s", MinLease, c.Lease))
+		errs = append(errs, fmt.Errorf("--lease must be at least %s, got %s", MinLease, c.Lease))
 	}
-	if c.RecoverInterval < 0 || c.ShutdownGrace < 0 || c.MaxWait < 0 || c.MCPWait < 0 {
-		errs = append(errs, errors.New("recover interval, shutdown grace, max wait and mcp wait must not be negative"))
+	if c.ShutdownGrace < 0 {
+		errs = append(errs, fmt.Errorf("--shutdown-grace must not be negative, got %s", c.ShutdownGrace))
 	}
-	if c.MaxResultBytes < 0 {
-		errs = append(errs, fmt.Errorf("max result bytes must not be negative, got %d", c.MaxResultBytes))
+	if c.MCPWait < 0 {
+		errs = append(errs, fmt.Errorf("--mcp-wait must not be negative (0 means the default, %s), got %s", mcpdoor.DefaultWait, c.MCPWait))
+	}
+	if c.RecoverInterval < 0 || c.MaxWait < 0 {
+		errs = append(errs, fmt.Errorf("the recover interval and the longest wait must not be negative, got %s and %s",
+			c.RecoverInterval, c.MaxWait))
+	}
+	if c.MaxResultBytes < 1 {
+		errs = append(errs, fmt.Errorf("--max-result-bytes must be at least 1, got %d", c.MaxResultBytes))
 	}
 	if c.Retention < 0 {
-		errs = append(errs, fmt.Errorf("retention must not be negative (0 keeps calls forever), got %s", c.Retention))
+		errs = append(errs, fmt.Errorf("--retention must not be negative (0 keeps calls forever), got %s", c.Retention))
 	}
-	if c.Auth == nil && !c.InsecureNoAuth {
-		if err := netutil.CheckLoopback(c.Addr); err != nil {
-			errs = append(errs, fmt.Errorf("without auth tokens anyone who can reach the port can read and replay every call, so only a loopback address is allowed (give auth tokens, or say insecure-no-auth): %w", err))
-		}
+	if c.MaxConcurrentBodies < 1 {
+		errs = append(errs, fmt.Errorf("--max-concurrent-bodies must be at least 1, got %d", c.MaxConcurrentBodies))
 	}
-	if c.MaxConcurrentBodies < 0 || c.MaxHeldWaits < 0 {
-		errs = append(errs, fmt.Errorf("max concurrent bodies and max held waits must not be negative, got %d and %d",
-			c.MaxConcurrentBodies, c.MaxHeldWaits))
+	if c.MaxHeldWaits < 1 {
+		errs = append(errs, fmt.Errorf("--max-held-waits must be at least 1, got %d", c.MaxHeldWaits))
 	}
 	if c.InstanceHost != "" {
 		if err := checkInstanceHost(c.InstanceHost); err != nil {
-			errs = append(errs, err)
+			errs = append(errs, fmt.Errorf("--instance-host: %w", err))
 		}
 	}
+	return errors.Join(errs...)
+}
+
+// checkAddr applies the rules on where this server may listen to addr:
+// Validate to Addr, Run again to the listener it is given, which may be
+// bound elsewhere.
+func (c *Config) checkAddr(addr string) []error {
+	var errs []error
 	if c.Chaos {
-		if err := netutil.CheckLoopback(c.Addr); err != nil {
+		if err := netutil.CheckLoopback(addr); err != nil {
 			errs = append(errs, fmt.Errorf("--chaos makes the process exit on request, so it is only allowed on a loopback address: %w", err))
 		}
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("server: %w", errors.Join(errs...))
+	if c.Auth == nil && !c.InsecureNoAuth {
+		if err := netutil.CheckLoopback(addr); err != nil {
+			errs = append(errs, fmt.Errorf("without --auth-tokens anyone who can reach the port can read and replay every call, so only a loopback address is allowed; give --auth-tokens FILE, or --insecure-no-auth: %w", err))
+		}
 	}
-	return nil
+	return errs
 }
 
 // Owner is the lease owner this server's executor claims calls under:
@@ -459,15 +489,8 @@ func (s *Server) Wake() { s.exec.Wake() }
 // stops: no new connections, held waits answered, running tools given
 // ShutdownGrace to finish. It returns nil after a clean stop.
 func (s *Server) Run(ctx context.Context, ln net.Listener) error {
-	if s.cfg.Chaos {
-		if err := netutil.CheckLoopback(ln.Addr().String()); err != nil {
-			return fmt.Errorf("server: --chaos is only allowed on a loopback address: %w", err)
-		}
-	}
-	if s.cfg.Auth == nil && !s.cfg.InsecureNoAuth {
-		if err := netutil.CheckLoopback(ln.Addr().String()); err != nil {
-			return fmt.Errorf("server: without auth tokens only a loopback address is allowed: %w", err)
-		}
+	if err := errors.Join(s.cfg.checkAddr(ln.Addr().String())...); err != nil {
+		return fmt.Errorf("server: %w", err)
 	}
 	if err := s.Start(ctx); err != nil {
 		return err
