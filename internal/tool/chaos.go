@@ -19,9 +19,9 @@ const (
 	ArgPauseBeforeCommit = "_pause_before_commit"
 )
 
-// MaxPauseSeconds caps _pause_before_commit: long enough to outlast a
+// maxPauseSeconds caps _pause_before_commit: long enough to outlast a
 // short test lease, short enough that a forgotten pause stays harmless.
-const MaxPauseSeconds = 10
+const maxPauseSeconds = 10
 
 // IsChaosArg reports whether an argument name is reserved for the chaos
 // hooks: every name starting with "_" (docs/tools.md, "Chaos hooks").
@@ -31,7 +31,7 @@ func IsChaosArg(name string) bool { return strings.HasPrefix(name, "_") }
 // other arguments are ignored. Names starting with "_" are refused unless
 // chaos is true, and then only _crash_after_commit and _crash_before_commit
 // with boolean values and _pause_before_commit with a number of seconds
-// (0 < s ≤ MaxPauseSeconds) are accepted. Every kind of tool runs it, so
+// (0 < s ≤ maxPauseSeconds) are accepted. Every kind of tool runs it, so
 // the hooks behave the same on every tool.
 func ValidateChaos(tool string, args map[string]any, chaos bool) error {
 	for _, name := range slices.Sorted(maps.Keys(args)) {
@@ -49,8 +49,8 @@ func ValidateChaos(tool string, args map[string]any, chaos bool) error {
 		case ArgPauseBeforeCommit:
 			// 0 is refused rather than read as "no pause": a hook that
 			// silently does nothing would make a scenario pass vacuously.
-			if s, ok := Number(args[name]); !ok || s <= 0 || s > MaxPauseSeconds {
-				return fmt.Errorf("%w: %s: %s must be a number of seconds above 0 and at most %d, got %s", ErrInvalidArgs, tool, name, MaxPauseSeconds, Describe(args[name]))
+			if s, ok := Number(args[name]); !ok || s <= 0 || s > maxPauseSeconds {
+				return fmt.Errorf("%w: %s: %s must be a number of seconds above 0 and at most %d, got %s", ErrInvalidArgs, tool, name, maxPauseSeconds, Describe(args[name]))
 			}
 		default:
 			return fmt.Errorf("%w: %s: unknown chaos argument %q (allowed: %s, %s, %s)", ErrInvalidArgs, tool, name,
@@ -79,7 +79,7 @@ func ChaosOf(args map[string]any) Chaos {
 	before, _ := args[ArgCrashBeforeCommit].(bool)
 	after, _ := args[ArgCrashAfterCommit].(bool)
 	c := Chaos{CrashBeforeCommit: before, CrashAfterCommit: after}
-	if s, ok := Number(args[ArgPauseBeforeCommit]); ok && s > 0 && s <= MaxPauseSeconds {
+	if s, ok := Number(args[ArgPauseBeforeCommit]); ok && s > 0 && s <= maxPauseSeconds {
 		c.PauseBeforeCommit = time.Duration(s * float64(time.Second))
 	}
 	return c

@@ -195,14 +195,14 @@ func (r *Registry) Run(ctx context.Context, inv tool.Invocation) (tool.Outcome, 
 		// Our bound, not the caller's cancel (shutdown, lost lease,
 		// cancel request): an outcome to record, retryable like a
 		// downstream timeout.
-		return tool.Outcome{Err: &tool.ToolError{Code: ErrorCodeToolTimeout,
+		return tool.Outcome{Err: &tool.ToolError{Code: errorCodeToolTimeout,
 			Message: fmt.Sprintf("no result within the tool's timeout (%s)", t.Timeout), Retryable: true}}, nil
 	}
 	return out, err
 }
 
-// ErrorCodeToolTimeout is a built-in tool's failure when its timeout (from
+// errorCodeToolTimeout is a built-in tool's failure when its timeout (from
 // the tools file) ran out before it finished.
-const ErrorCodeToolTimeout = "tool_timeout"
+const errorCodeToolTimeout = "tool_timeout"
 
 var errToolTimeout = errors.New("tool timeout")

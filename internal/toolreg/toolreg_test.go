@@ -410,8 +410,8 @@ func TestBuiltinTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatalf("sleep past the timeout: error %v, want a failed outcome", err)
 	}
-	if out.Err == nil || out.Err.Code != ErrorCodeToolTimeout || !out.Err.Retryable {
-		t.Fatalf("sleep past the timeout: outcome %+v, want a retryable %s", out, ErrorCodeToolTimeout)
+	if out.Err == nil || out.Err.Code != errorCodeToolTimeout || !out.Err.Retryable {
+		t.Fatalf("sleep past the timeout: outcome %+v, want a retryable %s", out, errorCodeToolTimeout)
 	}
 	if out, err := run(context.Background(), "0.001"); err != nil || out.Err != nil {
 		t.Fatalf("sleep within the timeout: outcome %+v, error %v, want success", out, err)

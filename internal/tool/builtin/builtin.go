@@ -39,11 +39,11 @@ const (
 	MaxSleepSeconds = 10
 )
 
-// ErrorCodeToolFailed is the code of the error a failing tool reports.
-const ErrorCodeToolFailed = "tool_failed"
+// errorCodeToolFailed is the code of the error a failing tool reports.
+const errorCodeToolFailed = "tool_failed"
 
-// DefaultFailMessage is the fail tool's message when none is given.
-const DefaultFailMessage = "simulated failure"
+// defaultFailMessage is the fail tool's message when none is given.
+const defaultFailMessage = "simulated failure"
 
 var names = []string{Charge, Fail, SendEmail, Sleep} // sorted
 
@@ -108,7 +108,7 @@ func Run(ctx context.Context, inv tool.Invocation) (tool.Outcome, error) {
 		if a.Times != nil && inv.Attempt > *a.Times {
 			return success(okResult{OK: true}, nil)
 		}
-		return tool.Outcome{Err: &tool.ToolError{Code: ErrorCodeToolFailed, Message: a.Message, Retryable: a.Retryable}}, nil
+		return tool.Outcome{Err: &tool.ToolError{Code: errorCodeToolFailed, Message: a.Message, Retryable: a.Retryable}}, nil
 	}
 	return tool.Outcome{}, fmt.Errorf("builtin: no runner for %q", inv.Tool) // unreachable: parse knows every tool
 }
@@ -229,7 +229,7 @@ func parse(name string, args map[string]any) (any, error) {
 		}
 		return sleepArgs{Seconds: s}, nil
 	case Fail:
-		a := failArgs{Retryable: true, Message: DefaultFailMessage}
+		a := failArgs{Retryable: true, Message: defaultFailMessage}
 		if v, ok := args["retryable"]; ok {
 			b, isBool := v.(bool)
 			if !isBool {

@@ -276,13 +276,13 @@ func TestRunFail(t *testing.T) {
 		want [3]want // attempts 1, 2, 3
 	}{
 		{`{}`, [3]want{
-			{false, DefaultFailMessage, true}, {false, DefaultFailMessage, true}, {false, DefaultFailMessage, true}}},
+			{false, defaultFailMessage, true}, {false, defaultFailMessage, true}, {false, defaultFailMessage, true}}},
 		{`{"retryable":false,"message":"card declined"}`, [3]want{
 			{false, "card declined", false}, {false, "card declined", false}, {false, "card declined", false}}},
 		{`{"times":0}`, [3]want{{ok: true}, {ok: true}, {ok: true}}},
-		{`{"times":1}`, [3]want{{false, DefaultFailMessage, true}, {ok: true}, {ok: true}}},
+		{`{"times":1}`, [3]want{{false, defaultFailMessage, true}, {ok: true}, {ok: true}}},
 		{`{"times":2,"retryable":false}`, [3]want{
-			{false, DefaultFailMessage, false}, {false, DefaultFailMessage, false}, {ok: true}}},
+			{false, defaultFailMessage, false}, {false, defaultFailMessage, false}, {ok: true}}},
 	}
 	for _, c := range cases {
 		for i, w := range c.want {
