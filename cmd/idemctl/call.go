@@ -196,30 +196,3 @@ func cliCallExit(call client.Call) error {
 	}
 	return nil
 }
-
-// cliWriteJSONLine writes v as one compact JSON line.
-func cliWriteJSONLine(w io.Writer, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	var buf bytes.Buffer
-	// Compact: a server's raw bytes may be indented; one value, one line.
-	if err := json.Compact(&buf, b); err != nil {
-		return err
-	}
-	buf.WriteByte('\n')
-	_, err = w.Write(buf.Bytes())
-	return err
-}
-
-// cliWriteErrorLine writes a client-side end as the API's error shape, so a
-// script reading the lines branches on error.code in every case.
-func cliWriteErrorLine(w io.Writer, err error) {
-	code, msg := "error", err.Error()
-	var apiErr *client.APIError
-	if errors.As(err, &apiErr) {
-		code, msg = apiErr.Code, apiErr.Message
-	}
-	_ = cliWriteJSONLine(w, wire.Error{Error: wire.ErrorDetail{Code: code, Message: msg}})
-}

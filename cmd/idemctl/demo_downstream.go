@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/idemctl/idemctl/internal/downstream"
-	"github.com/idemctl/idemctl/internal/server"
+	"github.com/idemctl/idemctl/internal/netutil"
 )
 
 // demoDownstreamOptions are the flags of idemctl demo-downstream.
@@ -27,7 +27,7 @@ func (o *demoDownstreamOptions) Validate() error {
 		return errors.New("--listen is required")
 	}
 	if !o.AllowRemote {
-		if err := server.CheckLoopback(o.Listen); err != nil {
+		if err := netutil.CheckLoopback(o.Listen); err != nil {
 			return fmt.Errorf("--listen: the demo downstream is a demonstration with an in-memory ledger, "+
 				"so it listens on loopback only unless --allow-remote is given: %w", err)
 		}

@@ -9,7 +9,7 @@ import (
 	"github.com/idemctl/idemctl/internal/exitcode"
 	"github.com/idemctl/idemctl/internal/server"
 	"github.com/idemctl/idemctl/internal/server/apitest"
-	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/tool/builtin"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -88,7 +88,7 @@ func TestPollByKeyDotKeys(t *testing.T) {
 	base := pollRealServer(t)
 	c := &client.Client{Base: base}
 	for _, key := range []string{"..", "."} {
-		res, err := c.Call(t.Context(), key, client.Request{Tool: tools.Charge, Args: map[string]any{"amount": 1}})
+		res, err := c.Call(t.Context(), key, client.Request{Tool: builtin.Charge, Args: map[string]any{"amount": 1}})
 		if err != nil {
 			t.Fatalf("POST key %q: %v", key, err)
 		}

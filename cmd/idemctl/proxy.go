@@ -14,7 +14,7 @@ import (
 
 	"github.com/idemctl/idemctl/internal/chaos"
 	"github.com/idemctl/idemctl/internal/exitcode"
-	"github.com/idemctl/idemctl/internal/server"
+	"github.com/idemctl/idemctl/internal/netutil"
 )
 
 // proxyOptions are the flags of idemctl proxy.
@@ -46,7 +46,7 @@ func (o *proxyOptions) Validate() error {
 	if o.Listen == "" {
 		errs = append(errs, errors.New("--listen is required"))
 	} else if !o.AllowRemote {
-		if err := server.CheckLoopback(o.Listen); err != nil {
+		if err := netutil.CheckLoopback(o.Listen); err != nil {
 			errs = append(errs, fmt.Errorf("--listen: the proxy is a test tool and forwards the chaos hooks of a --chaos server, "+
 				"so it listens on loopback only unless --allow-remote is given: %w", err))
 		}

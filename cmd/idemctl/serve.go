@@ -14,6 +14,7 @@ import (
 	"github.com/idemctl/idemctl/internal/executor"
 	"github.com/idemctl/idemctl/internal/failpoint"
 	"github.com/idemctl/idemctl/internal/mcpdoor"
+	"github.com/idemctl/idemctl/internal/netutil"
 	"github.com/idemctl/idemctl/internal/server"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/backend"
@@ -55,63 +56,30 @@ type serveOptions struct {
 	level      slog.Level          // parsed by Validate
 	tools      *toolreg.Registry   // loaded by Validate (nil: the built-ins)
 	failpoints *failpoint.Registry // IDEMCTL_FAILPOINTS, parsed by Validate (nil: none)
+	cfg        server.Config       // built and checked by Validate; runServe adds the logger
 }
 
-// Validate checks the flags. The loopback rule for --chaos is enforced by
-// server.New and server.Run, next to the code it protects; it is checked
-// here too so that a refused --chaos never binds a port or creates a
-// database.
+// Validate checks the flags. What the server itself refuses (the
+// workers, the lease, the loopback rules of --chaos and of a server
+// without --auth-tokens, …) is checked by server.Config.Validate on the
+// configuration the flags make, here, so that a refused configuration
+// never binds a port or creates a database; the rest are serve's own
+// flags.
 func (o *serveOptions) Validate() error {
 	var errs []error
-	if o.Addr == "" {
-		errs = append(errs, errors.New("--addr must not be empty"))
-	} else if o.Chaos {
-		if err := server.CheckLoopback(o.Addr); err != nil {
-			errs = append(errs, fmt.Errorf("--chaos makes the process exit on request, so it is only allowed on a loopback address: %w", err))
-		}
-	}
 	if o.DB == "" {
 		errs = append(errs, errors.New("--db must not be empty"))
-	}
-	if o.Addr != "" && o.AuthTokens == "" && !o.InsecureNoAuth {
-		if err := server.CheckLoopback(o.Addr); err != nil {
-			errs = append(errs, fmt.Errorf("without --auth-tokens anyone who can reach the port can read and replay every call, so only a loopback address is allowed; give --auth-tokens FILE, or --insecure-no-auth: %w", err))
-		}
-	}
-	if o.MaxResultBytes < 1 {
-		errs = append(errs, fmt.Errorf("--max-result-bytes must be at least 1, got %d", o.MaxResultBytes))
-	}
-	if o.Retention < 0 {
-		errs = append(errs, fmt.Errorf("--retention must not be negative (0 keeps calls forever), got %s", o.Retention))
-	}
-	if o.Workers < 1 {
-		errs = append(errs, fmt.Errorf("--workers must be at least 1, got %d", o.Workers))
-	}
-	if o.Lease < executor.MinLease {
-		errs = append(errs, fmt.Errorf("--lease must be at least %s, got %s", executor.MinLease, o.Lease))
 	}
 	if o.MaxPending < 0 {
 		errs = append(errs, fmt.Errorf("--max-pending must not be negative (0 = unlimited), got %d", o.MaxPending))
 	}
 	if o.Pprof != "" {
-		if err := server.CheckLoopback(o.Pprof); err != nil {
+		if err := netutil.CheckLoopback(o.Pprof); err != nil {
 			errs = append(errs, fmt.Errorf("--pprof serves the process's profiles, so it is only allowed on a loopback address: %w", err))
 		}
 	}
-	if o.MaxBodies < 1 {
-		errs = append(errs, fmt.Errorf("--max-concurrent-bodies must be at least 1, got %d", o.MaxBodies))
-	}
-	if o.MaxHeldWaits < 1 {
-		errs = append(errs, fmt.Errorf("--max-held-waits must be at least 1, got %d", o.MaxHeldWaits))
-	}
-	if o.MCPWait < 0 {
-		errs = append(errs, fmt.Errorf("--mcp-wait must not be negative (0 means the default, %s), got %s", mcpdoor.DefaultWait, o.MCPWait))
-	}
 	if o.DBWait < 0 {
 		errs = append(errs, fmt.Errorf("--db-wait must not be negative, got %s", o.DBWait))
-	}
-	if o.ShutdownGrace < 0 {
-		errs = append(errs, fmt.Errorf("--shutdown-grace must not be negative, got %s", o.ShutdownGrace))
 	}
 	fps, err := loadFailpoints(o.Chaos)
 	if err != nil {
@@ -131,7 +99,39 @@ func (o *serveOptions) Validate() error {
 		}
 		o.tools = reg
 	}
+	o.cfg = o.serverConfig()
+	// The server's refusals first: --addr and --workers read before --db.
+	errs = append([]error{o.cfg.Validate()}, errs...)
 	return errors.Join(errs...)
+}
+
+// serverConfig is the server configuration the flags describe. The token
+// file is named but not read yet (server.NewAuth): runServe reads it.
+func (o *serveOptions) serverConfig() server.Config {
+	cfg := server.Config{
+		Config: executor.Config{
+			Workers:        o.Workers,
+			Lease:          o.Lease,
+			Chaos:          o.Chaos,
+			ShutdownGrace:  o.ShutdownGrace,
+			InstanceHost:   o.InstanceHost,
+			MaxResultBytes: o.MaxResultBytes,
+		},
+		Addr:           o.Addr,
+		MaxPending:     maxPending(o.MaxPending),
+		Tools:          o.tools,
+		InsecureNoAuth: o.InsecureNoAuth,
+		Retention:      o.Retention,
+		MCPWait:        o.MCPWait,
+		NoUI:           !o.uiEnabled(),
+
+		MaxConcurrentBodies: o.MaxBodies,
+		MaxHeldWaits:        o.MaxHeldWaits,
+	}
+	if o.AuthTokens != "" {
+		cfg.Auth = server.NewAuth(o.AuthTokens)
+	}
+	return cfg
 }
 
 func newServeCmd(streams *IOStreams) *cobra.Command {
@@ -223,9 +223,11 @@ func runServe(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 		defer stopPprof()
 	}
 
-	var auth *server.Auth
-	if o.AuthTokens != "" {
-		if auth, err = server.LoadAuth(o.AuthTokens); err != nil {
+	cfg := o.cfg
+	cfg.Logger = logger
+	auth := cfg.Auth
+	if auth != nil {
+		if err := auth.Reload(); err != nil {
 			return err
 		}
 		stopReload := reloadOnSIGHUP(auth, logger)
@@ -241,28 +243,7 @@ func runServe(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 	defer st.Close()
 	st = armFailpoints(o.failpoints, st, logger)
 
-	srv, err := server.New(server.Config{
-		Config: executor.Config{
-			Workers:        o.Workers,
-			Lease:          o.Lease,
-			Chaos:          o.Chaos,
-			ShutdownGrace:  o.ShutdownGrace,
-			InstanceHost:   o.InstanceHost,
-			MaxResultBytes: o.MaxResultBytes,
-		},
-		Addr:           o.Addr,
-		MaxPending:     maxPending(o.MaxPending),
-		Tools:          o.tools,
-		Logger:         logger,
-		Auth:           auth,
-		InsecureNoAuth: o.InsecureNoAuth,
-		Retention:      o.Retention,
-		MCPWait:        o.MCPWait,
-		NoUI:           !o.uiEnabled(),
-
-		MaxConcurrentBodies: o.MaxBodies,
-		MaxHeldWaits:        o.MaxHeldWaits,
-	}, st)
+	srv, err := server.New(cfg, st)
 	if err != nil {
 		return err
 	}
@@ -301,5 +282,5 @@ func (o *serveOptions) uiEnabled() bool {
 	if o.uiSet {
 		return o.UI
 	}
-	return o.AuthTokens != "" || server.CheckLoopback(o.Addr) == nil
+	return o.AuthTokens != "" || netutil.CheckLoopback(o.Addr) == nil
 }

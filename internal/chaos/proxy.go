@@ -27,8 +27,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idemctl/idemctl/internal/client"
-	"github.com/idemctl/idemctl/internal/server"
+	"github.com/idemctl/idemctl/internal/ctxutil"
+	"github.com/idemctl/idemctl/internal/netutil"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -265,7 +265,7 @@ func (p *Proxy) roundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := client.SleepContext(req.Context(), p.opts.Delay); err != nil {
+		if err := ctxutil.Sleep(req.Context(), p.opts.Delay); err != nil {
 			resp.Body.Close()
 			return nil, err
 		}
@@ -365,10 +365,10 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 // Serve runs the proxy on ln until ctx ends, then shuts down, giving
 // in-flight requests a moment to finish. It returns nil after a clean stop.
 // Unless Options.AllowRemote, ln must be a loopback address
-// (server.CheckLoopback); otherwise Serve returns an error at once.
+// (netutil.CheckLoopback); otherwise Serve returns an error at once.
 func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 	if !p.opts.AllowRemote {
-		if err := server.CheckLoopback(ln.Addr().String()); err != nil {
+		if err := netutil.CheckLoopback(ln.Addr().String()); err != nil {
 			return fmt.Errorf("proxy: refusing to listen beyond loopback without AllowRemote: %w", err)
 		}
 	}

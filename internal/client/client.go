@@ -24,6 +24,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemctl/idemctl/internal/ctxutil"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -168,7 +169,7 @@ func (c *Client) sleep(ctx context.Context, d time.Duration) error {
 	if c.Sleep != nil {
 		return c.Sleep(ctx, d)
 	}
-	return SleepContext(ctx, d)
+	return ctxutil.Sleep(ctx, d)
 }
 
 func (c *Client) jitter() time.Duration {
@@ -176,21 +177,6 @@ func (c *Client) jitter() time.Duration {
 		return c.Jitter()
 	}
 	return rand.N(MaxJitter)
-}
-
-// SleepContext waits d, or returns ctx's error if ctx ends first.
-func SleepContext(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // Backoff is the pause before retry number attempt+1:

@@ -5,7 +5,7 @@ import (
 
 	"github.com/idemctl/idemctl/internal/server"
 	"github.com/idemctl/idemctl/internal/server/apitest"
-	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/tool/builtin"
 )
 
 func realServer(t *testing.T) string {
@@ -20,7 +20,7 @@ func TestKeysWithDotsReachTheByKeyRoute(t *testing.T) {
 	c := &Client{Base: realServer(t)}
 	for _, key := range []string{".", "..", "...", "a/../b", "./x", "x/.", "../..", "a.b"} {
 		t.Run(key, func(t *testing.T) {
-			res, err := c.Call(t.Context(), key, Request{Tool: tools.Charge, Args: map[string]any{"amount": 1}})
+			res, err := c.Call(t.Context(), key, Request{Tool: builtin.Charge, Args: map[string]any{"amount": 1}})
 			if err != nil {
 				t.Fatalf("POST key %q: %v", key, err)
 			}

@@ -22,7 +22,7 @@ import (
 	"github.com/idemctl/idemctl/internal/server"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/sqlite"
-	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/tool"
 )
 
 // screenshots, when set, is where TestBrowser also writes its PNGs: the
@@ -279,8 +279,8 @@ func seed(t *testing.T, st store.Store, path string) string {
 		comp := store.Completion{CallID: c.CallID, Owner: *c.Owner, Attempt: c.Attempt, Extensions: ext,
 			Result: json.RawMessage(`{"ok":true}`)}
 		if c.Tool == "charge" {
-			comp.Result = json.RawMessage(fmt.Sprintf(`{"charged":%d,"effect_id":%q}`, args.Amount, tools.EffectID(c.CallID)))
-			comp.Effect = &store.Effect{EffectID: tools.EffectID(c.CallID), CallID: c.CallID, Tool: "charge", Amount: &args.Amount}
+			comp.Result = json.RawMessage(fmt.Sprintf(`{"charged":%d,"effect_id":%q}`, args.Amount, tool.EffectID(c.CallID)))
+			comp.Effect = &store.Effect{EffectID: tool.EffectID(c.CallID), CallID: c.CallID, Tool: "charge", Amount: &args.Amount}
 		}
 		if _, err := st.Succeed(ctx, comp); err != nil {
 			t.Fatal(err)

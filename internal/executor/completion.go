@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
-	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/tool"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -20,7 +20,7 @@ import (
 // recorded as failed: ScheduleRetry puts the call back to pending until
 // now + retryDelay (docs/lifecycle.md, "Server-side retries"); the call
 // returned is then pending.
-func (e *Executor) commit(c store.Call, out tools.Outcome, extensions int64) (store.Call, error) {
+func (e *Executor) commit(c store.Call, out tool.Outcome, extensions int64) (store.Call, error) {
 	comp := store.Completion{CallID: c.CallID, Owner: e.owner, Attempt: c.Attempt, Extensions: extensions}
 	if out.Err != nil {
 		raw, err := storedError(out.Err)
@@ -104,7 +104,7 @@ func refusedForGood(err error) bool {
 // If this write fails too (ErrFenced included), nothing more is tried
 // here: the lease brings the call back, as for any failed completion.
 func (e *Executor) failRefused(c store.Call, refusal error, extensions int64) (store.Call, error) {
-	raw, err := storedError(&tools.ToolError{
+	raw, err := storedError(&tool.ToolError{
 		Code:      wire.CodeInternal,
 		Message:   "could not record the tool's outcome: " + refusalReason(refusal),
 		Retryable: false,

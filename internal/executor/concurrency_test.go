@@ -8,7 +8,8 @@ import (
 	"testing"
 
 	"github.com/idemctl/idemctl/internal/store"
-	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/tool"
+	"github.com/idemctl/idemctl/internal/tool/builtin"
 )
 
 // concurrencyProbe is a test tool body that counts its concurrent
@@ -39,13 +40,13 @@ func (p *concurrencyProbe) open() { p.once.Do(func() { close(p.gate) }) }
 // keeps claiming; and calls of other tools queued behind them run.
 func TestPerToolConcurrency(t *testing.T) {
 	probe := &concurrencyProbe{gate: make(chan struct{})}
-	b := setup(t, withPolicy(tools.Sleep, ToolPolicy{MaxAttempts: 1, Concurrency: 2}), func(c *testConfig) {
+	b := setup(t, withPolicy(builtin.Sleep, ToolPolicy{MaxAttempts: 1, Concurrency: 2}), func(c *testConfig) {
 		c.Workers = 8
-		c.runTool = func(ctx context.Context, inv tools.Invocation) (tools.Outcome, error) {
-			if inv.Tool == tools.Sleep {
+		c.runTool = func(ctx context.Context, inv tool.Invocation) (tool.Outcome, error) {
+			if inv.Tool == builtin.Sleep {
 				probe.run(ctx)
 			}
-			return tools.Run(ctx, inv)
+			return builtin.Run(ctx, inv)
 		}
 	})
 	t.Cleanup(probe.open)

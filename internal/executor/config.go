@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
-	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/tool"
 )
 
 // Defaults of Config's zero values.
@@ -79,7 +79,7 @@ type Config struct {
 	proc *procFS
 	// runTool, if set, replaces the registry's Run (tests: a tool that
 	// counts its concurrent executions, or fails on demand).
-	runTool func(ctx context.Context, inv tools.Invocation) (tools.Outcome, error)
+	runTool func(ctx context.Context, inv tool.Invocation) (tool.Outcome, error)
 }
 
 // WithDefaults returns c with its zero values replaced by the defaults.
@@ -106,26 +106,31 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// Validate reports every value of c that is out of range, joined. Zero
-// values stand for their defaults and pass, so it may be called before or
-// after WithDefaults.
+// Validate reports every value of c that is out of range, joined. It
+// checks c as it is, zeros included: New applies WithDefaults first, and a
+// caller that validates ahead of New (serve, before it binds a port or opens
+// a database) passes complete values. Its messages name serve's flags, which
+// set these fields one to one: serve is where a person reads them.
 func (c Config) Validate() error {
 	var errs []error
-	if c.Workers < 0 {
-		errs = append(errs, fmt.Errorf("workers must be at least 1, got %d", c.Workers))
+	if c.Workers < 1 {
+		errs = append(errs, fmt.Errorf("--workers must be at least 1, got %d", c.Workers))
 	}
-	if c.Lease != 0 && c.Lease < MinLease {
-		errs = append(errs, fmt.Errorf("lease must be at least %s, got %s", MinLease, c.Lease))
+	if c.Lease < MinLease {
+		errs = append(errs, fmt.Errorf("--lease must be at least %s, got %s", MinLease, c.Lease))
 	}
-	if c.RecoverInterval < 0 || c.ShutdownGrace < 0 {
-		errs = append(errs, errors.New("recover interval and shutdown grace must not be negative"))
+	if c.ShutdownGrace < 0 {
+		errs = append(errs, fmt.Errorf("--shutdown-grace must not be negative, got %s", c.ShutdownGrace))
 	}
-	if c.MaxResultBytes < 0 {
-		errs = append(errs, fmt.Errorf("max result bytes must not be negative, got %d", c.MaxResultBytes))
+	if c.RecoverInterval < 0 {
+		errs = append(errs, fmt.Errorf("the recover interval must not be negative, got %s", c.RecoverInterval))
+	}
+	if c.MaxResultBytes < 1 {
+		errs = append(errs, fmt.Errorf("--max-result-bytes must be at least 1, got %d", c.MaxResultBytes))
 	}
 	if c.InstanceHost != "" {
 		if err := checkInstanceHost(c.InstanceHost); err != nil {
-			errs = append(errs, err)
+			errs = append(errs, fmt.Errorf("--instance-host: %w", err))
 		}
 	}
 	return errors.Join(errs...)

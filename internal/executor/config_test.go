@@ -7,30 +7,29 @@ import (
 )
 
 // TestConfigValidate: each out-of-range value is refused with a message
-// naming it; zero values stand for their defaults and pass, before and
-// after WithDefaults.
+// naming its flag, zeros included (New applies WithDefaults before it
+// validates), and every bad value is reported at once.
 func TestConfigValidate(t *testing.T) {
 	for _, tc := range []struct {
-		cfg  Config
+		set  func(*Config)
 		want string
 	}{
-		{Config{Workers: -1}, "workers must be at least 1"},
-		{Config{Lease: -time.Second}, "lease must be at least 1s"},
-		{Config{Lease: MinLease - time.Millisecond}, "lease must be at least 1s"},
-		{Config{RecoverInterval: -1}, "recover interval and shutdown grace must not be negative"},
-		{Config{ShutdownGrace: -time.Second}, "recover interval and shutdown grace must not be negative"},
-		{Config{MaxResultBytes: -1}, "max result bytes must not be negative"},
-		{Config{InstanceHost: "a/b"}, "instance host"},
+		{func(c *Config) { c.Workers = -1 }, "--workers must be at least 1"},
+		{func(c *Config) { c.Workers = 0 }, "--workers must be at least 1"},
+		{func(c *Config) { c.Lease = -time.Second }, "--lease must be at least 1s"},
+		{func(c *Config) { c.Lease = MinLease - time.Millisecond }, "--lease must be at least 1s"},
+		{func(c *Config) { c.RecoverInterval = -1 }, "recover interval must not be negative"},
+		{func(c *Config) { c.ShutdownGrace = -time.Second }, "--shutdown-grace must not be negative"},
+		{func(c *Config) { c.MaxResultBytes = 0 }, "--max-result-bytes must be at least 1"},
+		{func(c *Config) { c.InstanceHost = "a/b" }, "--instance-host"},
 	} {
-		err := tc.cfg.Validate()
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("Validate(%+v) = %v, want an error mentioning %q", tc.cfg, err, tc.want)
+		c := Config{}.WithDefaults()
+		tc.set(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Validate(%+v) = %v, want an error mentioning %q", c, err, tc.want)
 		}
 	}
 	for _, ok := range []Config{{}, {Lease: MinLease}, {Workers: 1, InstanceHost: "node-a"}} {
-		if err := ok.Validate(); err != nil {
-			t.Errorf("Validate(%+v) = %v, want nil", ok, err)
-		}
 		if err := ok.WithDefaults().Validate(); err != nil {
 			t.Errorf("Validate(WithDefaults(%+v)) = %v, want nil", ok, err)
 		}

@@ -41,7 +41,7 @@ import (
 	"github.com/idemctl/idemctl/internal/exitcode"
 	"github.com/idemctl/idemctl/internal/logkey"
 	"github.com/idemctl/idemctl/internal/store"
-	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/tool"
 )
 
 // exitCrash is the exit status of a chaos crash.
@@ -59,7 +59,7 @@ const commitTimeout = 10 * time.Second
 type Executor struct {
 	st      store.Store
 	running *runningCalls // tools running here, for Cancel
-	tools   tools.Runner  // the registry (Deps.Tools): runs a tool of any kind
+	tools   tool.Runner   // the registry (Deps.Tools): runs a tool of any kind
 	// maxResult is Config.MaxResultBytes (result.go).
 	maxResult int
 	owner     string  // this executor's claims, shared by all its runs (see ownerID)
@@ -83,8 +83,8 @@ type Executor struct {
 	// policy is Config.Policies with defaults (policy.go): retries and
 	// per-tool caps.
 	policy func(tool string) ToolPolicy
-	// runToolFn, if set, replaces tools.Run (tests).
-	runToolFn func(ctx context.Context, inv tools.Invocation) (tools.Outcome, error)
+	// runToolFn, if set, replaces builtin.Run (tests).
+	runToolFn func(ctx context.Context, inv tool.Invocation) (tool.Outcome, error)
 	onFinal   func(callID string) // a completion committed
 	log       *slog.Logger
 	m         *metrics
@@ -208,7 +208,7 @@ type limiter interface {
 type toolLimit struct {
 	global *globalLimit
 	policy func(tool string) ToolPolicy
-	// names lists the tools whose policy may cap them (tools.Names).
+	// names lists the tools whose policy may cap them (builtin.Names).
 	names func() []string
 
 	mu sync.Mutex

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
-	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/tool"
 )
 
 // TestChaosPauseBeforeCommitFencedAfterTakeover: a charge with
@@ -102,9 +102,9 @@ func TestChaosPauseBeforeCommitFencedAfterTakeover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if after.Status != store.StatusSucceeded || after.Attempt != 2 || after.EffectID == nil || *after.EffectID != tools.EffectID(c.CallID) {
+	if after.Status != store.StatusSucceeded || after.Attempt != 2 || after.EffectID == nil || *after.EffectID != tool.EffectID(c.CallID) {
 		t.Fatalf("after the stale commit: status %s attempt %d result %s, want the attempt-2 success with effect %s",
-			after.Status, after.Attempt, after.ResultJSON, tools.EffectID(c.CallID))
+			after.Status, after.Attempt, after.ResultJSON, tool.EffectID(c.CallID))
 	}
 	if s := b.stats(); s.Calls != 1 || s.Effects != 1 {
 		t.Fatalf("calls=%d effects=%d, want 1 and 1", s.Calls, s.Effects)

@@ -3,7 +3,7 @@ package executor
 import (
 	"fmt"
 
-	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/tool"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -11,10 +11,10 @@ import (
 // failure, not retryable (the same tool would return the same result),
 // and drops its effect with it: the call fails instead of bloating the
 // database (docs/api.md, "Limits").
-func capResult(out tools.Outcome, max int) tools.Outcome {
+func capResult(out tool.Outcome, max int) tool.Outcome {
 	if out.Err != nil || len(out.Result) <= max {
 		return out
 	}
-	return tools.Outcome{Err: &tools.ToolError{Code: wire.CodeResultTooLarge,
+	return tool.Outcome{Err: &tool.ToolError{Code: wire.CodeResultTooLarge,
 		Message: fmt.Sprintf("the tool's result is %d bytes; this server stores at most %d", len(out.Result), max)}}
 }

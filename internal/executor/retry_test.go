@@ -9,7 +9,8 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
-	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/tool"
+	"github.com/idemctl/idemctl/internal/tool/builtin"
 )
 
 // withPolicy sets Config.Policies: p for tool, the default for the others.
@@ -64,7 +65,7 @@ func retryGaps(t *testing.T, st store.Store, callID string) []retryGap {
 // each delay within the jittered exponential backoff.
 func TestServerSideRetry(t *testing.T) {
 	p := ToolPolicy{MaxAttempts: 3, InitialBackoff: 200 * time.Millisecond, MaxBackoff: time.Second}
-	b := setup(t, withPolicy(tools.Fail, p))
+	b := setup(t, withPolicy(builtin.Fail, p))
 	c := b.submit("k-retry", `{"tool":"fail","args":{"times":2,"retryable":true}}`)
 	done := b.waitFinal(c.CallID)
 	if done.Status != store.StatusSucceeded || done.Attempt != 3 {
@@ -90,13 +91,13 @@ func TestServerSideRetry(t *testing.T) {
 // the error as the tool reported it (retryable stays true), so a same-key
 // request still resets it.
 func TestServerSideRetryExhausted(t *testing.T) {
-	b := setup(t, withPolicy(tools.Fail, ToolPolicy{MaxAttempts: 3, InitialBackoff: time.Millisecond}))
+	b := setup(t, withPolicy(builtin.Fail, ToolPolicy{MaxAttempts: 3, InitialBackoff: time.Millisecond}))
 	c := b.submit("k-exhausted", `{"tool":"fail","args":{"retryable":true}}`)
 	done := b.waitFinal(c.CallID)
 	if done.Status != store.StatusFailed || done.Attempt != 3 {
 		t.Fatalf("call = %+v, want failed at attempt 3", done)
 	}
-	var e tools.ToolError
+	var e tool.ToolError
 	if err := json.Unmarshal(done.ErrorJSON, &e); err != nil || !e.Retryable {
 		t.Fatalf("error %s: want retryable true", done.ErrorJSON)
 	}
@@ -127,14 +128,14 @@ func TestNoServerSideRetryByDefault(t *testing.T) {
 // lengthens the delay beyond the computed backoff and its cap.
 func TestRetryAfterHonoured(t *testing.T) {
 	var runs atomic.Int64
-	b := setup(t, withPolicy(tools.Sleep, ToolPolicy{MaxAttempts: 2, InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond}),
+	b := setup(t, withPolicy(builtin.Sleep, ToolPolicy{MaxAttempts: 2, InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond}),
 		func(c *testConfig) {
-			c.runTool = func(ctx context.Context, inv tools.Invocation) (tools.Outcome, error) {
+			c.runTool = func(ctx context.Context, inv tool.Invocation) (tool.Outcome, error) {
 				if runs.Add(1) == 1 {
-					return tools.Outcome{Err: &tools.ToolError{Code: "downstream_error", Message: "429",
+					return tool.Outcome{Err: &tool.ToolError{Code: "downstream_error", Message: "429",
 						Retryable: true, RetryAfter: 300 * time.Millisecond}}, nil
 				}
-				return tools.Run(ctx, inv)
+				return builtin.Run(ctx, inv)
 			}
 		})
 	c := b.submit("k-retry-after", `{"tool":"sleep","args":{"seconds":0}}`)

@@ -11,7 +11,7 @@ import (
 	"github.com/idemctl/idemctl/internal/fingerprint"
 	"github.com/idemctl/idemctl/internal/logkey"
 	"github.com/idemctl/idemctl/internal/store"
-	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/tool"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -48,7 +48,7 @@ func (e *Executor) execute(c store.Call) {
 		return
 	}
 
-	chaos := tools.ChaosOf(args)
+	chaos := tool.ChaosOf(args)
 	// The before-commit crash fires on the first attempt only: the point is
 	// one crash and the recovery after it, not a call that crashes the
 	// server again on every restart. (The after-commit crash can fire only
@@ -142,46 +142,46 @@ func (e *Executor) execute(c store.Call) {
 // then releases the call. A tool cancelled because its lease was lost still counts as
 // ran, with an error outcome: its completion goes to the store and is
 // fenced there, which audits the lost attempt like any stale one.
-func (e *Executor) runTool(ctx context.Context, c store.Call, log *slog.Logger) (args map[string]any, out tools.Outcome, ran bool) {
+func (e *Executor) runTool(ctx context.Context, c store.Call, log *slog.Logger) (args map[string]any, out tool.Outcome, ran bool) {
 	defer func() {
 		// A panicking tool is a bug; it must not take the server down, and
 		// re-running it would panic again: fail the call for good.
 		if p := recover(); p != nil {
 			log.Error("tool panicked", "panic", p, "stack", string(debug.Stack()))
-			out, ran = tools.Outcome{Err: &tools.ToolError{Code: wire.CodeInternal,
+			out, ran = tool.Outcome{Err: &tool.ToolError{Code: wire.CodeInternal,
 				Message: fmt.Sprintf("tool panicked: %v", p)}}, true
 		}
 	}()
 	v, err := fingerprint.ParseJSON(c.ArgsJSON)
 	args, _ = v.(map[string]any)
 	if err != nil || args == nil {
-		return nil, tools.Outcome{Err: &tools.ToolError{Code: wire.CodeInternal,
+		return nil, tool.Outcome{Err: &tool.ToolError{Code: wire.CodeInternal,
 			Message: fmt.Sprintf("stored args unreadable: %v", err)}}, true
 	}
 	if c.CancelRequested { // canceled while it ran before (then recovered): never run it again
-		return args, tools.Outcome{Err: canceledError}, true
+		return args, tool.Outcome{Err: canceledError}, true
 	}
 	ctx, untrack := e.running.track(ctx, c.CallID)
 	defer untrack()
-	var runFn func(context.Context, tools.Invocation) (tools.Outcome, error) = e.tools.Run
+	var runFn func(context.Context, tool.Invocation) (tool.Outcome, error) = e.tools.Run
 	if e.runToolFn != nil {
 		runFn = e.runToolFn
 	}
-	out, err = runFn(ctx, tools.Invocation{CallID: c.CallID, Tool: c.Tool, Args: args, Attempt: c.Attempt})
+	out, err = runFn(ctx, tool.Invocation{CallID: c.CallID, Tool: c.Tool, Args: args, Attempt: c.Attempt})
 	switch {
 	case err == nil:
 		return args, capResult(out, e.maxResult), true
 	case canceledByRequest(ctx):
-		return args, tools.Outcome{Err: canceledError}, true
+		return args, tool.Outcome{Err: canceledError}, true
 	case errors.Is(context.Cause(ctx), errLeaseLost):
-		return args, tools.Outcome{Err: &tools.ToolError{Code: wire.CodeInternal,
+		return args, tool.Outcome{Err: &tool.ToolError{Code: wire.CodeInternal,
 			Message: errLeaseLost.Error(), Retryable: true}}, true
 	case e.workCtx.Err() != nil:
 		return args, out, false
 	}
 	// Validate accepted these args when they were stored; refusing them
 	// now means the rules changed. Retrying cannot help.
-	return args, tools.Outcome{Err: &tools.ToolError{Code: wire.CodeInvalidArgs, Message: err.Error()}}, true
+	return args, tool.Outcome{Err: &tool.ToolError{Code: wire.CodeInvalidArgs, Message: err.Error()}}, true
 }
 
 // abandon releases a call whose tool was cancelled by shutdown, so it runs

@@ -8,13 +8,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/tool"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // canceledError is the error stored on a canceled call. Not retryable: a
 // same-key request returns the canceled call, it does not run it again.
-var canceledError = &tools.ToolError{Code: wire.CodeCanceled, Message: "canceled by request", Retryable: false}
+var canceledError = &tool.ToolError{Code: wire.CodeCanceled, Message: "canceled by request", Retryable: false}
 
 // CanceledErrorJSON is the error object of a canceled call, as stored: the
 // server records it on a pending call it cancels, the executor on a running
@@ -25,7 +25,7 @@ func CanceledErrorJSON() (json.RawMessage, error) { return storedError(canceledE
 // the server serves stored error objects as they are, and its own bodies
 // leave "<", ">" and "&" unescaped too, so a message such as
 // "amount must be >= 1" reads the same in both.
-func storedError(e *tools.ToolError) (json.RawMessage, error) {
+func storedError(e *tool.ToolError) (json.RawMessage, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)

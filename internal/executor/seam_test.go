@@ -7,7 +7,8 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
-	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/tool"
+	"github.com/idemctl/idemctl/internal/tool/builtin"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -18,7 +19,7 @@ import (
 // completion made it final; the scheduled retry before it (the call is
 // pending again) is not announced.
 func TestOnFinalOnlyWhenFinal(t *testing.T) {
-	b := setup(t, withPolicy(tools.Fail, ToolPolicy{MaxAttempts: 2, InitialBackoff: time.Millisecond}))
+	b := setup(t, withPolicy(builtin.Fail, ToolPolicy{MaxAttempts: 2, InitialBackoff: time.Millisecond}))
 	c := b.submit("k-final", `{"tool":"fail","args":{"times":1,"retryable":true}}`)
 	if done := b.waitFinal(c.CallID); done.Status != store.StatusSucceeded || done.Attempt != 2 {
 		t.Fatalf("call %+v, want succeeded at attempt 2", done)
@@ -53,10 +54,10 @@ func TestCancelStopsRunningTool(t *testing.T) {
 	started := make(chan struct{}, 1)
 	b := setup(t, func(c *testConfig) {
 		c.Lease = time.Minute
-		c.runTool = func(ctx context.Context, inv tools.Invocation) (tools.Outcome, error) {
+		c.runTool = func(ctx context.Context, inv tool.Invocation) (tool.Outcome, error) {
 			started <- struct{}{}
 			<-ctx.Done()
-			return tools.Outcome{}, ctx.Err()
+			return tool.Outcome{}, ctx.Err()
 		}
 	})
 	c := b.submit("k-cancel", `{"tool":"sleep","args":{"seconds":10}}`)
@@ -74,7 +75,7 @@ func TestCancelStopsRunningTool(t *testing.T) {
 	}
 	b.ex.Cancel(c.CallID)
 	done := b.waitFinal(c.CallID)
-	var e tools.ToolError
+	var e tool.ToolError
 	if err := json.Unmarshal(done.ErrorJSON, &e); err != nil || done.Status != store.StatusFailed ||
 		e.Code != wire.CodeCanceled || e.Retryable || done.Attempt != 1 {
 		t.Fatalf("after cancel: status %s attempt %d error %s, want failed at attempt 1 with code canceled, not retryable",

@@ -3,7 +3,7 @@
 // carrying the call's args as the JSON body and its effect id as the
 // Idempotency-Key, so a downstream that honours keys performs the effect
 // once however often the call is attempted. The answer is mapped to a
-// tools.Outcome: a success with its result (and effect row), or a tool
+// tool.Outcome: a success with its result (and effect row), or a tool
 // error that says whether a retry may help.
 package httptool
 
@@ -24,7 +24,7 @@ import (
 
 	"github.com/idemctl/idemctl/internal/fingerprint"
 	"github.com/idemctl/idemctl/internal/store"
-	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/tool"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -91,7 +91,7 @@ type Config struct {
 	Transport http.RoundTripper
 }
 
-// Tool is a ready http tool. It implements tools.Runner.
+// Tool is a ready http tool. It implements tool.Runner.
 type Tool struct {
 	cfg    Config
 	client *http.Client
@@ -184,15 +184,15 @@ func (t *Tool) GoString() string { return t.String() }
 // Run sends one attempt of inv and maps the answer (docs/tools.md, "The
 // http kind"). A non-nil error means no outcome: ctx ended first (the
 // attempt is abandoned; the call runs again), or the args cannot be encoded.
-func (t *Tool) Run(ctx context.Context, inv tools.Invocation) (tools.Outcome, error) {
+func (t *Tool) Run(ctx context.Context, inv tool.Invocation) (tool.Outcome, error) {
 	if err := ctx.Err(); err != nil {
-		return tools.Outcome{}, err
+		return tool.Outcome{}, err
 	}
 	body, err := RequestBody(inv.Args)
 	if err != nil {
-		return tools.Outcome{}, err
+		return tool.Outcome{}, err
 	}
-	effectID := tools.EffectID(inv.CallID)
+	effectID := tool.EffectID(inv.CallID)
 
 	actx, cancel := ctx, context.CancelFunc(func() {})
 	if t.cfg.Timeout > 0 {
@@ -201,7 +201,7 @@ func (t *Tool) Run(ctx context.Context, inv tools.Invocation) (tools.Outcome, er
 	defer cancel()
 	req, err := http.NewRequestWithContext(actx, t.cfg.Method, t.cfg.URL, bytes.NewReader(body))
 	if err != nil {
-		return tools.Outcome{}, fmt.Errorf("httptool: %s: building the request: %w", t.cfg.Name, err)
+		return tool.Outcome{}, fmt.Errorf("httptool: %s: building the request: %w", t.cfg.Name, err)
 	}
 	for _, h := range t.cfg.Headers {
 		req.Header.Set(h.Name, h.Value.Reveal())
@@ -224,9 +224,9 @@ func (t *Tool) Run(ctx context.Context, inv tools.Invocation) (tools.Outcome, er
 }
 
 // transportFailure maps a request that got no complete answer.
-func (t *Tool) transportFailure(ctx, actx context.Context, what string, err error) (tools.Outcome, error) {
+func (t *Tool) transportFailure(ctx, actx context.Context, what string, err error) (tool.Outcome, error) {
 	if ctx.Err() != nil {
-		return tools.Outcome{}, ctx.Err() // shutdown, not the downstream's fault
+		return tool.Outcome{}, ctx.Err() // shutdown, not the downstream's fault
 	}
 	if errors.Is(actx.Err(), context.DeadlineExceeded) {
 		return failure(CodeDownstreamTimeout, true, 0,
@@ -242,7 +242,7 @@ func (t *Tool) transportFailure(ctx, actx context.Context, what string, err erro
 }
 
 // outcome maps a complete answer.
-func (t *Tool) outcome(resp *http.Response, data []byte, callID, effectID string) (tools.Outcome, error) {
+func (t *Tool) outcome(resp *http.Response, data []byte, callID, effectID string) (tool.Outcome, error) {
 	code := resp.StatusCode
 	over := int64(len(data)) > t.cfg.MaxBody
 	switch {
@@ -255,9 +255,9 @@ func (t *Tool) outcome(resp *http.Response, data []byte, callID, effectID string
 		enc := json.NewEncoder(&buf)
 		enc.SetEscapeHTML(false) // the body is stored as the downstream sent it
 		if err := enc.Encode(result{Status: code, Body: bodyJSON(data), EffectID: effectID}); err != nil {
-			return tools.Outcome{}, fmt.Errorf("httptool: encoding the result: %w", err)
+			return tool.Outcome{}, fmt.Errorf("httptool: encoding the result: %w", err)
 		}
-		out := tools.Outcome{Result: bytes.TrimRight(buf.Bytes(), "\n")}
+		out := tool.Outcome{Result: bytes.TrimRight(buf.Bytes(), "\n")}
 		if t.cfg.Effect {
 			out.Effect = &store.Effect{EffectID: effectID, CallID: callID, Tool: t.cfg.Name}
 		}
@@ -290,8 +290,8 @@ type result struct {
 	EffectID string          `json:"effect_id"`
 }
 
-func failure(code string, retryable bool, status int, msg string) tools.Outcome {
-	return tools.Outcome{Err: &tools.ToolError{Code: code, Message: msg, Retryable: retryable, Status: status}}
+func failure(code string, retryable bool, status int, msg string) tool.Outcome {
+	return tool.Outcome{Err: &tool.ToolError{Code: code, Message: msg, Retryable: retryable, Status: status}}
 }
 
 // bodyJSON is the body as JSON: compacted if it is JSON, null if empty,
@@ -319,7 +319,7 @@ func bodyJSON(data []byte) json.RawMessage {
 func RequestBody(args map[string]any) ([]byte, error) {
 	clean := make(map[string]any, len(args))
 	for k, v := range args {
-		if !tools.IsChaosArg(k) {
+		if !tool.IsChaosArg(k) {
 			clean[k] = v
 		}
 	}

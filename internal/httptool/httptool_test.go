@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/tool"
 )
 
 func newTool(t *testing.T, cfg Config) *Tool {
@@ -30,15 +30,15 @@ func newTool(t *testing.T, cfg Config) *Tool {
 	return tool
 }
 
-func inv(attempt int64) tools.Invocation {
-	return tools.Invocation{CallID: "c_00000000000000aa", Tool: "t", Attempt: attempt,
+func inv(attempt int64) tool.Invocation {
+	return tool.Invocation{CallID: "c_00000000000000aa", Tool: "t", Attempt: attempt,
 		Args: map[string]any{"amount": json.Number("5"), "_crash_before_commit": true}}
 }
 
 // TestOutcomeMapping is the table of docs/tools.md, "The http kind": each
 // answer the downstream can give and what the call becomes.
 func TestOutcomeMapping(t *testing.T) {
-	eff := tools.EffectID("c_00000000000000aa")
+	eff := tool.EffectID("c_00000000000000aa")
 	cases := []struct {
 		name      string
 		status    int
@@ -135,14 +135,14 @@ func TestRequestOnTheWire(t *testing.T) {
 		w.WriteHeader(503) // every attempt fails: the key must stay the same
 	}))
 	defer ts.Close()
-	tool := newTool(t, Config{URL: ts.URL + "/refunds", Method: "PUT",
+	ht := newTool(t, Config{URL: ts.URL + "/refunds", Method: "PUT",
 		Headers: []Header{{Name: "Authorization", Value: NewSecret("Bearer tok")}}})
 	for attempt := int64(1); attempt <= 3; attempt++ {
-		if _, err := tool.Run(context.Background(), inv(attempt)); err != nil {
+		if _, err := ht.Run(context.Background(), inv(attempt)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	eff := tools.EffectID("c_00000000000000aa")
+	eff := tool.EffectID("c_00000000000000aa")
 	if len(got) != 3 {
 		t.Fatalf("%d requests", len(got))
 	}

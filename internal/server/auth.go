@@ -44,11 +44,21 @@ type Auth struct {
 
 // LoadAuth reads a token file. The file must hold at least one token.
 func LoadAuth(path string) (*Auth, error) {
-	a := &Auth{path: path}
+	a := NewAuth(path)
 	if err := a.Reload(); err != nil {
 		return nil, err
 	}
 	return a, nil
+}
+
+// NewAuth is authentication by the token file at path, not read yet: it
+// accepts no token until Reload succeeds. serve builds it before it checks
+// its Config (whether auth is on decides where the server may listen) and
+// reads the file only once the configuration was accepted.
+func NewAuth(path string) *Auth {
+	a := &Auth{path: path}
+	a.entries.Store(&[]tokenEntry{})
+	return a
 }
 
 // Path is the token file.

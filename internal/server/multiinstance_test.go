@@ -33,7 +33,7 @@ import (
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/postgres"
 	"github.com/idemctl/idemctl/internal/store/postgres/pgtest"
-	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/tool"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -482,8 +482,8 @@ func TestMultiInstanceFrozenOwnerCommitFenced(t *testing.T) {
 
 	done := c.waitCall(id, "is taken over and succeeds", func(x store.Call) bool { return x.Status.Final() })
 	takeover := time.Since(frozen)
-	if done.Status != store.StatusSucceeded || done.Attempt != 2 || done.EffectID == nil || *done.EffectID != tools.EffectID(id) {
-		t.Fatalf("takeover: %+v, want succeeded at attempt 2 with effect %s", done, tools.EffectID(id))
+	if done.Status != store.StatusSucceeded || done.Attempt != 2 || done.EffectID == nil || *done.EffectID != tool.EffectID(id) {
+		t.Fatalf("takeover: %+v, want succeeded at attempt 2 with effect %s", done, tool.EffectID(id))
 	}
 	c.checkCounts(1, 1)
 

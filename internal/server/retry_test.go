@@ -7,7 +7,7 @@ import (
 
 	"github.com/idemctl/idemctl/internal/executor"
 	"github.com/idemctl/idemctl/internal/store"
-	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/tool/builtin"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -27,7 +27,7 @@ func withPolicy(tool string, p executor.ToolPolicy) func(*Config) {
 // time the call is pending: Prefer: wait runs out without a final answer
 // (a same-key replay gets 202 with Retry-After), and GET shows it pending.
 func TestRetryingCallIsNotFinal(t *testing.T) {
-	b := setup(t, withPolicy(tools.Fail, executor.ToolPolicy{MaxAttempts: 2, InitialBackoff: time.Hour}))
+	b := setup(t, withPolicy(builtin.Fail, executor.ToolPolicy{MaxAttempts: 2, InitialBackoff: time.Hour}))
 	c := b.post("k-waiting", `{"tool":"fail","args":{"times":1,"retryable":true}}`).call(t)
 	eventually(t, "the retry is scheduled", func() bool {
 		return contains(b.events(c.CallID), store.EventRetryScheduled)

@@ -33,7 +33,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,6 +42,7 @@ import (
 	"github.com/idemctl/idemctl/internal/executor"
 	"github.com/idemctl/idemctl/internal/logkey"
 	"github.com/idemctl/idemctl/internal/mcpdoor"
+	"github.com/idemctl/idemctl/internal/netutil"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/toolreg"
 )
@@ -173,8 +173,9 @@ func New(cfg Config, st store.Store) (*Server, error) {
 	if st == nil {
 		return nil, errors.New("server: nil store")
 	}
-	if err := cfg.fill(); err != nil {
-		return nil, err
+	cfg.fill()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
 	}
 	log := cfg.Logger
 	health := &writeHealth{log: log, retest: writeRetest}
@@ -208,8 +209,8 @@ func New(cfg Config, st store.Store) (*Server, error) {
 	return s, nil
 }
 
-// fill validates the configuration and applies defaults.
-func (c *Config) fill() error {
+// fill applies the defaults to the zero values.
+func (c *Config) fill() {
 	if c.Addr == "" {
 		c.Addr = DefaultAddr
 	}
@@ -235,54 +236,60 @@ func (c *Config) fill() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+}
+
+// Validate reports every value of c that New would refuse, all at once:
+// the executor's (executor.Config.Validate) and the server's own. It checks
+// c as it is: New fills the defaults for zero values first and then calls
+// it, while a caller that validates ahead of New (serve, before it binds a
+// port or opens a database) passes complete values, so a zero
+// MaxConcurrentBodies or MaxHeldWaits is refused here. Its messages name
+// serve's flags, which set these fields one to one: serve is where a
+// person reads them.
+func (c *Config) Validate() error {
 	var errs []error
+	if c.Addr == "" {
+		errs = append(errs, errors.New("--addr must not be empty"))
+	} else {
+		errs = append(errs, c.checkAddr(c.Addr)...)
+	}
 	if err := c.Config.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if c.MaxWait < 0 || c.MCPWait < 0 {
-		errs = append(errs, errors.New("max wait and mcp wait must not be negative"))
+	if c.MCPWait < 0 {
+		errs = append(errs, fmt.Errorf("--mcp-wait must not be negative (0 means the default, %s), got %s", mcpdoor.DefaultWait, c.MCPWait))
+	}
+	if c.MaxWait < 0 {
+		errs = append(errs, fmt.Errorf("the longest wait must not be negative, got %s", c.MaxWait))
 	}
 	if c.Retention < 0 {
-		errs = append(errs, fmt.Errorf("retention must not be negative (0 keeps calls forever), got %s", c.Retention))
+		errs = append(errs, fmt.Errorf("--retention must not be negative (0 keeps calls forever), got %s", c.Retention))
 	}
-	if c.Auth == nil && !c.InsecureNoAuth {
-		if err := CheckLoopback(c.Addr); err != nil {
-			errs = append(errs, fmt.Errorf("without auth tokens anyone who can reach the port can read and replay every call, so only a loopback address is allowed (give auth tokens, or say insecure-no-auth): %w", err))
-		}
+	if c.MaxConcurrentBodies < 1 {
+		errs = append(errs, fmt.Errorf("--max-concurrent-bodies must be at least 1, got %d", c.MaxConcurrentBodies))
 	}
-	if c.MaxConcurrentBodies < 0 || c.MaxHeldWaits < 0 {
-		errs = append(errs, fmt.Errorf("max concurrent bodies and max held waits must not be negative, got %d and %d",
-			c.MaxConcurrentBodies, c.MaxHeldWaits))
+	if c.MaxHeldWaits < 1 {
+		errs = append(errs, fmt.Errorf("--max-held-waits must be at least 1, got %d", c.MaxHeldWaits))
 	}
+	return errors.Join(errs...)
+}
+
+// checkAddr applies the rules on where this server may listen to addr:
+// Validate to Addr, Run again to the listener it is given, which may be
+// bound elsewhere.
+func (c *Config) checkAddr(addr string) []error {
+	var errs []error
 	if c.Chaos {
-		if err := CheckLoopback(c.Addr); err != nil {
+		if err := netutil.CheckLoopback(addr); err != nil {
 			errs = append(errs, fmt.Errorf("--chaos makes the process exit on request, so it is only allowed on a loopback address: %w", err))
 		}
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("server: %w", errors.Join(errs...))
+	if c.Auth == nil && !c.InsecureNoAuth {
+		if err := netutil.CheckLoopback(addr); err != nil {
+			errs = append(errs, fmt.Errorf("without --auth-tokens anyone who can reach the port can read and replay every call, so only a loopback address is allowed; give --auth-tokens FILE, or --insecure-no-auth: %w", err))
+		}
 	}
-	return nil
-}
-
-// CheckLoopback accepts host:port where host is localhost or an IP in
-// 127.0.0.0/8 or ::1 (the only addresses --chaos may listen on). An empty
-// host means every interface and is refused.
-func CheckLoopback(addr string) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("address %q: %w", addr, err)
-	}
-	if strings.EqualFold(host, "localhost") {
-		return nil
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		return nil
-	}
-	if host == "" {
-		return fmt.Errorf("address %q listens on every interface", addr)
-	}
-	return fmt.Errorf("address %q is not loopback", addr)
+	return errs
 }
 
 // Owner is the lease owner this server's executor claims calls under
@@ -347,15 +354,8 @@ func (s *Server) Wake() { s.exec.Wake() }
 // stops: no new connections, held waits answered, running tools given
 // ShutdownGrace to finish. It returns nil after a clean stop.
 func (s *Server) Run(ctx context.Context, ln net.Listener) error {
-	if s.cfg.Chaos {
-		if err := CheckLoopback(ln.Addr().String()); err != nil {
-			return fmt.Errorf("server: --chaos is only allowed on a loopback address: %w", err)
-		}
-	}
-	if s.cfg.Auth == nil && !s.cfg.InsecureNoAuth {
-		if err := CheckLoopback(ln.Addr().String()); err != nil {
-			return fmt.Errorf("server: without auth tokens only a loopback address is allowed: %w", err)
-		}
+	if err := errors.Join(s.cfg.checkAddr(ln.Addr().String())...); err != nil {
+		return fmt.Errorf("server: %w", err)
 	}
 	if err := s.Start(ctx); err != nil {
 		return err

@@ -13,8 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemctl/idemctl/internal/client"
-	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/ctxutil"
+	"github.com/idemctl/idemctl/internal/tool"
 )
 
 const (
@@ -92,7 +92,7 @@ func (r *faultRunner) crashHook(ctx context.Context, n, i int) {
 		return
 	}
 	key := fmt.Sprintf("%s-crash-%d", r.prefix, n)
-	p := Payload{HTTPTool, map[string]any{"amount": 1 + n, tools.ArgCrashBeforeCommit: true}}
+	p := Payload{HTTPTool, map[string]any{"amount": 1 + n, tool.ArgCrashBeforeCommit: true}}
 	r.hist.AddKey(key, p)
 	// Drain stale crash notices (an earlier hook's exit seen late).
 	for len(r.inst.crashes) > 0 {
@@ -101,7 +101,7 @@ func (r *faultRunner) crashHook(ctx context.Context, n, i int) {
 	now := r.hist.Now()
 	r.hist.Event(Event{Kind: EventCrashHook, Instance: i, At: now, End: now, Planned: true, Detail: key})
 	r.crashHooks++
-	r.log("%s cycle %d: crash hook %s (http tool with %s) to instance %d", offset(r.hist.Now()), n+1, key, tools.ArgCrashBeforeCommit, i)
+	r.log("%s cycle %d: crash hook %s (http tool with %s) to instance %d", offset(r.hist.Now()), n+1, key, tool.ArgCrashBeforeCommit, i)
 	r.send.send(-1, OpNew, key, p, Same, i, true, false)
 	select {
 	case <-r.inst.crashes:
@@ -171,7 +171,7 @@ func (r *faultRunner) pgRestart(ctx context.Context, n int) {
 			detail += "; database not back within " + pgBackWait.String() + ": " + cerr.Error()
 			break
 		}
-		_ = client.SleepContext(ctx, 200*time.Millisecond)
+		_ = ctxutil.Sleep(ctx, 200*time.Millisecond)
 	}
 	r.restarts++
 	r.log("%s cycle %d: PostgreSQL restart: %s", offset(at), n+1, detail)

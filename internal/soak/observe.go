@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/client"
+	"github.com/idemctl/idemctl/internal/ctxutil"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/backend"
 	"github.com/idemctl/idemctl/internal/wire"
@@ -43,7 +44,7 @@ func drain(ctx context.Context, o observer, timeout time.Duration) (time.Duratio
 		if time.Now().After(deadline) {
 			return time.Since(start), false, lastErr
 		}
-		if err := client.SleepContext(ctx, 100*time.Millisecond); err != nil {
+		if err := ctxutil.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return time.Since(start), false, err
 		}
 	}
@@ -173,7 +174,7 @@ func (o *apiObserver) observe(ctx context.Context, keys []KeyInfo) (Observed, er
 			if c, err = o.c.GetByKey(ctx, k.Key); err == nil || errors.Is(err, client.ErrNotFound) || ctx.Err() != nil {
 				break
 			}
-			_ = client.SleepContext(ctx, client.Backoff(try))
+			_ = ctxutil.Sleep(ctx, client.Backoff(try))
 		}
 		if errors.Is(err, client.ErrNotFound) {
 			continue

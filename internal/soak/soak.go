@@ -28,6 +28,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemctl/idemctl/internal/client"
+	"github.com/idemctl/idemctl/internal/ctxutil"
 	"github.com/idemctl/idemctl/internal/downstream"
 	"github.com/idemctl/idemctl/internal/store/backend"
 )
@@ -352,7 +353,7 @@ func (r *run) load(ctx context.Context) error {
 	} else if r.own() {
 		// A last gap under load after the last fault: recovery happens
 		// while clients still send.
-		_ = client.SleepContext(ctx, o.MaxGap)
+		_ = ctxutil.Sleep(ctx, o.MaxGap)
 	}
 	close(stopLoad)
 	r.cnt = <-loadDone

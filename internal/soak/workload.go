@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/client"
+	"github.com/idemctl/idemctl/internal/ctxutil"
 )
 
 const (
@@ -98,7 +99,7 @@ func (s *sender) sendN(clientNo int, op OpKind, key string, p Payload, v Variant
 		if attempt == tries-1 {
 			break
 		}
-		if err := client.SleepContext(s.hard, client.Backoff(attempt)); err != nil {
+		if err := ctxutil.Sleep(s.hard, client.Backoff(attempt)); err != nil {
 			return false
 		}
 	}

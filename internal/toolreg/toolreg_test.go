@@ -15,7 +15,8 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/fingerprint"
-	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/tool"
+	"github.com/idemctl/idemctl/internal/tool/builtin"
 )
 
 func env(kv ...string) func(string) (string, bool) {
@@ -81,7 +82,7 @@ func TestParseFields(t *testing.T) {
 		t.Fatal(err)
 	}
 	d, _ := r2.Lookup("t")
-	if d.Timeout != DefaultHTTPTimeout || d.Retry.MaxAttempts != 1 || d.Effect || d.Concurrency != 0 ||
+	if d.Timeout != defaultHTTPTimeout || d.Retry.MaxAttempts != 1 || d.Effect || d.Concurrency != 0 ||
 		string(d.Schema()) != `{"type":"object"}` {
 		t.Fatalf("defaults %+v schema %s", d, d.Schema())
 	}
@@ -156,17 +157,17 @@ func TestSecretsNeverShown(t *testing.T) {
 	}))
 	defer ts.Close()
 	r := refundRegistry(t, ts.URL)
-	tool, _ := r.Lookup("create_refund")
+	rt, _ := r.Lookup("create_refund")
 
 	var logBuf bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&logBuf, nil))
-	log.Info("registry", "r", r, "tool", tool, "runner", tool.runner)
+	log.Info("registry", "r", r, "tool", rt, "runner", rt.runner)
 	js, err := json.Marshal(r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	shown := []string{fmt.Sprint(r), fmt.Sprintf("%+v %#v", r, r), fmt.Sprintf("%+v %#v %v", tool, tool, tool),
-		fmt.Sprintf("%+v %#v %v %+v %#v", tool.runner, tool.runner, *tool, *tool, *tool), string(js), logBuf.String()}
+	shown := []string{fmt.Sprint(r), fmt.Sprintf("%+v %#v", r, r), fmt.Sprintf("%+v %#v %v", rt, rt, rt),
+		fmt.Sprintf("%+v %#v %v %+v %#v", rt.runner, rt.runner, *rt, *rt, *rt), string(js), logBuf.String()}
 	for _, s := range shown {
 		if strings.Contains(s, secret) {
 			t.Fatalf("secret shown in %s", s)
@@ -178,7 +179,7 @@ func TestSecretsNeverShown(t *testing.T) {
 		t.Fatalf("header error %v", err)
 	}
 	// And on the wire it is there, expanded.
-	out, err := r.Run(context.Background(), tools.Invocation{CallID: "c_0000000000000001", Tool: "create_refund",
+	out, err := r.Run(context.Background(), tool.Invocation{CallID: "c_0000000000000001", Tool: "create_refund",
 		Args: args(t, `{"amount": 1}`), Attempt: 1})
 	if err != nil || out.Err != nil {
 		t.Fatalf("run: %v %+v", err, out.Err)
@@ -201,17 +202,17 @@ func TestValidateSchema(t *testing.T) {
 		{"create_refund", `{"amount": 5}`, false, nil, ""},
 		{"create_refund", `{"amount": 5, "note": "x"}`, false, nil, ""},
 		{"create_refund", `{"amount": 5.0}`, false, nil, ""},
-		{"create_refund", `{}`, false, tools.ErrInvalidArgs, "create_refund: at /args: missing property 'amount'"},
-		{"create_refund", `{"amount": "5"}`, false, tools.ErrInvalidArgs, "at /args/amount: got string, want integer"},
-		{"create_refund", `{"amount": 0}`, false, tools.ErrInvalidArgs, "at /args/amount: minimum"},
-		{"create_refund", `{"amount": 1.5}`, false, tools.ErrInvalidArgs, "at /args/amount:"},
-		{"create_refund", `{"amount": 1, "x": 1}`, false, tools.ErrInvalidArgs, "at /args: additional properties 'x' not allowed"},
-		{"create_refund", `{"amount": 1, "note": 3}`, false, tools.ErrInvalidArgs, "at /args/note: got number, want string"},
-		{"create_refund", `{"amount": 1, "_crash_before_commit": true}`, false, tools.ErrInvalidArgs, "reserved for chaos hooks"},
+		{"create_refund", `{}`, false, tool.ErrInvalidArgs, "create_refund: at /args: missing property 'amount'"},
+		{"create_refund", `{"amount": "5"}`, false, tool.ErrInvalidArgs, "at /args/amount: got string, want integer"},
+		{"create_refund", `{"amount": 0}`, false, tool.ErrInvalidArgs, "at /args/amount: minimum"},
+		{"create_refund", `{"amount": 1.5}`, false, tool.ErrInvalidArgs, "at /args/amount:"},
+		{"create_refund", `{"amount": 1, "x": 1}`, false, tool.ErrInvalidArgs, "at /args: additional properties 'x' not allowed"},
+		{"create_refund", `{"amount": 1, "note": 3}`, false, tool.ErrInvalidArgs, "at /args/note: got number, want string"},
+		{"create_refund", `{"amount": 1, "_crash_before_commit": true}`, false, tool.ErrInvalidArgs, "reserved for chaos hooks"},
 		{"create_refund", `{"amount": 1, "_crash_before_commit": true}`, true, nil, ""},
-		{"create_refund", `{"amount": 1, "_pause_before_commit": 0}`, true, tools.ErrInvalidArgs, "_pause_before_commit must be a number"},
-		{"refund", `{}`, false, tools.ErrUnknownTool, `unknown tool "refund" (known tools: charge, create_refund, fail, send_email, sleep)`},
-		{"charge", `{"amount": 0}`, false, tools.ErrInvalidArgs, "amount must be an integer from 1 to"},
+		{"create_refund", `{"amount": 1, "_pause_before_commit": 0}`, true, tool.ErrInvalidArgs, "_pause_before_commit must be a number"},
+		{"refund", `{}`, false, tool.ErrUnknownTool, `unknown tool "refund" (known tools: charge, create_refund, fail, send_email, sleep)`},
+		{"charge", `{"amount": 0}`, false, tool.ErrInvalidArgs, "amount must be an integer from 1 to"},
 	}
 	for _, c := range cases {
 		err := r.Validate(c.tool, args(t, c.args), c.chaos)
@@ -228,16 +229,16 @@ func TestValidateSchema(t *testing.T) {
 }
 
 // TestBuiltinsAsToday: without a file the built-ins validate exactly as
-// tools.Validate does, message for message.
+// builtin.Validate does, message for message.
 func TestBuiltinsAsToday(t *testing.T) {
 	r := Builtins()
-	if strings.Join(r.Names(), ",") != strings.Join(tools.Names(), ",") {
+	if strings.Join(r.Names(), ",") != strings.Join(builtin.Names(), ",") {
 		t.Fatalf("names %v", r.Names())
 	}
 	for _, c := range builtinCases {
 		for _, chaos := range []bool{false, true} {
 			a := args(t, c.args)
-			got, want := r.Validate(c.tool, a, chaos), tools.Validate(c.tool, a, chaos)
+			got, want := r.Validate(c.tool, a, chaos), builtin.Validate(c.tool, a, chaos)
 			if fmt.Sprint(got) != fmt.Sprint(want) {
 				t.Errorf("%s %s chaos=%v: registry %v, tools %v", c.tool, c.args, chaos, got, want)
 			}
@@ -260,7 +261,7 @@ var builtinCases = []struct{ tool, args string }{
 }
 
 // TestBuiltinSchemasAgree: the schema GET /v1/tools publishes for a
-// built-in accepts exactly what tools.Validate accepts (chaos args aside),
+// built-in accepts exactly what builtin.Validate accepts (chaos args aside),
 // except the one rule a schema cannot say: a send_email "to" of only
 // whitespace (the schema's pattern \S catches it, so that one agrees too).
 func TestBuiltinSchemasAgree(t *testing.T) {
@@ -272,9 +273,9 @@ func TestBuiltinSchemasAgree(t *testing.T) {
 			continue
 		}
 		schemaOK := tool.schema.Validate(a) == nil
-		validateOK := tools.Validate(c.tool, a, false) == nil
+		validateOK := builtin.Validate(c.tool, a, false) == nil
 		if schemaOK != validateOK {
-			t.Errorf("%s %s: schema accepts=%v, tools.Validate accepts=%v", c.tool, c.args, schemaOK, validateOK)
+			t.Errorf("%s %s: schema accepts=%v, builtin.Validate accepts=%v", c.tool, c.args, schemaOK, validateOK)
 		}
 	}
 	for _, blank := range []string{`{"to": " "}`, `{"to": "\t\n"}`} {
@@ -402,15 +403,15 @@ func TestBuiltinTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(ctx context.Context, seconds string) (tools.Outcome, error) {
-		return r.Run(ctx, tools.Invocation{CallID: "c_1", Tool: "sleep", Args: args(t, `{"seconds": `+seconds+`}`), Attempt: 1})
+	run := func(ctx context.Context, seconds string) (tool.Outcome, error) {
+		return r.Run(ctx, tool.Invocation{CallID: "c_1", Tool: "sleep", Args: args(t, `{"seconds": `+seconds+`}`), Attempt: 1})
 	}
 	out, err := run(context.Background(), "10")
 	if err != nil {
 		t.Fatalf("sleep past the timeout: error %v, want a failed outcome", err)
 	}
-	if out.Err == nil || out.Err.Code != ErrorCodeToolTimeout || !out.Err.Retryable {
-		t.Fatalf("sleep past the timeout: outcome %+v, want a retryable %s", out, ErrorCodeToolTimeout)
+	if out.Err == nil || out.Err.Code != errorCodeToolTimeout || !out.Err.Retryable {
+		t.Fatalf("sleep past the timeout: outcome %+v, want a retryable %s", out, errorCodeToolTimeout)
 	}
 	if out, err := run(context.Background(), "0.001"); err != nil || out.Err != nil {
 		t.Fatalf("sleep within the timeout: outcome %+v, error %v, want success", out, err)
@@ -423,5 +424,44 @@ func TestBuiltinTimeout(t *testing.T) {
 	// Without a timeout a built-in is not bounded: the built-ins registry.
 	if tl, _ := Builtins().Lookup("sleep"); tl.Timeout != 0 {
 		t.Fatalf("built-in sleep has a default timeout %v, want none", tl.Timeout)
+	}
+}
+
+// TestParseShapes: the file is read as YAML reads it, into the typed
+// shapes, and refused field by field as the map it is: a key present with
+// a null value is a wrong value (not an absent key), a null list item is
+// refused under its own index (the items after it keep theirs), a merge key
+// (<<) brings its fields in, unknown ones included, and a mapping keyed by
+// numbers is not a mapping.
+func TestParseShapes(t *testing.T) {
+	const ok = `name: t, kind: http, url: "http://127.0.0.1:9/x"`
+	cases := []struct{ file, want string }{
+		{`tools: [{` + ok + `, timeout: ~}]`, `tools[0] (t): timeout: nothing is not a duration`},
+		{`tools: [{` + ok + `, description: ~}]`, `tools[0] (t): description: must be a string, got nothing`},
+		{`tools: [{` + ok + `, retry: ~}]`, `tools[0] (t): retry: must be a mapping with max_attempts, initial_backoff, max_backoff`},
+		{`tools: [{` + ok + `, retry: {max_backoff: ~}}]`, `tools[0] (t): retry.max_backoff: nothing is not a duration`},
+		{`tools: [{` + ok + `, schema: {properties: {a: {}}}, dedup: {args: [a], window: ~}}]`, `tools[0] (t): dedup.window: nothing is not a duration`},
+		{`tools: [{name: t, kind: http, url: ~}]`, `tools[0] (t): url: must be a string, got nothing`},
+		{`tools: [~, {` + ok + `, timeout: 0s}]`, "tools[0]: must be a mapping\ntools[1] (t): timeout: \"0s\" must be above 0"},
+		{`tools: [{1: a}]`, `tools[0]: must be a mapping`},
+		{"base: &b {timeout: 1s}\ntools: [{<<: *b, " + ok + "}]", `unknown key "base"`},
+		{`tools: [{<<: {bogus: 1}, ` + ok + `}]`, `tools[0] (t): bogus: unknown field`},
+		{`tools: [{<<: {url: "http://x/"}, name: charge, kind: builtin}]`, `tools[0] (charge): url: not allowed for a builtin tool`},
+		{`tools: [{` + ok + `, retry: {tries: 1, max_attempts: 0}}]`, `tools[0] (t): retry.max_attempts: must be an integer from 1 to 100, got 0`},
+		{`tools: [{` + ok + `, retry: {a: 1, max_attempts: 0}}]`, `tools[0] (t): retry.a: unknown field (allowed: max_attempts, initial_backoff, max_backoff)`},
+	}
+	for _, c := range cases {
+		_, err := Parse([]byte(c.file), env())
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s:\n got %v\nwant …%s…", c.file, err, c.want)
+		}
+	}
+	// A merge key brings a shared policy in, as YAML means it to.
+	r, err := Parse([]byte("tools:\n- &a {name: a, kind: http, url: \"http://127.0.0.1:9/a\", timeout: 3s, retry: {max_attempts: 4}}\n- {<<: *a, name: b}\n"), env())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := r.Lookup("b"); b.Timeout != 3*time.Second || b.Retry.MaxAttempts != 4 {
+		t.Fatalf("merged tool %+v", b)
 	}
 }

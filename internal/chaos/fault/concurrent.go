@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/client"
-	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/tool/builtin"
 )
 
 var concurrent = scenario{
@@ -43,7 +43,7 @@ func runConcurrent(ctx context.Context, e *env, rep *Report) error {
 		c := e.client(srv.URL, fmt.Sprintf("[client %02d] ", i))
 		wg.Go(func() {
 			<-gate
-			results[i], errs[i] = c.Call(ctx, key, client.Request{Tool: tools.Charge, Args: chargeArgs(100)})
+			results[i], errs[i] = c.Call(ctx, key, client.Request{Tool: builtin.Charge, Args: chargeArgs(100)})
 		})
 	}
 	close(gate)

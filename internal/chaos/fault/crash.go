@@ -13,7 +13,8 @@ import (
 	"github.com/idemctl/idemctl/internal/exitcode"
 	"github.com/idemctl/idemctl/internal/serveproc"
 	"github.com/idemctl/idemctl/internal/store"
-	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/tool"
+	"github.com/idemctl/idemctl/internal/tool/builtin"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -39,7 +40,7 @@ var crashAfterCommit = scenario{
 		"PASS when the crash happened, calls=1, effects=1, attempt=1 (never re-run), the retry was a replay",
 	},
 	run: func(ctx context.Context, e *env, rep *Report) error {
-		return runCrash(ctx, e, rep, tools.ArgCrashAfterCommit)
+		return runCrash(ctx, e, rep, tool.ArgCrashAfterCommit)
 	},
 }
 
@@ -56,7 +57,7 @@ var crashBeforeCommit = scenario{
 		"PASS when the crash happened, calls=1, effects=1, attempt=2, recovered before the lease would have expired",
 	},
 	run: func(ctx context.Context, e *env, rep *Report) error {
-		return runCrash(ctx, e, rep, tools.ArgCrashBeforeCommit)
+		return runCrash(ctx, e, rep, tool.ArgCrashBeforeCommit)
 	},
 }
 
@@ -123,7 +124,7 @@ func (e *env) restartOnExit(ctx context.Context, p *serverProc) <-chan restartRe
 }
 
 func runCrash(ctx context.Context, e *env, rep *Report, hook string) error {
-	before := hook == tools.ArgCrashBeforeCommit
+	before := hook == tool.ArgCrashBeforeCommit
 	srv, err := e.startServer(ctx, serverOpts{label: "server", chaos: true})
 	if err != nil {
 		return err
@@ -143,7 +144,7 @@ func runCrash(ctx context.Context, e *env, rep *Report, hook string) error {
 	args[hook] = true
 	e.logf("client: POST key %s, charge 100 with %s=true, Prefer: wait=%d, same-key retries", key, hook, int(crashWait.Seconds()))
 
-	res, callErr := c.Call(ctx, key, client.Request{Tool: tools.Charge, Args: args})
+	res, callErr := c.Call(ctx, key, client.Request{Tool: builtin.Charge, Args: args})
 	rep.Attempts = len(res.Attempts)
 	answers := answeredIDs(res)
 
@@ -163,7 +164,7 @@ func runCrash(ctx context.Context, e *env, rep *Report, hook string) error {
 			// the restarted server, which must answer from the record.
 			e.logf("retrying the same key on the restarted server:")
 			c.Retries = -1
-			if res, callErr = c.Call(ctx, key, client.Request{Tool: tools.Charge, Args: args}); callErr != nil {
+			if res, callErr = c.Call(ctx, key, client.Request{Tool: builtin.Charge, Args: args}); callErr != nil {
 				rep.fail("the same-key retry after the restart failed: %v", callErr)
 			}
 			answers = append(answers, answeredIDs(res)...)

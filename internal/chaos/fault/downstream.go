@@ -18,7 +18,7 @@ import (
 
 	"github.com/idemctl/idemctl/internal/client"
 	"github.com/idemctl/idemctl/internal/downstream"
-	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/tool"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -122,15 +122,15 @@ func runDownstream(ctx context.Context, e *env, rep *Report, ignoreKeys bool) er
 	c.Timeout = crashWait + 2*time.Second // the held reply must not time out first
 	c.Retries = crashRetries
 	args := chargeArgs(100)
-	args[tools.ArgCrashBeforeCommit] = true
+	args[tool.ArgCrashBeforeCommit] = true
 	e.logf("client: POST key %s, %s amount 100 with %s=true, Prefer: wait=%d, same-key retries",
-		key, downstreamTool, tools.ArgCrashBeforeCommit, int(crashWait.Seconds()))
+		key, downstreamTool, tool.ArgCrashBeforeCommit, int(crashWait.Seconds()))
 
 	res, callErr := c.Call(ctx, key, client.Request{Tool: downstreamTool, Args: args})
 	rep.Attempts = len(res.Attempts)
 	answers := answeredIDs(res)
 
-	if _, err := awaitCrash(ctx, restarted, tools.ArgCrashBeforeCommit, rep); err != nil {
+	if _, err := awaitCrash(ctx, restarted, tool.ArgCrashBeforeCommit, rep); err != nil {
 		return err
 	}
 

@@ -11,7 +11,8 @@ import (
 
 	"github.com/idemctl/idemctl/internal/client"
 	"github.com/idemctl/idemctl/internal/store"
-	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/tool"
+	"github.com/idemctl/idemctl/internal/tool/builtin"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -58,9 +59,9 @@ func runLeaseExpiry(ctx context.Context, e *env, rep *Report) error {
 	key := fmt.Sprintf("lease-%d", time.Now().Unix())
 	ca := e.client(a.URL, "")
 	args := chargeArgs(100)
-	args[tools.ArgPauseBeforeCommit] = leaseExpiryPause
-	e.logf("client: POST key %s to A, charge 100 with %s=%g (lease %s)", key, tools.ArgPauseBeforeCommit, leaseExpiryPause, leaseExpiryLease)
-	res, err := ca.Call(ctx, key, client.Request{Tool: tools.Charge, Args: args})
+	args[tool.ArgPauseBeforeCommit] = leaseExpiryPause
+	e.logf("client: POST key %s to A, charge 100 with %s=%g (lease %s)", key, tool.ArgPauseBeforeCommit, leaseExpiryPause, leaseExpiryLease)
+	res, err := ca.Call(ctx, key, client.Request{Tool: builtin.Charge, Args: args})
 	rep.Attempts = len(res.Attempts)
 	if err != nil {
 		return fmt.Errorf("posting the call to server A: %w", err)

@@ -6,7 +6,7 @@ import (
 
 	"github.com/idemctl/idemctl/internal/client"
 	"github.com/idemctl/idemctl/internal/store"
-	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/tool/builtin"
 )
 
 // pollTimeout bounds waiting for a call to become final.
@@ -34,7 +34,7 @@ func (e *env) settle(ctx context.Context, c *client.Client, call client.Call) (c
 // never settles is recorded on rep (the error is non-nil only when the
 // scenario must stop).
 func (e *env) chargeAndSettle(ctx context.Context, rep *Report, c *client.Client, key string) (client.Result, []string, error) {
-	res, callErr := c.Call(ctx, key, client.Request{Tool: tools.Charge, Args: chargeArgs(100)})
+	res, callErr := c.Call(ctx, key, client.Request{Tool: builtin.Charge, Args: chargeArgs(100)})
 	answers := answeredIDs(res)
 	if callErr != nil {
 		return res, answers, noAnswer(ctx, rep, "the client", callErr)

@@ -12,7 +12,8 @@ import (
 	"github.com/idemctl/idemctl/internal/client"
 	"github.com/idemctl/idemctl/internal/exitcode"
 	"github.com/idemctl/idemctl/internal/serveproc"
-	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/tool"
+	"github.com/idemctl/idemctl/internal/tool/builtin"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -42,8 +43,8 @@ func TestCrashThenRestartSameAddressAndDatabase(t *testing.T) {
 	}
 
 	c := &client.Client{Base: url, Timeout: 5 * time.Second, Retries: -1, PreferWait: 3 * time.Second}
-	_, _ = c.Call(t.Context(), "K", client.Request{Tool: tools.Charge,
-		Args: map[string]any{"amount": 1, tools.ArgCrashAfterCommit: true}})
+	_, _ = c.Call(t.Context(), "K", client.Request{Tool: builtin.Charge,
+		Args: map[string]any{"amount": 1, tool.ArgCrashAfterCommit: true}})
 	if code, err := p.Wait(10 * time.Second); err != nil || code != exitcode.Crash {
 		t.Fatalf("exit = %d, %v; want the chaos crash status %d", code, err, exitcode.Crash)
 	}

@@ -1,16 +1,15 @@
-package tools
+package builtin
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"reflect"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/idemctl/idemctl/internal/fingerprint"
+	"github.com/idemctl/idemctl/internal/tool"
 )
 
 // args parses a JSON object and normalizes it, as the server does before it
@@ -65,71 +64,71 @@ func TestValidate(t *testing.T) {
 		{"charge", `{"amount":1e2}`, false, nil, ""},
 		{"charge", `{"amount":1000000000000}`, false, nil, ""},
 		{"charge", `{"amount":100,"note":null}`, false, nil, ""}, // null members are dropped by Normalize
-		{"charge", `{}`, false, ErrInvalidArgs, "amount is required"},
-		{"charge", `{"amount":null}`, false, ErrInvalidArgs, "amount is required"},
-		{"charge", `{"amount":0}`, false, ErrInvalidArgs, "amount must be an integer"},
-		{"charge", `{"amount":-5}`, false, ErrInvalidArgs, "amount"},
-		{"charge", `{"amount":1.5}`, false, ErrInvalidArgs, "got 1.5"},
-		{"charge", `{"amount":"100"}`, false, ErrInvalidArgs, `got string "100"`},
-		{"charge", `{"amount":true}`, false, ErrInvalidArgs, "amount"},
-		{"charge", `{"amount":[100]}`, false, ErrInvalidArgs, "amount"},
-		{"charge", `{"amount":1000000000001}`, false, ErrInvalidArgs, "amount"},
-		{"charge", `{"amount":100,"currency":"EUR"}`, false, ErrInvalidArgs, `unknown argument "currency"`},
+		{"charge", `{}`, false, tool.ErrInvalidArgs, "amount is required"},
+		{"charge", `{"amount":null}`, false, tool.ErrInvalidArgs, "amount is required"},
+		{"charge", `{"amount":0}`, false, tool.ErrInvalidArgs, "amount must be an integer"},
+		{"charge", `{"amount":-5}`, false, tool.ErrInvalidArgs, "amount"},
+		{"charge", `{"amount":1.5}`, false, tool.ErrInvalidArgs, "got 1.5"},
+		{"charge", `{"amount":"100"}`, false, tool.ErrInvalidArgs, `got string "100"`},
+		{"charge", `{"amount":true}`, false, tool.ErrInvalidArgs, "amount"},
+		{"charge", `{"amount":[100]}`, false, tool.ErrInvalidArgs, "amount"},
+		{"charge", `{"amount":1000000000001}`, false, tool.ErrInvalidArgs, "amount"},
+		{"charge", `{"amount":100,"currency":"EUR"}`, false, tool.ErrInvalidArgs, `unknown argument "currency"`},
 		// send_email
 		{"send_email", `{"to":"a@example.com"}`, false, nil, ""},
 		{"send_email", `{"to":"a@example.com","subject":"hi","body":""}`, false, nil, ""},
-		{"send_email", `{}`, false, ErrInvalidArgs, "to must be a non-empty string"},
-		{"send_email", `{"to":""}`, false, ErrInvalidArgs, "to"},
-		{"send_email", `{"to":"  "}`, false, ErrInvalidArgs, "to"},
-		{"send_email", `{"to":42}`, false, ErrInvalidArgs, "to"},
-		{"send_email", `{"to":"a@b","subject":1}`, false, ErrInvalidArgs, "subject must be a string"},
-		{"send_email", `{"to":"a@b","body":false}`, false, ErrInvalidArgs, "body must be a string"},
-		{"send_email", `{"to":"a@b","cc":"c@d"}`, false, ErrInvalidArgs, `unknown argument "cc"`},
+		{"send_email", `{}`, false, tool.ErrInvalidArgs, "to must be a non-empty string"},
+		{"send_email", `{"to":""}`, false, tool.ErrInvalidArgs, "to"},
+		{"send_email", `{"to":"  "}`, false, tool.ErrInvalidArgs, "to"},
+		{"send_email", `{"to":42}`, false, tool.ErrInvalidArgs, "to"},
+		{"send_email", `{"to":"a@b","subject":1}`, false, tool.ErrInvalidArgs, "subject must be a string"},
+		{"send_email", `{"to":"a@b","body":false}`, false, tool.ErrInvalidArgs, "body must be a string"},
+		{"send_email", `{"to":"a@b","cc":"c@d"}`, false, tool.ErrInvalidArgs, `unknown argument "cc"`},
 		// sleep
 		{"sleep", `{"seconds":0}`, false, nil, ""},
 		{"sleep", `{"seconds":0.25}`, false, nil, ""},
 		{"sleep", `{"seconds":10}`, false, nil, ""},
-		{"sleep", `{}`, false, ErrInvalidArgs, "seconds is required"},
-		{"sleep", `{"seconds":10.5}`, false, ErrInvalidArgs, "seconds must be a number from 0 to 10"},
-		{"sleep", `{"seconds":-1}`, false, ErrInvalidArgs, "seconds"},
-		{"sleep", `{"seconds":"1"}`, false, ErrInvalidArgs, "seconds"},
+		{"sleep", `{}`, false, tool.ErrInvalidArgs, "seconds is required"},
+		{"sleep", `{"seconds":10.5}`, false, tool.ErrInvalidArgs, "seconds must be a number from 0 to 10"},
+		{"sleep", `{"seconds":-1}`, false, tool.ErrInvalidArgs, "seconds"},
+		{"sleep", `{"seconds":"1"}`, false, tool.ErrInvalidArgs, "seconds"},
 		// fail
 		{"fail", `{}`, false, nil, ""},
 		{"fail", `{"retryable":false,"times":2,"message":"boom"}`, false, nil, ""},
 		{"fail", `{"times":0}`, false, nil, ""},
 		{"fail", `{"times":2.0}`, false, nil, ""},
-		{"fail", `{"retryable":"yes"}`, false, ErrInvalidArgs, "retryable must be a boolean"},
-		{"fail", `{"times":-1}`, false, ErrInvalidArgs, "times must be an integer >= 0"},
-		{"fail", `{"times":1.5}`, false, ErrInvalidArgs, "times"},
-		{"fail", `{"message":7}`, false, ErrInvalidArgs, "message must be a string"},
-		{"fail", `{"count":1}`, false, ErrInvalidArgs, `unknown argument "count"`},
+		{"fail", `{"retryable":"yes"}`, false, tool.ErrInvalidArgs, "retryable must be a boolean"},
+		{"fail", `{"times":-1}`, false, tool.ErrInvalidArgs, "times must be an integer >= 0"},
+		{"fail", `{"times":1.5}`, false, tool.ErrInvalidArgs, "times"},
+		{"fail", `{"message":7}`, false, tool.ErrInvalidArgs, "message must be a string"},
+		{"fail", `{"count":1}`, false, tool.ErrInvalidArgs, `unknown argument "count"`},
 		// unknown tool
-		{"refund", `{}`, false, ErrUnknownTool, `"refund"`},
-		{"", `{}`, false, ErrUnknownTool, ""},
+		{"refund", `{}`, false, tool.ErrUnknownTool, `"refund"`},
+		{"", `{}`, false, tool.ErrUnknownTool, ""},
 		// underscore keys and chaos
-		{"charge", `{"amount":1,"_crash_after_commit":true}`, false, ErrInvalidArgs, `"_crash_after_commit"`},
-		{"charge", `{"amount":1,"_anything":1}`, false, ErrInvalidArgs, "reserved for chaos hooks"},
+		{"charge", `{"amount":1,"_crash_after_commit":true}`, false, tool.ErrInvalidArgs, `"_crash_after_commit"`},
+		{"charge", `{"amount":1,"_anything":1}`, false, tool.ErrInvalidArgs, "reserved for chaos hooks"},
 		{"charge", `{"amount":1,"_crash_after_commit":true}`, true, nil, ""},
 		{"charge", `{"amount":1,"_crash_before_commit":true}`, true, nil, ""},
 		{"send_email", `{"to":"a@b","_crash_before_commit":false,"_crash_after_commit":false}`, true, nil, ""},
-		{"charge", `{"amount":1,"_crash_after_commit":"true"}`, true, ErrInvalidArgs, "_crash_after_commit must be a boolean"},
-		{"charge", `{"amount":1,"_crash_later":true}`, true, ErrInvalidArgs, `unknown chaos argument "_crash_later"`},
-		{"charge", `{"_crash_after_commit":true}`, true, ErrInvalidArgs, "amount is required"},
+		{"charge", `{"amount":1,"_crash_after_commit":"true"}`, true, tool.ErrInvalidArgs, "_crash_after_commit must be a boolean"},
+		{"charge", `{"amount":1,"_crash_later":true}`, true, tool.ErrInvalidArgs, `unknown chaos argument "_crash_later"`},
+		{"charge", `{"_crash_after_commit":true}`, true, tool.ErrInvalidArgs, "amount is required"},
 		// _pause_before_commit: seconds, 0 < s <= 10, chaos only
-		{"charge", `{"amount":1,"_pause_before_commit":1}`, false, ErrInvalidArgs, "reserved for chaos hooks"},
+		{"charge", `{"amount":1,"_pause_before_commit":1}`, false, tool.ErrInvalidArgs, "reserved for chaos hooks"},
 		{"charge", `{"amount":1,"_pause_before_commit":1}`, true, nil, ""},
 		{"charge", `{"amount":1,"_pause_before_commit":2.5}`, true, nil, ""},
 		{"charge", `{"amount":1,"_pause_before_commit":0.001}`, true, nil, ""},
 		{"charge", `{"amount":1,"_pause_before_commit":10}`, true, nil, ""},
 		{"sleep", `{"seconds":0,"_pause_before_commit":1,"_crash_after_commit":false}`, true, nil, ""},
-		{"charge", `{"amount":1,"_pause_before_commit":0}`, true, ErrInvalidArgs, "_pause_before_commit must be a number of seconds above 0 and at most 10, got 0"},
-		{"charge", `{"amount":1,"_pause_before_commit":-1}`, true, ErrInvalidArgs, "got -1"},
-		{"charge", `{"amount":1,"_pause_before_commit":10.5}`, true, ErrInvalidArgs, "got 10.5"},
-		{"charge", `{"amount":1,"_pause_before_commit":"1"}`, true, ErrInvalidArgs, `got string "1"`},
-		{"charge", `{"amount":1,"_pause_before_commit":true}`, true, ErrInvalidArgs, "got boolean true"},
-		{"charge", `{"amount":1,"_pause_before_commit":[1]}`, true, ErrInvalidArgs, "got an array"},
-		{"charge", `{"amount":1,"_pause_later":1}`, true, ErrInvalidArgs, "_pause_before_commit)"}, // the allowed list names it
-		{"charge", `{"_pause_before_commit":1}`, true, ErrInvalidArgs, "amount is required"},
+		{"charge", `{"amount":1,"_pause_before_commit":0}`, true, tool.ErrInvalidArgs, "_pause_before_commit must be a number of seconds above 0 and at most 10, got 0"},
+		{"charge", `{"amount":1,"_pause_before_commit":-1}`, true, tool.ErrInvalidArgs, "got -1"},
+		{"charge", `{"amount":1,"_pause_before_commit":10.5}`, true, tool.ErrInvalidArgs, "got 10.5"},
+		{"charge", `{"amount":1,"_pause_before_commit":"1"}`, true, tool.ErrInvalidArgs, `got string "1"`},
+		{"charge", `{"amount":1,"_pause_before_commit":true}`, true, tool.ErrInvalidArgs, "got boolean true"},
+		{"charge", `{"amount":1,"_pause_before_commit":[1]}`, true, tool.ErrInvalidArgs, "got an array"},
+		{"charge", `{"amount":1,"_pause_later":1}`, true, tool.ErrInvalidArgs, "_pause_before_commit)"}, // the allowed list names it
+		{"charge", `{"_pause_before_commit":1}`, true, tool.ErrInvalidArgs, "amount is required"},
 	}
 	for _, c := range cases {
 		name := c.tool + " " + c.args
@@ -158,77 +157,25 @@ func TestValidateNilArgsAndGoNumbers(t *testing.T) {
 	if err := Validate(Fail, nil, false); err != nil {
 		t.Errorf("fail with nil args: %v", err)
 	}
-	if err := Validate(Charge, nil, false); !errors.Is(err, ErrInvalidArgs) {
+	if err := Validate(Charge, nil, false); !errors.Is(err, tool.ErrInvalidArgs) {
 		t.Errorf("charge with nil args: %v", err)
 	}
 	if err := Validate(Charge, map[string]any{"amount": 5}, false); err != nil {
 		t.Errorf("charge with int amount: %v", err)
 	}
-	if err := Validate(Charge, map[string]any{"amount": 5.5}, false); !errors.Is(err, ErrInvalidArgs) {
+	if err := Validate(Charge, map[string]any{"amount": 5.5}, false); !errors.Is(err, tool.ErrInvalidArgs) {
 		t.Errorf("charge with float 5.5: %v", err)
-	}
-}
-
-func TestChaosOf(t *testing.T) {
-	cases := []struct {
-		args string
-		want Chaos
-	}{
-		{`{}`, Chaos{}},
-		{`{"_crash_after_commit":true}`, Chaos{CrashAfterCommit: true}},
-		{`{"_crash_before_commit":true}`, Chaos{CrashBeforeCommit: true}},
-		{`{"_crash_before_commit":true,"_crash_after_commit":false}`, Chaos{CrashBeforeCommit: true}},
-		{`{"_crash_after_commit":"true"}`, Chaos{}},
-		{`{"_pause_before_commit":1}`, Chaos{PauseBeforeCommit: time.Second}},
-		{`{"_pause_before_commit":2.5,"_crash_before_commit":true}`, Chaos{PauseBeforeCommit: 2500 * time.Millisecond, CrashBeforeCommit: true}},
-		{`{"_pause_before_commit":1e-3}`, Chaos{PauseBeforeCommit: time.Millisecond}},
-		// Values Validate refuses mean no pause, never a negative or huge one.
-		{`{"_pause_before_commit":0}`, Chaos{}},
-		{`{"_pause_before_commit":-1}`, Chaos{}},
-		{`{"_pause_before_commit":11}`, Chaos{}},
-		{`{"_pause_before_commit":"1"}`, Chaos{}},
-	}
-	for _, c := range cases {
-		if got := ChaosOf(args(t, c.args)); got != c.want {
-			t.Errorf("ChaosOf(%s) = %+v, want %+v", c.args, got, c.want)
-		}
-	}
-	if got := ChaosOf(nil); got != (Chaos{}) {
-		t.Errorf("ChaosOf(nil) = %+v", got)
-	}
-}
-
-func TestEffectID(t *testing.T) {
-	re := regexp.MustCompile(`^eff_[0-9a-f]{16}$`)
-	a1, a2 := EffectID("c_0123456789abcdef"), EffectID("c_0123456789abcdef")
-	b := EffectID("c_0123456789abcdee")
-	if a1 != a2 {
-		t.Errorf("EffectID not deterministic: %s vs %s", a1, a2)
-	}
-	if a1 == b {
-		t.Errorf("different calls share effect id %s", a1)
-	}
-	for _, id := range []string{a1, b} {
-		if !re.MatchString(id) {
-			t.Errorf("EffectID = %q, want eff_ + 16 lowercase hex", id)
-		}
-	}
-	// Pinned: changing the derivation would give in-flight calls a new
-	// downstream key between attempts. Computed outside Go with
-	//   printf '%s' 'idemctl-effect:c_0123456789abcdef' | sha256sum | cut -c1-16
-	if want := "eff_" + "69255e5dfcd9060f"; a1 != want {
-		t.Errorf("EffectID(c_0123456789abcdef) = %s, want %s", a1, want)
 	}
 }
 
 func TestRunCharge(t *testing.T) {
 	ctx := context.Background()
-	inv := Invocation{CallID: "c_1111111111111111", Tool: Charge, Args: args(t, `{"amount":1.0e2,"_crash_after_commit":true}`), Attempt: 1}
+	inv := tool.Invocation{CallID: "c_1111111111111111", Tool: Charge, Args: args(t, `{"amount":1.0e2,"_crash_after_commit":true}`), Attempt: 1}
 	out, err := Run(ctx, inv)
 	if err != nil {
 		t.Fatal(err)
 	}
-	eff := EffectID(inv.CallID)
+	eff := tool.EffectID(inv.CallID)
 	if want := `{"charged":100,"effect_id":"` + eff + `"}`; string(out.Result) != want {
 		t.Errorf("result = %s, want %s", out.Result, want)
 	}
@@ -251,12 +198,12 @@ func TestRunCharge(t *testing.T) {
 }
 
 func TestRunSendEmail(t *testing.T) {
-	inv := Invocation{CallID: "c_2222222222222222", Tool: SendEmail, Args: args(t, `{"to":"rene\u0301@x","subject":"s"}`), Attempt: 1}
+	inv := tool.Invocation{CallID: "c_2222222222222222", Tool: SendEmail, Args: args(t, `{"to":"rene\u0301@x","subject":"s"}`), Attempt: 1}
 	out, err := Run(context.Background(), inv)
 	if err != nil {
 		t.Fatal(err)
 	}
-	eff := EffectID(inv.CallID)
+	eff := tool.EffectID(inv.CallID)
 	if want := `{"sent":true,"to":"ren` + "\u00e9" + `@x","effect_id":"` + eff + `"}`; string(out.Result) != want {
 		t.Errorf("result = %s, want %s", out.Result, want)
 	}
@@ -266,7 +213,7 @@ func TestRunSendEmail(t *testing.T) {
 }
 
 func TestResultNotHTMLEscaped(t *testing.T) {
-	inv := Invocation{CallID: "c_3333333333333333", Tool: SendEmail, Args: args(t, `{"to":"a&b<c>@x"}`), Attempt: 1}
+	inv := tool.Invocation{CallID: "c_3333333333333333", Tool: SendEmail, Args: args(t, `{"to":"a&b<c>@x"}`), Attempt: 1}
 	out, err := Run(context.Background(), inv)
 	if err != nil {
 		t.Fatal(err)
@@ -277,7 +224,7 @@ func TestResultNotHTMLEscaped(t *testing.T) {
 }
 
 func TestRunSleep(t *testing.T) {
-	out, err := Run(context.Background(), Invocation{CallID: "c_3", Tool: Sleep, Args: args(t, `{"seconds":0.01}`), Attempt: 1})
+	out, err := Run(context.Background(), tool.Invocation{CallID: "c_3", Tool: Sleep, Args: args(t, `{"seconds":0.01}`), Attempt: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,10 +236,10 @@ func TestRunSleep(t *testing.T) {
 func TestRunSleepCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	var out Outcome
+	var out tool.Outcome
 	go func() {
 		var err error
-		out, err = Run(ctx, Invocation{CallID: "c_4", Tool: Sleep, Args: args(t, `{"seconds":10}`), Attempt: 1})
+		out, err = Run(ctx, tool.Invocation{CallID: "c_4", Tool: Sleep, Args: args(t, `{"seconds":10}`), Attempt: 1})
 		done <- err
 	}()
 	cancel()
@@ -312,7 +259,7 @@ func TestRunSleepCancelled(t *testing.T) {
 func TestRunCancelledBeforeStart(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	out, err := Run(ctx, Invocation{CallID: "c_5", Tool: Charge, Args: args(t, `{"amount":1}`), Attempt: 1})
+	out, err := Run(ctx, tool.Invocation{CallID: "c_5", Tool: Charge, Args: args(t, `{"amount":1}`), Attempt: 1})
 	if !errors.Is(err, context.Canceled) || out.Effect != nil {
 		t.Errorf("charge on a cancelled ctx: %+v, %v", out, err)
 	}
@@ -329,18 +276,18 @@ func TestRunFail(t *testing.T) {
 		want [3]want // attempts 1, 2, 3
 	}{
 		{`{}`, [3]want{
-			{false, DefaultFailMessage, true}, {false, DefaultFailMessage, true}, {false, DefaultFailMessage, true}}},
+			{false, defaultFailMessage, true}, {false, defaultFailMessage, true}, {false, defaultFailMessage, true}}},
 		{`{"retryable":false,"message":"card declined"}`, [3]want{
 			{false, "card declined", false}, {false, "card declined", false}, {false, "card declined", false}}},
 		{`{"times":0}`, [3]want{{ok: true}, {ok: true}, {ok: true}}},
-		{`{"times":1}`, [3]want{{false, DefaultFailMessage, true}, {ok: true}, {ok: true}}},
+		{`{"times":1}`, [3]want{{false, defaultFailMessage, true}, {ok: true}, {ok: true}}},
 		{`{"times":2,"retryable":false}`, [3]want{
-			{false, DefaultFailMessage, false}, {false, DefaultFailMessage, false}, {ok: true}}},
+			{false, defaultFailMessage, false}, {false, defaultFailMessage, false}, {ok: true}}},
 	}
 	for _, c := range cases {
 		for i, w := range c.want {
 			attempt := int64(i + 1)
-			out, err := Run(context.Background(), Invocation{CallID: "c_6", Tool: Fail, Args: args(t, c.args), Attempt: attempt})
+			out, err := Run(context.Background(), tool.Invocation{CallID: "c_6", Tool: Fail, Args: args(t, c.args), Attempt: attempt})
 			if err != nil {
 				t.Fatalf("%s attempt %d: %v", c.args, attempt, err)
 			}
@@ -353,7 +300,7 @@ func TestRunFail(t *testing.T) {
 				}
 				continue
 			}
-			wantErr := ToolError{Code: "tool_failed", Message: w.message, Retryable: w.retryable}
+			wantErr := tool.ToolError{Code: "tool_failed", Message: w.message, Retryable: w.retryable}
 			if out.Result != nil || out.Err == nil || !reflect.DeepEqual(*out.Err, wantErr) {
 				t.Errorf("%s attempt %d: got %s %+v, want error %+v", c.args, attempt, out.Result, out.Err, wantErr)
 			}
@@ -361,22 +308,12 @@ func TestRunFail(t *testing.T) {
 	}
 }
 
-func TestToolErrorJSON(t *testing.T) {
-	b, err := json.Marshal(ToolError{Code: "tool_failed", Message: "m", Retryable: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := `{"code":"tool_failed","message":"m","retryable":true}`; string(b) != want {
-		t.Errorf("ToolError JSON = %s, want %s", b, want)
-	}
-}
-
 func TestRunRefusesInvalid(t *testing.T) {
 	ctx := context.Background()
-	if _, err := Run(ctx, Invocation{CallID: "c_7", Tool: "refund", Args: map[string]any{}, Attempt: 1}); !errors.Is(err, ErrUnknownTool) {
+	if _, err := Run(ctx, tool.Invocation{CallID: "c_7", Tool: "refund", Args: map[string]any{}, Attempt: 1}); !errors.Is(err, tool.ErrUnknownTool) {
 		t.Errorf("unknown tool: %v", err)
 	}
-	if _, err := Run(ctx, Invocation{CallID: "c_7", Tool: Charge, Args: map[string]any{"amount": "1"}, Attempt: 1}); !errors.Is(err, ErrInvalidArgs) {
+	if _, err := Run(ctx, tool.Invocation{CallID: "c_7", Tool: Charge, Args: map[string]any{"amount": "1"}, Attempt: 1}); !errors.Is(err, tool.ErrInvalidArgs) {
 		t.Errorf("bad args: %v", err)
 	}
 }

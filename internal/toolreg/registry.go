@@ -1,0 +1,188 @@
+// Package toolreg is the tool registry (docs/tools.md, "The tool
+// registry"): the tools a server accepts calls for, each with its kind, its
+// argument schema and its execution policy (effect, timeout, retry,
+// concurrency). The four built-in tools are always registered; a tools file
+// (serve --tools) adds http tools and may tune the built-ins' policy.
+//
+// The registry checks a call's arguments at accept time (Validate) and runs
+// an attempt of any registered tool (Run, a tool.Runner), so neither the
+// handlers nor the executor need to know a tool's kind.
+package toolreg
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/idemctl/idemctl/internal/tool"
+	"github.com/idemctl/idemctl/internal/wire"
+)
+
+// Tool kinds.
+const (
+	KindBuiltin = "builtin"
+	KindHTTP    = "http"
+)
+
+// Defaults of a tool's policy.
+const (
+	defaultHTTPTimeout    = 10 * time.Second
+	defaultMaxAttempts    = 1
+	defaultInitialBackoff = 200 * time.Millisecond
+	defaultMaxBackoff     = 30 * time.Second
+)
+
+// Dedup is a tool's intent-deduplication rule (docs/tools.md, "The tool
+// registry"): a call with a new key whose Args equal those of a call of
+// the same tool and principal created within Window is answered with
+// that call, and the new key becomes an alias of it.
+type Dedup struct {
+	// Args are the top-level argument names that make up the intent,
+	// sorted, without repeats; never empty.
+	Args []string
+	// Window is how far back a call counts as the same intent: above 0,
+	// at most maxDedupWindow.
+	Window time.Duration
+}
+
+// namePattern is the shape of a tool name: the one MCP clients accept too.
+// Retry is a tool's policy for server-side retries of retryable failures.
+type Retry struct {
+	// MaxAttempts counts every attempt, the first included; 1 means no
+	// server-side retry.
+	MaxAttempts int
+	// InitialBackoff is the delay before the second attempt; each later
+	// delay doubles, with jitter, up to MaxBackoff.
+	InitialBackoff time.Duration
+	MaxBackoff     time.Duration
+}
+
+// Tool is one registered tool. Its fields are read-only once loaded.
+type Tool struct {
+	Name        string
+	Kind        string
+	Description string
+	// Effect: a success records an effect row.
+	Effect bool
+	// Destructive is an optional hint for clients (nil: not said).
+	Destructive *bool
+	// Timeout bounds one attempt; 0 means the tool's own bound (built-ins).
+	Timeout time.Duration
+	Retry   Retry
+	// Concurrency caps the tool's executions at once; 0 means only the
+	// server's worker count does.
+	Concurrency int
+	// Method is an http tool's request method ("" for built-ins).
+	Method string
+	// Dedup is the tool's intent-deduplication rule; nil: none (only the
+	// key deduplicates).
+	Dedup *Dedup
+
+	schemaJSON json.RawMessage
+	schema     *jsonschema.Schema
+	runner     tool.Runner
+}
+
+// Schema returns the JSON Schema of the tool's args.
+func (t *Tool) Schema() json.RawMessage { return slices.Clone(t.schemaJSON) }
+
+// String names the tool and its kind; an http tool's URL and headers are
+// left out.
+func (t *Tool) String() string { return t.Name + " (" + t.Kind + ")" }
+
+// GoString is String.
+func (t *Tool) GoString() string { return t.String() }
+
+// MarshalJSON is the tool's public description (docs/api.md, "Tools").
+func (t *Tool) MarshalJSON() ([]byte, error) { return json.Marshal(t.listing()) }
+
+// listing is the tool as GET /v1/tools lists it: no URL, no headers.
+func (t *Tool) listing() wire.Tool {
+	l := wire.Tool{Name: t.Name, Kind: t.Kind, Description: t.Description, Schema: t.schemaJSON,
+		Effect: t.Effect, Destructive: t.Destructive, Method: t.Method, Concurrency: t.Concurrency,
+		Retry: wire.ToolRetry{MaxAttempts: t.Retry.MaxAttempts,
+			InitialBackoff: t.Retry.InitialBackoff.String(), MaxBackoff: t.Retry.MaxBackoff.String()}}
+	if t.Timeout > 0 {
+		l.Timeout = t.Timeout.String()
+	}
+	if t.Dedup != nil {
+		l.Dedup = &wire.ToolDedup{Args: t.Dedup.Args, Window: t.Dedup.Window.String()}
+	}
+	return l
+}
+
+// Registry is a set of tools by name. A nil *Registry is not valid; use
+// Builtins for the default.
+type Registry struct {
+	tools map[string]*Tool
+	names []string // sorted
+}
+
+// Names returns the registered tool names, sorted.
+func (r *Registry) Names() []string { return slices.Clone(r.names) }
+
+// Lookup returns the named tool.
+func (r *Registry) Lookup(name string) (*Tool, bool) {
+	t, ok := r.tools[name]
+	return t, ok
+}
+
+// Tools returns the tools sorted by name.
+func (r *Registry) Tools() []*Tool {
+	out := make([]*Tool, 0, len(r.names))
+	for _, n := range r.names {
+		out = append(out, r.tools[n])
+	}
+	return out
+}
+
+// String lists the tool names.
+func (r *Registry) String() string { return "tools: " + strings.Join(r.names, ", ") }
+
+// GoString is String.
+func (r *Registry) GoString() string { return r.String() }
+
+// MarshalJSON is the body of GET /v1/tools (wire.Tools).
+func (r *Registry) MarshalJSON() ([]byte, error) {
+	body := wire.Tools{Tools: make([]wire.Tool, 0, len(r.names))}
+	for _, n := range r.names {
+		body.Tools = append(body.Tools, r.tools[n].listing())
+	}
+	return json.Marshal(body)
+}
+
+// Run runs one attempt of a validated call with the tool's runner: a
+// tool.Runner for every kind of tool.
+func (r *Registry) Run(ctx context.Context, inv tool.Invocation) (tool.Outcome, error) {
+	t, ok := r.tools[inv.Tool]
+	if !ok {
+		return tool.Outcome{}, fmt.Errorf("%w %q", tool.ErrUnknownTool, inv.Tool)
+	}
+	if t.Kind != KindBuiltin || t.Timeout <= 0 {
+		// An http tool bounds its own attempt (downstream_timeout).
+		return t.runner.Run(ctx, inv)
+	}
+	tctx, cancel := context.WithTimeoutCause(ctx, t.Timeout, errToolTimeout)
+	defer cancel()
+	out, err := t.runner.Run(tctx, inv)
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(tctx), errToolTimeout) {
+		// Our bound, not the caller's cancel (shutdown, lost lease,
+		// cancel request): an outcome to record, retryable like a
+		// downstream timeout.
+		return tool.Outcome{Err: &tool.ToolError{Code: errorCodeToolTimeout,
+			Message: fmt.Sprintf("no result within the tool's timeout (%s)", t.Timeout), Retryable: true}}, nil
+	}
+	return out, err
+}
+
+// errorCodeToolTimeout is a built-in tool's failure when its timeout (from
+// the tools file) ran out before it finished.
+const errorCodeToolTimeout = wire.CodeToolTimeout
+
+var errToolTimeout = errors.New("tool timeout")
