@@ -8,7 +8,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
+	"strings"
 	"time"
+
+	"github.com/idemctl/idemctl/internal/store/backend"
 )
 
 // pprofPrefix starts the line serve prints when --pprof listens; scripts
@@ -28,7 +32,7 @@ func startPprof(ctx context.Context, addr string, errOut io.Writer) (wait func()
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/cmdline", redactedCmdline(os.Args))
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
@@ -54,4 +58,25 @@ func startPprof(ctx context.Context, addr string, errOut io.Writer) (wait func()
 	}()
 	fmt.Fprintf(errOut, "%shttp://%s/debug/pprof/\n", pprofPrefix, ln.Addr())
 	return func() { <-done }, nil
+}
+
+// redactedCmdline is pprof.Cmdline without the secrets: the command line
+// holds --db, whose URL or DSN may carry a password that every other output
+// hides (backend.Redact). Each argument is redacted, and the value of a
+// "--flag=value" one on its own, so a DSN given either way is covered.
+func redactedCmdline(args []string) http.HandlerFunc {
+	shown := make([]string, len(args))
+	for i, a := range args {
+		if name, value, ok := strings.Cut(a, "="); ok && strings.HasPrefix(name, "-") {
+			shown[i] = name + "=" + backend.Redact(value)
+		} else {
+			shown[i] = backend.Redact(a)
+		}
+	}
+	body := strings.Join(shown, "\x00") // NUL-separated, as pprof.Cmdline writes it
+	return func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, body)
+	}
 }
