@@ -186,13 +186,16 @@ const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 's
 	"form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 
 // secureHeaders sets the headers every console response carries, and no
-// caching, since pages show one principal's calls.
+// caching, since pages show one principal's calls. The referrer policy is
+// same-origin, not no-referrer: under no-referrer a browser sends
+// "Origin: null" with the console's own form posts, which checkPost must
+// refuse, and no other site gets a referrer either way.
 func secureHeaders(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("Content-Security-Policy", CSP)
 		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Referrer-Policy", "same-origin")
 		h.Set("Cache-Control", "no-store")
 		next.ServeHTTP(w, r)
 	})
