@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemctl/idemctl/internal/hostcheck"
 	"github.com/idemctl/idemctl/internal/store/backend"
 )
 
@@ -24,7 +25,7 @@ const pprofPrefix = "idemctl pprof on "
 // memory, which must not reach the network. It is a server of its own, so
 // the API's mux, auth and limits never see these routes. It stops when ctx
 // ends; the returned function waits for that.
-func startPprof(ctx context.Context, addr string, errOut io.Writer) (wait func(), err error) {
+func startPprof(ctx context.Context, addr string, hosts *hostcheck.Checker, errOut io.Writer) (wait func(), err error) {
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
@@ -38,7 +39,12 @@ func startPprof(ctx context.Context, addr string, errOut io.Writer) (wait func()
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	// A CPU profile or trace runs for ?seconds=N (30 by default): the write
 	// timeout leaves room for the longest a user would ask for.
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 5 * time.Minute}
+	// The listener is loopback, so a rebound page could read the profiles
+	// but for the Host check (internal/hostcheck).
+	guarded := hosts.Wrap(mux, func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, hostcheck.Code+": "+hostcheck.Message(r.Host), http.StatusForbidden)
+	})
+	srv := &http.Server{Handler: guarded, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 5 * time.Minute}
 	served, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(served)

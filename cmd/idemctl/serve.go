@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/idemctl/idemctl/internal/failpoint"
+	"github.com/idemctl/idemctl/internal/hostcheck"
 	"github.com/idemctl/idemctl/internal/mcpdoor"
 	"github.com/idemctl/idemctl/internal/server"
 	"github.com/idemctl/idemctl/internal/store"
@@ -50,7 +51,11 @@ type serveOptions struct {
 	// on --addr and --auth-tokens: uiEnabled).
 	UI    bool
 	uiSet bool
+	// AllowedHosts are --allowed-hosts: Host names a loopback server
+	// answers besides the loopback ones.
+	AllowedHosts []string
 
+	hosts      *hostcheck.Checker  // AllowedHosts, parsed by Validate
 	level      slog.Level          // parsed by Validate
 	tools      *toolreg.Registry   // loaded by Validate (nil: the built-ins)
 	failpoints *failpoint.Registry // IDEMCTL_FAILPOINTS, parsed by Validate (nil: none)
@@ -112,6 +117,11 @@ func (o *serveOptions) Validate() error {
 	if o.ShutdownGrace < 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-grace must not be negative, got %s", o.ShutdownGrace))
 	}
+	hosts, err := hostcheck.New(o.AllowedHosts)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("--allowed-hosts: %w", err))
+	}
+	o.hosts = hosts
 	fps, err := loadFailpoints(o.Chaos)
 	if err != nil {
 		errs = append(errs, err)
@@ -188,6 +198,7 @@ Passwords in --db are never printed. See docs/cli.md, "serve".`,
 	f.StringVar(&opts.Tools, "tools", "", "tools file (YAML or JSON): http tools and the built-ins' policy; ${VAR} in header values comes from the environment (docs/tools.md, \"The tool registry\")")
 	f.DurationVar(&opts.MCPWait, "mcp-wait", mcpdoor.DefaultWait, "how long an MCP tools/call at /mcp waits for its call to be final before answering \"still running\" (capped at 30s, the longest Prefer: wait)")
 	f.BoolVar(&opts.UI, "ui", true, "serve the web console at /ui (default: on with --auth-tokens or on a loopback --addr, off otherwise; --ui=false turns it off)")
+	f.StringSliceVar(&opts.AllowedHosts, "allowed-hosts", nil, "on a loopback --addr (and --pprof), Host names answered besides localhost, 127.0.0.0/8 and [::1] (comma-separated; \".example.com\" allows the names under it); any other Host gets 403 host_not_allowed, against DNS rebinding")
 	f.StringVar(&opts.InstanceHost, "instance-host", "", "host identity in lease owners, for dead-owner recovery (default: hostname + hash of boot id and pid namespace); never give two machines or containers the same value")
 	return cmd
 }
@@ -213,7 +224,7 @@ func runServe(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 
 	if o.Pprof != "" {
 		pctx, stopPprof := context.WithCancel(ctx)
-		wait, err := startPprof(pctx, o.Pprof, streams.ErrOut)
+		wait, err := startPprof(pctx, o.Pprof, o.hosts, streams.ErrOut)
 		if err != nil {
 			stopPprof()
 			return err
@@ -256,6 +267,7 @@ func runServe(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 		MaxResultBytes: o.MaxResultBytes,
 		MCPWait:        o.MCPWait,
 		NoUI:           !o.uiEnabled(),
+		AllowedHosts:   o.AllowedHosts,
 
 		MaxConcurrentBodies: o.MaxBodies,
 		MaxHeldWaits:        o.MaxHeldWaits,

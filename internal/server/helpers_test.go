@@ -85,6 +85,10 @@ func setupOn(t *testing.T, dbPath string, opts ...func(*Config)) *bundle {
 		Addr:   "127.0.0.1:0",
 		Logger: testLogger(t),
 		Exit:   func(code int) { b.exits <- code },
+		// Tests that hand requests to the handler use httptest.NewRequest's
+		// Host (example.com) or write "Host: x" themselves; the Host check
+		// has tests of its own (hostguard_test.go).
+		AllowedHosts: []string{"example.com", "x"},
 	}
 	for _, o := range opts {
 		o(&cfg)

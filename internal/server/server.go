@@ -147,6 +147,11 @@ type Config struct {
 	// final before answering "still running" (docs/mcp.md, "The wait");
 	// zero means mcpdoor.DefaultWait. Capped by MaxWait.
 	MCPWait time.Duration
+	// AllowedHosts are the Host names a server on a loopback Addr answers
+	// besides the loopback ones (localhost, 127.0.0.0/8, [::1]); any other
+	// Host is refused with 403 host_not_allowed on every route, against
+	// DNS rebinding (internal/hostcheck). Ignored on other addresses.
+	AllowedHosts []string
 	// NoUI turns the web console (/ui, docs/console.md) off: its paths
 	// are then 404 like any unknown path. serve's --ui decides it.
 	NoUI bool
@@ -299,7 +304,9 @@ func New(cfg Config, st store.Store) (*Server, error) {
 	if s.mcp, err = s.mcpHandler(); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	s.handler = s.routes()
+	if s.handler, err = s.hostGuard(s.routes()); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	return s, nil
 }
 
