@@ -18,6 +18,7 @@ import (
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/backend"
 	"github.com/idemctl/idemctl/internal/toolreg"
+	"github.com/idemctl/idemctl/internal/trustproxy"
 )
 
 // serveOptions are the flags of idemctl serve.
@@ -54,6 +55,9 @@ type serveOptions struct {
 	// AllowedHosts are --allowed-hosts: Host names a loopback server
 	// answers besides the loopback ones.
 	AllowedHosts []string
+	// TrustedProxies are --trusted-proxies: CIDRs whose forwarding
+	// headers the server believes.
+	TrustedProxies []string
 
 	hosts      *hostcheck.Checker  // AllowedHosts, parsed by Validate
 	level      slog.Level          // parsed by Validate
@@ -122,6 +126,9 @@ func (o *serveOptions) Validate() error {
 		errs = append(errs, fmt.Errorf("--allowed-hosts: %w", err))
 	}
 	o.hosts = hosts
+	if _, err := trustproxy.Parse(o.TrustedProxies); err != nil {
+		errs = append(errs, fmt.Errorf("--trusted-proxies: %w", err))
+	}
 	fps, err := loadFailpoints(o.Chaos)
 	if err != nil {
 		errs = append(errs, err)
@@ -199,6 +206,7 @@ Passwords in --db are never printed. See docs/cli.md, "serve".`,
 	f.DurationVar(&opts.MCPWait, "mcp-wait", mcpdoor.DefaultWait, "how long an MCP tools/call at /mcp waits for its call to be final before answering \"still running\" (capped at 30s, the longest Prefer: wait)")
 	f.BoolVar(&opts.UI, "ui", true, "serve the web console at /ui (default: on with --auth-tokens or on a loopback --addr, off otherwise; --ui=false turns it off)")
 	f.StringSliceVar(&opts.AllowedHosts, "allowed-hosts", nil, "on a loopback --addr (and --pprof), Host names answered besides localhost, 127.0.0.0/8 and [::1] (comma-separated; \".example.com\" allows the names under it); any other Host gets 403 host_not_allowed, against DNS rebinding")
+	f.StringSliceVar(&opts.TrustedProxies, "trusted-proxies", nil, "reverse proxies (CIDRs or addresses, comma-separated) whose X-Forwarded-Proto and X-Forwarded-For are believed: the console cookie is Secure behind a TLS proxy, and failed sign-ins are throttled per real client; default none")
 	f.StringVar(&opts.InstanceHost, "instance-host", "", "host identity in lease owners, for dead-owner recovery (default: hostname + hash of boot id and pid namespace); never give two machines or containers the same value")
 	return cmd
 }
@@ -268,6 +276,7 @@ func runServe(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 		MCPWait:        o.MCPWait,
 		NoUI:           !o.uiEnabled(),
 		AllowedHosts:   o.AllowedHosts,
+		TrustedProxies: o.TrustedProxies,
 
 		MaxConcurrentBodies: o.MaxBodies,
 		MaxHeldWaits:        o.MaxHeldWaits,

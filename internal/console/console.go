@@ -17,6 +17,7 @@ package console
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"embed"
 	"errors"
 	"html/template"
@@ -25,6 +26,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemctl/idemctl/internal/authlimit"
 	"github.com/idemctl/idemctl/internal/store"
 )
 
@@ -65,10 +67,22 @@ func mustRead(name string) []byte {
 type Config struct {
 	// Store is read; the console writes only through Cancel.
 	Store store.Store
-	// Authenticate maps a bearer token to its principal. Nil means the
-	// server runs without authentication: every request is
-	// store.DefaultPrincipal and there is no sign-in.
-	Authenticate func(token string) (principal string, ok bool)
+	// Authenticate maps the SHA-256 of a bearer token to its principal
+	// (a session keeps the hash, not the token, and asks again on every
+	// use). Nil means the server runs without authentication: every
+	// request is store.DefaultPrincipal and there is no sign-in.
+	Authenticate func(tokenSHA256 [sha256.Size]byte) (principal string, ok bool)
+	// AuthLimit throttles failed authentications per client, shared with
+	// the API; nil throttles nothing.
+	AuthLimit *authlimit.Limiter
+	// HTTPS reports whether a request reached the server over HTTPS, for
+	// the cookies' Secure flag; nil means TLS on the connection.
+	HTTPS func(*http.Request) bool
+	// SessionIdle and SessionLifetime end a sign-in session after that
+	// long unused, or that long after the sign-in; 0 means
+	// DefaultSessionIdle and DefaultSessionLifetime.
+	SessionIdle     time.Duration
+	SessionLifetime time.Duration
 	// AuthFailed is told about each refused credential ("missing" or
 	// "unknown"), for the server's metrics; nil ignores them.
 	AuthFailed func(reason string)
@@ -95,8 +109,9 @@ type Config struct {
 }
 
 type console struct {
-	cfg Config
-	log *slog.Logger
+	cfg      Config
+	log      *slog.Logger
+	sessions *sessions
 }
 
 // New returns the console's handler for Prefix, everything under it, and
@@ -117,7 +132,16 @@ func New(cfg Config) http.Handler {
 	if cfg.AuthFailed == nil {
 		cfg.AuthFailed = func(string) {}
 	}
-	c := &console{cfg: cfg, log: cfg.Logger}
+	if cfg.HTTPS == nil {
+		cfg.HTTPS = func(r *http.Request) bool { return r.TLS != nil }
+	}
+	if cfg.SessionIdle <= 0 {
+		cfg.SessionIdle = DefaultSessionIdle
+	}
+	if cfg.SessionLifetime <= 0 {
+		cfg.SessionLifetime = DefaultSessionLifetime
+	}
+	c := &console{cfg: cfg, log: cfg.Logger, sessions: newSessions(cfg.SessionIdle, cfg.SessionLifetime, time.Now)}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
@@ -207,7 +231,7 @@ type page struct {
 	Title string
 	// Nav is the active tab: "overview" or "calls".
 	Nav string
-	// SignedIn: the request came with the sign-in cookie (a sign-out
+	// SignedIn: the request came with a sign-in session (a sign-out
 	// button is shown).
 	SignedIn bool
 	// CSRF is the token the page's forms carry.
@@ -221,7 +245,7 @@ type page struct {
 // clean 500 rather than half a page.
 func (c *console) render(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
 	if s := sessionOf(r); s != nil {
-		p.SignedIn = s.cookie
+		p.SignedIn = s.id != ""
 		p.CSRF = c.csrfToken(w, r, s)
 	}
 	var buf bytes.Buffer

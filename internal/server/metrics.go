@@ -59,6 +59,9 @@ const (
 const (
 	authMissing = "missing" // no Authorization: Bearer header
 	authUnknown = "unknown" // a token no line of the token file hashes to
+	// authThrottled: refused 429 auth_throttled before its token was
+	// looked at, its client having failed too often (authlimit).
+	authThrottled = "throttled"
 )
 
 // metrics are one Server's Prometheus collectors, in a registry of its own:
@@ -161,7 +164,7 @@ func newMetrics(st store.Store, maxPending int64, extra prometheus.Registerer) (
 		}, []string{"limit"}),
 		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idemctl_auth_failures_total",
-			Help: "Requests refused 401 unauthenticated: missing (no bearer token) or unknown (no such token).",
+			Help: "Requests refused for their credential: missing (no bearer token) or unknown (no such token), both 401; throttled (429, too many failures from the client's address).",
 		}, []string{"reason"}),
 		purged: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "idemctl_purged_calls_total",
@@ -210,7 +213,7 @@ func newMetrics(st store.Store, maxPending int64, extra prometheus.Registerer) (
 	for _, r := range []string{recoverExpired, recoverDeadOwner} {
 		m.recoveries.WithLabelValues(r)
 	}
-	for _, r := range []string{authMissing, authUnknown} {
+	for _, r := range []string{authMissing, authUnknown, authThrottled} {
 		m.authFailures.WithLabelValues(r)
 	}
 	for _, l := range []string{limitBodies, limitWaits, limitPending} {

@@ -40,10 +40,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/idemctl/idemctl/internal/authlimit"
 	"github.com/idemctl/idemctl/internal/mcpdoor"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/toolreg"
 	"github.com/idemctl/idemctl/internal/tools"
+	"github.com/idemctl/idemctl/internal/trustproxy"
 )
 
 // Defaults of Config's zero values.
@@ -152,6 +154,12 @@ type Config struct {
 	// Host is refused with 403 host_not_allowed on every route, against
 	// DNS rebinding (internal/hostcheck). Ignored on other addresses.
 	AllowedHosts []string
+	// TrustedProxies are the networks (CIDRs or addresses) of reverse
+	// proxies whose X-Forwarded-Proto and X-Forwarded-For are believed:
+	// for the console cookie's Secure flag and for the client address the
+	// failed-authentication throttle counts by (internal/trustproxy).
+	// Empty: none; a request is what its connection says.
+	TrustedProxies []string
 	// NoUI turns the web console (/ui, docs/console.md) off: its paths
 	// are then 404 like any unknown path. serve's --ui decides it.
 	NoUI bool
@@ -210,6 +218,10 @@ type Server struct {
 	waitSlots chan struct{}
 	handler   http.Handler
 	mcp       http.Handler // the MCP door at MCPPath
+	// proxies and authLimit: which forwarding headers count, and the
+	// failed-authentication throttle (clients.go).
+	proxies   *trustproxy.Proxies
+	authLimit *authlimit.Limiter
 	owner     string
 	// whyNoDeadOwners says why dead-owner recovery is off ("" when on).
 	whyNoDeadOwners string
@@ -300,6 +312,9 @@ func New(cfg Config, st store.Store) (*Server, error) {
 		maxResult:    cfg.MaxResultBytes,
 		log:          log,
 		m:            s.m,
+	}
+	if err := s.setupClients(); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
 	}
 	if s.mcp, err = s.mcpHandler(); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
