@@ -227,6 +227,27 @@ func sameOrigin(r *http.Request) bool {
 type signinData struct {
 	Next    string
 	Message string
+	// Idle and Lifetime are the session's limits, as the page says them.
+	Idle, Lifetime string
+}
+
+func (c *console) signinData(next, msg string) signinData {
+	return signinData{Next: next, Message: msg, Idle: humanDuration(c.cfg.SessionIdle), Lifetime: humanDuration(c.cfg.SessionLifetime)}
+}
+
+// humanDuration says a session limit in words: "12 hours", "7 days".
+func humanDuration(d time.Duration) string {
+	unit, n := "minute", int64(d/time.Minute)
+	switch {
+	case d >= 24*time.Hour && d%(24*time.Hour) == 0:
+		unit, n = "day", int64(d/(24*time.Hour))
+	case d >= time.Hour && d%time.Hour == 0:
+		unit, n = "hour", int64(d/time.Hour)
+	}
+	if n != 1 {
+		unit += "s"
+	}
+	return strconv.FormatInt(n, 10) + " " + unit
 }
 
 // safeNext is where to go after signing in: a console page, never
@@ -247,7 +268,7 @@ func (c *console) signinPage(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return
 	}
-	c.render(w, r, http.StatusOK, "signin.html", page{Title: "Sign in", Data: signinData{Next: next}})
+	c.render(w, r, http.StatusOK, "signin.html", page{Title: "Sign in", Data: c.signinData(next, "")})
 }
 
 // signin is POST /ui/signin: a token the server accepts starts a
@@ -269,7 +290,7 @@ func (c *console) signin(w http.ResponseWriter, r *http.Request) {
 	if token == "" || !ok {
 		c.failed(r)
 		c.render(w, r, http.StatusUnauthorized, "signin.html", page{Title: "Sign in",
-			Data: signinData{Next: next, Message: "This server does not accept that token."}})
+			Data: c.signinData(next, "This server does not accept that token.")})
 		return
 	}
 	c.setCookie(w, r, SessionCookie, c.sessions.create(principal, hash), 0)

@@ -46,6 +46,9 @@ func TestSignIn(t *testing.T) {
 		attr(find(form.doc, "input", "name", "token")[0], "type") != "password" {
 		t.Fatalf("sign-in form: %d, want a password field", form.code)
 	}
+	if txt := text(form.doc); !strings.Contains(txt, "unused for 12 hours, or after 7 days") {
+		t.Errorf("the sign-in page does not state the session's limits: %q", txt)
+	}
 	c := client(t)
 	bad := do(t, c, http.MethodPost, b.url+"/ui/signin", url.Values{"token": {"tok-wrong-secret"}})
 	if bad.code != http.StatusUnauthorized || len(bad.hdr.Values("Set-Cookie")) != 0 || strings.Contains(bad.raw, "tok-wrong-secret") {

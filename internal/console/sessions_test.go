@@ -72,3 +72,14 @@ func TestSessionCap(t *testing.T) {
 		t.Error("bob's session was evicted by alice's sign-ins")
 	}
 }
+
+func TestHumanDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		DefaultSessionIdle: "12 hours", DefaultSessionLifetime: "7 days", time.Hour: "1 hour",
+		36 * time.Hour: "36 hours", 90 * time.Minute: "90 minutes", 24 * time.Hour: "1 day",
+	} {
+		if got := humanDuration(d); got != want {
+			t.Errorf("humanDuration(%s) = %q, want %q", d, got, want)
+		}
+	}
+}
