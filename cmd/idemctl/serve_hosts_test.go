@@ -58,6 +58,14 @@ func TestServeRefusesForeignHost(t *testing.T) {
 			t.Errorf("GET %s with Host other.example: %d, want 403", u, code)
 		}
 	}
+	// The MCP door too (its SDK has a Host check of its own, which would
+	// refuse every name but loopback).
+	if code, body := hostRequest(t, http.MethodGet, base+"/mcp", "evil.example", ""); code == http.StatusForbidden {
+		t.Errorf("GET /mcp with Host evil.example allowed: %d %q", code, body)
+	}
+	if code, body := hostRequest(t, http.MethodGet, base+"/mcp", "other.example", ""); code != http.StatusForbidden || !strings.Contains(body, "host_not_allowed") {
+		t.Errorf("GET /mcp with Host other.example: %d %q, want 403 host_not_allowed", code, body)
+	}
 }
 
 // startServePprof runs serve on a loopback port with --pprof and returns
