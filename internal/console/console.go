@@ -11,7 +11,7 @@
 // server-wide, as GET /stats is.
 //
 // It authenticates its own requests (auth.go): the API's bearer header,
-// or the sign-in cookie that only /ui pages accept.
+// or a sign-in session (sessions.go) whose cookie only /ui pages accept.
 package console
 
 import (
