@@ -8,7 +8,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
+	"strings"
 	"time"
+
+	"github.com/idemctl/idemctl/internal/hostcheck"
+	"github.com/idemctl/idemctl/internal/store/backend"
 )
 
 // pprofPrefix starts the line serve prints when --pprof listens; scripts
@@ -20,7 +25,7 @@ const pprofPrefix = "idemctl pprof on "
 // memory, which must not reach the network. It is a server of its own, so
 // the API's mux, auth and limits never see these routes. It stops when ctx
 // ends; the returned function waits for that.
-func startPprof(ctx context.Context, addr string, errOut io.Writer) (wait func(), err error) {
+func startPprof(ctx context.Context, addr string, hosts *hostcheck.Checker, errOut io.Writer) (wait func(), err error) {
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
@@ -28,13 +33,18 @@ func startPprof(ctx context.Context, addr string, errOut io.Writer) (wait func()
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/cmdline", redactedCmdline(os.Args))
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	// A CPU profile or trace runs for ?seconds=N (30 by default): the write
 	// timeout leaves room for the longest a user would ask for.
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 5 * time.Minute}
+	// The listener is loopback, so a rebound page could read the profiles
+	// but for the Host check (internal/hostcheck).
+	guarded := hosts.Wrap(mux, func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, hostcheck.Code+": "+hostcheck.Message(r.Host), http.StatusForbidden)
+	})
+	srv := &http.Server{Handler: guarded, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 5 * time.Minute}
 	served, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(served)
@@ -54,4 +64,25 @@ func startPprof(ctx context.Context, addr string, errOut io.Writer) (wait func()
 	}()
 	fmt.Fprintf(errOut, "%shttp://%s/debug/pprof/\n", pprofPrefix, ln.Addr())
 	return func() { <-done }, nil
+}
+
+// redactedCmdline is pprof.Cmdline without the secrets: the command line
+// holds --db, whose URL or DSN may carry a password that every other output
+// hides (backend.Redact). Each argument is redacted, and the value of a
+// "--flag=value" one on its own, so a DSN given either way is covered.
+func redactedCmdline(args []string) http.HandlerFunc {
+	shown := make([]string, len(args))
+	for i, a := range args {
+		if name, value, ok := strings.Cut(a, "="); ok && strings.HasPrefix(name, "-") {
+			shown[i] = name + "=" + backend.Redact(value)
+		} else {
+			shown[i] = backend.Redact(a)
+		}
+	}
+	body := strings.Join(shown, "\x00") // NUL-separated, as pprof.Cmdline writes it
+	return func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, body)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -63,5 +64,26 @@ func TestServePprof(t *testing.T) {
 	}
 	if _, err := http.Get(url + "cmdline"); err == nil {
 		t.Fatal("the pprof server still answers after serve stopped")
+	}
+}
+
+// TestPprofCmdlineRedacted: /debug/pprof/cmdline shows the command line
+// with every --db password replaced, whether the DSN is a URL or key=value,
+// given as "--db=VALUE" or as the next argument.
+func TestPprofCmdlineRedacted(t *testing.T) {
+	args := []string{"idemctl", "serve", "--db=postgres://idem:url-secret@db:5432/idem?sslpassword=ssl-secret",
+		"--db", "host=db password='kv secret' dbname=idem", "--addr", "127.0.0.1:8081"}
+	rec := httptest.NewRecorder()
+	redactedCmdline(args)(rec, httptest.NewRequest(http.MethodGet, "/debug/pprof/cmdline", nil))
+	body := rec.Body.String()
+	for _, secret := range []string{"url-secret", "ssl-secret", "kv secret"} {
+		if strings.Contains(body, secret) {
+			t.Errorf("cmdline shows %q: %q", secret, body)
+		}
+	}
+	want := strings.Join([]string{"idemctl", "serve", "--db=postgres://idem:xxxxx@db:5432/idem?sslpassword=xxxxx",
+		"--db", "host=db password=xxxxx dbname=idem", "--addr", "127.0.0.1:8081"}, "\x00")
+	if body != want {
+		t.Errorf("cmdline %q, want %q", body, want)
 	}
 }

@@ -13,12 +13,14 @@ import (
 
 	"github.com/idemctl/idemctl/internal/executor"
 	"github.com/idemctl/idemctl/internal/failpoint"
+	"github.com/idemctl/idemctl/internal/hostcheck"
 	"github.com/idemctl/idemctl/internal/mcpdoor"
 	"github.com/idemctl/idemctl/internal/netutil"
 	"github.com/idemctl/idemctl/internal/server"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/backend"
 	"github.com/idemctl/idemctl/internal/toolreg"
+	"github.com/idemctl/idemctl/internal/trustproxy"
 )
 
 // serveOptions are the flags of idemctl serve.
@@ -52,7 +54,14 @@ type serveOptions struct {
 	// on --addr and --auth-tokens: uiEnabled).
 	UI    bool
 	uiSet bool
+	// AllowedHosts are --allowed-hosts: Host names a loopback server
+	// answers besides the loopback ones.
+	AllowedHosts []string
+	// TrustedProxies are --trusted-proxies: CIDRs whose forwarding
+	// headers the server believes.
+	TrustedProxies []string
 
+	hosts      *hostcheck.Checker  // AllowedHosts, parsed by Validate
 	level      slog.Level          // parsed by Validate
 	tools      *toolreg.Registry   // loaded by Validate (nil: the built-ins)
 	failpoints *failpoint.Registry // IDEMCTL_FAILPOINTS, parsed by Validate (nil: none)
@@ -80,6 +89,14 @@ func (o *serveOptions) Validate() error {
 	}
 	if o.DBWait < 0 {
 		errs = append(errs, fmt.Errorf("--db-wait must not be negative, got %s", o.DBWait))
+	}
+	hosts, err := hostcheck.New(o.AllowedHosts)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("--allowed-hosts: %w", err))
+	}
+	o.hosts = hosts
+	if _, err := trustproxy.Parse(o.TrustedProxies); err != nil {
+		errs = append(errs, fmt.Errorf("--trusted-proxies: %w", err))
 	}
 	fps, err := loadFailpoints(o.Chaos)
 	if err != nil {
@@ -124,6 +141,8 @@ func (o *serveOptions) serverConfig() server.Config {
 		Retention:      o.Retention,
 		MCPWait:        o.MCPWait,
 		NoUI:           !o.uiEnabled(),
+		AllowedHosts:   o.AllowedHosts,
+		TrustedProxies: o.TrustedProxies,
 
 		MaxConcurrentBodies: o.MaxBodies,
 		MaxHeldWaits:        o.MaxHeldWaits,
@@ -189,6 +208,8 @@ Passwords in --db are never printed. See docs/cli.md, "serve".`,
 	f.StringVar(&opts.Tools, "tools", "", "tools file (YAML or JSON): http tools and the built-ins' policy; ${VAR} in header values comes from the environment (docs/tools.md, \"The tool registry\")")
 	f.DurationVar(&opts.MCPWait, "mcp-wait", mcpdoor.DefaultWait, "how long an MCP tools/call at /mcp waits for its call to be final before answering \"still running\" (capped at 30s, the longest Prefer: wait)")
 	f.BoolVar(&opts.UI, "ui", true, "serve the web console at /ui (default: on with --auth-tokens or on a loopback --addr, off otherwise; --ui=false turns it off)")
+	f.StringSliceVar(&opts.AllowedHosts, "allowed-hosts", nil, "on a loopback --addr (and --pprof), Host names answered besides localhost, 127.0.0.0/8 and [::1] (comma-separated; \".example.com\" allows the names under it); any other Host gets 403 host_not_allowed, against DNS rebinding")
+	f.StringSliceVar(&opts.TrustedProxies, "trusted-proxies", nil, "reverse proxies (CIDRs or addresses, comma-separated) whose X-Forwarded-Proto and X-Forwarded-For are believed: the console cookie is Secure behind a TLS proxy, and failed sign-ins are throttled per real client; default none")
 	f.StringVar(&opts.InstanceHost, "instance-host", "", "host identity in lease owners, for dead-owner recovery (default: hostname + hash of boot id and pid namespace); never give two machines or containers the same value")
 	return cmd
 }
@@ -214,7 +235,7 @@ func runServe(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 
 	if o.Pprof != "" {
 		pctx, stopPprof := context.WithCancel(ctx)
-		wait, err := startPprof(pctx, o.Pprof, streams.ErrOut)
+		wait, err := startPprof(pctx, o.Pprof, o.hosts, streams.ErrOut)
 		if err != nil {
 			stopPprof()
 			return err

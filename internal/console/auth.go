@@ -5,22 +5,23 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // Cookie names. Both are HttpOnly, SameSite=Strict, scoped to /ui, and
-// Secure when the request came over TLS.
+// Secure when the request came over HTTPS (TLS on the connection, or a
+// trusted proxy's X-Forwarded-Proto: Config.HTTPS).
 const (
-	// SessionCookie holds the bearer token a browser signed in with
-	// (base64url, so any token survives cookie syntax). Only /ui pages
-	// read it; the API does not.
+	// SessionCookie holds the id of a server-side session (sessions.go),
+	// never the token. Only /ui pages read it; the API does not.
 	SessionCookie = "idemctl_session"
 	// CSRFCookie holds a random nonce per browser session; the CSRF token
 	// of the console's forms is derived from it (csrfFor).
@@ -32,10 +33,12 @@ const (
 // session is who a console request is from.
 type session struct {
 	principal string
-	// token is the credential (bearer header or cookie); "" without auth.
-	token string
-	// cookie: it came from the sign-in cookie, not a header.
-	cookie bool
+	// csrfKey keys the CSRF token of the request's forms: the bearer
+	// token, the sign-in session's own secret, or "" without auth.
+	csrfKey string
+	// id is the sign-in session's id; "" for a bearer header or without
+	// auth (no sign-out button then).
+	id string
 }
 
 type sessionKey struct{}
@@ -56,9 +59,11 @@ func principalOf(r *http.Request) string {
 // authed runs h for an authenticated request. Without Authenticate every
 // request is the default principal. With it, the bearer header comes
 // first (as in the API: a wrong one is 401, never a fallback to the
-// cookie), then the sign-in cookie; a request with neither, or a cookie
-// whose token is no longer accepted, is sent to the sign-in page (a GET)
-// or refused (401).
+// cookie), then the sign-in session; a request with neither, or whose
+// session has ended or whose token is no longer accepted, is sent to the
+// sign-in page (a GET) or refused (401). A client throttled for failed
+// authentications (Config.AuthLimit) is refused before its header is
+// looked at.
 func (c *console) authed(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if c.cfg.Authenticate == nil {
@@ -66,27 +71,38 @@ func (c *console) authed(h http.HandlerFunc) http.Handler {
 			return
 		}
 		if hdr := r.Header.Get(wire.HeaderAuthorization); hdr != "" {
+			if !c.allowAttempt(w, r) {
+				return
+			}
 			token, ok := wire.BearerToken(hdr)
 			principal, known := "", false
 			if ok {
-				principal, known = c.cfg.Authenticate(token)
+				principal, known = c.cfg.Authenticate(sha256.Sum256([]byte(token)))
 			}
 			if !known {
-				c.cfg.AuthFailed("unknown")
+				c.failed(r)
 				w.Header().Set(wire.HeaderWWWAuthenticate, `Bearer realm="idemctl", error="invalid_token"`)
 				c.fail(w, r, http.StatusUnauthorized, "The Authorization header does not hold a token this server accepts.")
 				return
 			}
-			h(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, &session{principal: principal, token: token})))
+			h(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, &session{principal: principal, csrfKey: token})))
 			return
 		}
-		if token, ok := cookieToken(r); ok {
-			if principal, known := c.cfg.Authenticate(token); known {
-				h(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, &session{principal: principal, token: token, cookie: true})))
-				return
+		if ck, err := r.Cookie(SessionCookie); err == nil && ck.Value != "" {
+			if ls, ok := c.sessions.get(ck.Value); ok {
+				// The token may have been revoked (token file reloaded)
+				// since the sign-in: then the session ends here.
+				if principal, known := c.cfg.Authenticate(ls.tokenHash); known {
+					h(w, r.WithContext(context.WithValue(r.Context(), sessionKey{},
+						&session{principal: principal, csrfKey: ls.csrfKey, id: ck.Value})))
+					return
+				}
+				c.sessions.end(ck.Value)
 			}
+			// Ended, expired, revoked or from before a restart: a stale
+			// cookie, not a guess, so it is not throttled.
 			c.cfg.AuthFailed("unknown")
-			clearCookies(w, r) // revoked since sign-in
+			c.clearCookies(w, r)
 		} else {
 			c.cfg.AuthFailed("missing")
 		}
@@ -98,46 +114,53 @@ func (c *console) authed(h http.HandlerFunc) http.Handler {
 	})
 }
 
-func cookieToken(r *http.Request) (string, bool) {
-	ck, err := r.Cookie(SessionCookie)
-	if err != nil || ck.Value == "" {
-		return "", false
+// allowAttempt is false, with the 429 page written, when the client has
+// failed to authenticate too often lately (Config.AuthLimit).
+func (c *console) allowAttempt(w http.ResponseWriter, r *http.Request) bool {
+	wait, ok := c.cfg.AuthLimit.Check(r)
+	if ok {
+		return true
 	}
-	raw, err := base64.RawURLEncoding.DecodeString(ck.Value)
-	if err != nil || len(raw) == 0 {
-		return "", false
-	}
-	return string(raw), true
+	w.Header().Set("Retry-After", strconv.Itoa(int(wait.Round(time.Second)/time.Second)))
+	c.fail(w, r, http.StatusTooManyRequests, "Too many failed sign-ins from your address; try again in "+
+		wait.Round(time.Second).String()+".")
+	return false
 }
 
-func setCookie(w http.ResponseWriter, r *http.Request, name, value string, maxAge int) {
+// failed records a refused credential: metrics and the throttle.
+func (c *console) failed(r *http.Request) {
+	c.cfg.AuthFailed("unknown")
+	c.cfg.AuthLimit.Failed(r)
+}
+
+func (c *console) setCookie(w http.ResponseWriter, r *http.Request, name, value string, maxAge int) {
 	http.SetCookie(w, &http.Cookie{
 		Name: name, Value: value, Path: Prefix, MaxAge: maxAge,
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: c.cfg.HTTPS(r),
 	})
 }
 
-func clearCookies(w http.ResponseWriter, r *http.Request) {
-	setCookie(w, r, SessionCookie, "", -1)
-	setCookie(w, r, CSRFCookie, "", -1)
+func (c *console) clearCookies(w http.ResponseWriter, r *http.Request) {
+	c.setCookie(w, r, SessionCookie, "", -1)
+	c.setCookie(w, r, CSRFCookie, "", -1)
 }
 
 // csrfToken is the CSRF token for the forms of this response: derived
 // from the browser's nonce cookie (set here when missing) and the
 // request's credential, so a page can post only with the nonce cookie a
-// same-site request carries and, with auth, only for the token that
-// rendered it. Stateless: any instance on the database checks it.
+// same-site request carries and, with auth, only for the session or token
+// that rendered it.
 func (c *console) csrfToken(w http.ResponseWriter, r *http.Request, s *session) string {
 	nonce := ""
 	if ck, err := r.Cookie(CSRFCookie); err == nil && validNonce(ck.Value) {
 		nonce = ck.Value
 	} else {
 		nonce = newNonce()
-		setCookie(w, r, CSRFCookie, nonce, 0)
+		c.setCookie(w, r, CSRFCookie, nonce, 0)
 		// The form must verify against the cookie the browser will hold.
 		r.AddCookie(&http.Cookie{Name: CSRFCookie, Value: nonce})
 	}
-	return csrfFor(s.token, nonce)
+	return csrfFor(s.csrfKey, nonce)
 }
 
 func newNonce() string {
@@ -154,11 +177,11 @@ func validNonce(v string) bool {
 	return err == nil
 }
 
-// csrfFor is HMAC-SHA256(token, nonce): without the token (auth off) it
-// still binds the form to the nonce cookie, which a cross-site request
-// neither sends (SameSite=Strict) nor can read (HttpOnly).
-func csrfFor(token, nonce string) string {
-	m := hmac.New(sha256.New, []byte("idemctl console csrf\x00"+token))
+// csrfFor is HMAC-SHA256(key, nonce): without a key (auth off) it still
+// binds the form to the nonce cookie, which a cross-site request neither
+// sends (SameSite=Strict) nor can read (HttpOnly).
+func csrfFor(key, nonce string) string {
+	m := hmac.New(sha256.New, []byte("idemctl console csrf\x00"+key))
 	m.Write([]byte(nonce))
 	return hex.EncodeToString(m.Sum(nil))
 }
@@ -179,7 +202,7 @@ func (c *console) checkPost(w http.ResponseWriter, r *http.Request, needToken bo
 	ck, err := r.Cookie(CSRFCookie)
 	got := r.PostFormValue(CSRFField)
 	if s == nil || err != nil || !validNonce(ck.Value) || got == "" ||
-		!hmac.Equal([]byte(got), []byte(csrfFor(s.token, ck.Value))) {
+		!hmac.Equal([]byte(got), []byte(csrfFor(s.csrfKey, ck.Value))) {
 		c.fail(w, r, http.StatusForbidden, "The form's security token is missing or wrong (reload the page and try again). Nothing was changed.")
 		return false
 	}
@@ -204,6 +227,27 @@ func sameOrigin(r *http.Request) bool {
 type signinData struct {
 	Next    string
 	Message string
+	// Idle and Lifetime are the session's limits, as the page says them.
+	Idle, Lifetime string
+}
+
+func (c *console) signinData(next, msg string) signinData {
+	return signinData{Next: next, Message: msg, Idle: humanDuration(c.cfg.SessionIdle), Lifetime: humanDuration(c.cfg.SessionLifetime)}
+}
+
+// humanDuration says a session limit in words: "12 hours", "7 days".
+func humanDuration(d time.Duration) string {
+	unit, n := "minute", int64(d/time.Minute)
+	switch {
+	case d >= 24*time.Hour && d%(24*time.Hour) == 0:
+		unit, n = "day", int64(d/(24*time.Hour))
+	case d >= time.Hour && d%time.Hour == 0:
+		unit, n = "hour", int64(d/time.Hour)
+	}
+	if n != 1 {
+		unit += "s"
+	}
+	return strconv.FormatInt(n, 10) + " " + unit
 }
 
 // safeNext is where to go after signing in: a console page, never
@@ -224,38 +268,45 @@ func (c *console) signinPage(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return
 	}
-	c.render(w, r, http.StatusOK, "signin.html", page{Title: "Sign in", Data: signinData{Next: next}})
+	c.render(w, r, http.StatusOK, "signin.html", page{Title: "Sign in", Data: c.signinData(next, "")})
 }
 
-// signin is POST /ui/signin: a token the server accepts is kept in the
-// session cookie, with a fresh CSRF nonce; a wrong one shows the form
-// again (401), never echoing what was typed.
+// signin is POST /ui/signin: a token the server accepts starts a
+// server-side session whose id the cookie keeps, with a fresh CSRF nonce;
+// a wrong one shows the form again (401), never echoing what was typed,
+// and counts against the client's failure budget (429 once spent).
 func (c *console) signin(w http.ResponseWriter, r *http.Request) {
 	if c.cfg.Authenticate == nil {
 		http.Redirect(w, r, Prefix, http.StatusSeeOther)
 		return
 	}
-	if !c.checkPost(w, r, false) {
+	if !c.checkPost(w, r, false) || !c.allowAttempt(w, r) {
 		return
 	}
 	next := safeNext(r.PostFormValue("next"))
 	token := strings.TrimSpace(r.PostFormValue("token"))
-	if _, ok := c.cfg.Authenticate(token); token == "" || !ok {
-		c.cfg.AuthFailed("unknown")
+	hash := sha256.Sum256([]byte(token))
+	principal, ok := c.cfg.Authenticate(hash)
+	if token == "" || !ok {
+		c.failed(r)
 		c.render(w, r, http.StatusUnauthorized, "signin.html", page{Title: "Sign in",
-			Data: signinData{Next: next, Message: "This server does not accept that token."}})
+			Data: c.signinData(next, "This server does not accept that token.")})
 		return
 	}
-	setCookie(w, r, SessionCookie, base64.RawURLEncoding.EncodeToString([]byte(token)), 0)
-	setCookie(w, r, CSRFCookie, newNonce(), 0)
+	c.setCookie(w, r, SessionCookie, c.sessions.create(principal, hash), 0)
+	c.setCookie(w, r, CSRFCookie, newNonce(), 0)
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
-// signout is POST /ui/signout: both cookies are cleared.
+// signout is POST /ui/signout: the session ends on the server (its
+// cookie, replayed, opens nothing) and both cookies are cleared.
 func (c *console) signout(w http.ResponseWriter, r *http.Request) {
 	if !c.checkPost(w, r, true) {
 		return
 	}
-	clearCookies(w, r)
+	if s := sessionOf(r); s != nil && s.id != "" {
+		c.sessions.end(s.id)
+	}
+	c.clearCookies(w, r)
 	http.Redirect(w, r, Prefix+"/signin", http.StatusSeeOther)
 }

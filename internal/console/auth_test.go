@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"encoding/base64"
 	"net/http"
 	"net/url"
 	"strings"
@@ -44,6 +45,9 @@ func TestSignIn(t *testing.T) {
 	if form.code != http.StatusOK || len(find(form.doc, "input", "name", "token")) != 1 ||
 		attr(find(form.doc, "input", "name", "token")[0], "type") != "password" {
 		t.Fatalf("sign-in form: %d, want a password field", form.code)
+	}
+	if txt := text(form.doc); !strings.Contains(txt, "unused for 12 hours, or after 7 days") {
+		t.Errorf("the sign-in page does not state the session's limits: %q", txt)
 	}
 	c := client(t)
 	bad := do(t, c, http.MethodPost, b.url+"/ui/signin", url.Values{"token": {"tok-wrong-secret"}})
@@ -133,4 +137,48 @@ func TestCancelCSRF(t *testing.T) {
 	if n := textByID(t, page.doc, "notice"); !strings.Contains(n, "failed with code canceled") {
 		t.Errorf("notice %q", n)
 	}
+}
+
+// TestSessionIsNotTheToken: the sign-in cookie holds a random session id,
+// not the token in any encoding; after sign-out the same cookie, replayed,
+// opens nothing; two sign-ins with one token get two sessions.
+func TestSessionIsNotTheToken(t *testing.T) {
+	b := setup(t, 0, true)
+	c := signIn(t, b, "tok-alice")
+	id := sessionCookie(t, c, b.url)
+	if strings.Contains(id, "tok-alice") || strings.Contains(id, base64.RawURLEncoding.EncodeToString([]byte("tok-alice"))) ||
+		strings.Contains(id, base64.StdEncoding.EncodeToString([]byte("tok-alice"))) {
+		t.Fatalf("the session cookie %q holds the token", id)
+	}
+	if raw, err := base64.RawURLEncoding.DecodeString(id); err != nil || len(raw) < 32 {
+		t.Errorf("session id %q: want at least 32 random bytes, base64url", id)
+	}
+	if other := sessionCookie(t, signIn(t, b, "tok-alice"), b.url); other == id {
+		t.Error("two sign-ins got the same session id")
+	}
+	replay := []string{"Cookie", console.SessionCookie + "=" + id}
+	if r := do(t, nil, http.MethodGet, b.url+"/ui/calls", nil, replay...); r.code != http.StatusOK {
+		t.Fatalf("the session cookie before sign-out: %d, want 200", r.code)
+	}
+	page := do(t, c, http.MethodGet, b.url+"/ui/calls", nil)
+	if r := do(t, c, http.MethodPost, b.url+"/ui/signout", url.Values{"csrf": {csrfOf(t, page.doc, "/ui/signout")}}); r.code != http.StatusSeeOther {
+		t.Fatalf("sign-out: %d", r.code)
+	}
+	if r := do(t, nil, http.MethodGet, b.url+"/ui/calls", nil, replay...); r.code != http.StatusSeeOther ||
+		!strings.HasPrefix(r.hdr.Get("Location"), "/ui/signin") {
+		t.Errorf("the session cookie replayed after sign-out: %d to %q, want 303 to the sign-in page", r.code, r.hdr.Get("Location"))
+	}
+}
+
+// sessionCookie is the value of the client's session cookie for base.
+func sessionCookie(t *testing.T, c *http.Client, base string) string {
+	t.Helper()
+	u, _ := url.Parse(base + "/ui")
+	for _, ck := range c.Jar.Cookies(u) {
+		if ck.Name == console.SessionCookie {
+			return ck.Value
+		}
+	}
+	t.Fatal("no session cookie")
+	return ""
 }

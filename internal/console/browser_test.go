@@ -50,48 +50,9 @@ func findBrowser() string {
 // overview refresh itself after a new call, saves screenshots, and fails
 // on any JavaScript error, console error or CSP violation on the pages.
 func TestBrowser(t *testing.T) {
-	bin := findBrowser()
-	if bin == "" {
-		t.Skip("console browser test: no Chromium found (install Debian's chromium, or set IDEMCTL_CHROME); .ci/run installs it and fails if this test skips")
-	}
+	ctx, browserErrors := startBrowser(t)
 	base, showcase := startDemoServer(t)
 
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(bin), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
-		chromedp.Flag("hide-scrollbars", true),
-		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900))
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
-	// The first action starts the browser and must run without a timeout
-	// (the browser lives as long as that context); later ones get one.
-	messages := chromedp.Console(bctx)
-	if err := chromedp.Do(bctx); err != nil {
-		t.Fatalf("starting %s: %v", bin, err)
-	}
-	ctx, cancel := context.WithTimeout(bctx, 90*time.Second)
-	defer cancel()
-
-	// Every console error, uncaught exception and browser-log error (a CSP
-	// violation, a failed load) fails the test.
-	var (
-		mu   sync.Mutex
-		errs []string
-	)
-	go func() {
-		for m, err := range messages {
-			if err != nil {
-				return
-			}
-			if m.Type == chromedp.ConsoleError || m.IsException() {
-				mu.Lock()
-				errs = append(errs, m.String()+" at "+m.URL)
-				mu.Unlock()
-			}
-		}
-	}()
 	dir := t.TempDir()
 	// shot saves a screenshot in the test's temp dir and, for the README's
 	// pictures (docs true), in -screenshots.
@@ -186,10 +147,58 @@ func TestBrowser(t *testing.T) {
 		t.Fatalf("calls page: %v", err)
 	}
 	shot("console-calls.png", false)
-	mu.Lock()
-	defer mu.Unlock()
-	for _, e := range errs {
+	for _, e := range browserErrors() {
 		t.Errorf("browser reported an error: %s", e)
+	}
+}
+
+// startBrowser starts headless Chromium for the test (skipping it when
+// there is none) and returns a context to drive it with, and a function
+// that lists every console error, uncaught exception and browser-log error
+// (a CSP violation, a failed load) the pages have reported so far.
+func startBrowser(t *testing.T) (context.Context, func() []string) {
+	t.Helper()
+	bin := findBrowser()
+	if bin == "" {
+		t.Skip("console browser test: no Chromium found (install Debian's chromium, or set IDEMCTL_CHROME); .ci/run installs it and fails if this test skips")
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(bin), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+		chromedp.Flag("hide-scrollbars", true),
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900))
+	t.Cleanup(cancelAlloc)
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	t.Cleanup(cancelBrowser)
+	// The first action starts the browser and must run without a timeout
+	// (the browser lives as long as that context); later ones get one.
+	messages := chromedp.Console(bctx)
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("starting %s: %v", bin, err)
+	}
+	ctx, cancel := context.WithTimeout(bctx, 90*time.Second)
+	t.Cleanup(cancel)
+	var (
+		mu   sync.Mutex
+		errs []string
+	)
+	go func() {
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			if m.Type == chromedp.ConsoleError || m.IsException() {
+				mu.Lock()
+				errs = append(errs, m.String()+" at "+m.URL)
+				mu.Unlock()
+			}
+		}
+	}()
+	return ctx, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), errs...)
 	}
 }
 

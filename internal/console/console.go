@@ -11,12 +11,13 @@
 // server-wide, as GET /stats is.
 //
 // It authenticates its own requests (auth.go): the API's bearer header,
-// or the sign-in cookie that only /ui pages accept.
+// or a sign-in session (sessions.go) whose cookie only /ui pages accept.
 package console
 
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"embed"
 	"errors"
 	"html/template"
@@ -25,6 +26,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemctl/idemctl/internal/authlimit"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/wire"
 )
@@ -83,10 +85,22 @@ var _ Reader = store.Store(nil) // the server hands the console its store
 type Config struct {
 	// Store is read; the console writes only through Cancel.
 	Store Reader
-	// Authenticate maps a bearer token to its principal. Nil means the
-	// server runs without authentication: every request is
-	// store.DefaultPrincipal and there is no sign-in.
-	Authenticate func(token string) (principal string, ok bool)
+	// Authenticate maps the SHA-256 of a bearer token to its principal
+	// (a session keeps the hash, not the token, and asks again on every
+	// use). Nil means the server runs without authentication: every
+	// request is store.DefaultPrincipal and there is no sign-in.
+	Authenticate func(tokenSHA256 [sha256.Size]byte) (principal string, ok bool)
+	// AuthLimit throttles failed authentications per client, shared with
+	// the API; nil throttles nothing.
+	AuthLimit *authlimit.Limiter
+	// HTTPS reports whether a request reached the server over HTTPS, for
+	// the cookies' Secure flag; nil means TLS on the connection.
+	HTTPS func(*http.Request) bool
+	// SessionIdle and SessionLifetime end a sign-in session after that
+	// long unused, or that long after the sign-in; 0 means
+	// DefaultSessionIdle and DefaultSessionLifetime.
+	SessionIdle     time.Duration
+	SessionLifetime time.Duration
 	// AuthFailed is told about each refused credential ("missing" or
 	// "unknown"), for the server's metrics; nil ignores them.
 	AuthFailed func(reason string)
@@ -113,8 +127,9 @@ type Config struct {
 }
 
 type console struct {
-	cfg Config
-	log *slog.Logger
+	cfg      Config
+	log      *slog.Logger
+	sessions *sessions
 }
 
 // New returns the console's handler for Prefix, everything under it, and
@@ -135,7 +150,16 @@ func New(cfg Config) http.Handler {
 	if cfg.AuthFailed == nil {
 		cfg.AuthFailed = func(string) {}
 	}
-	c := &console{cfg: cfg, log: cfg.Logger}
+	if cfg.HTTPS == nil {
+		cfg.HTTPS = func(r *http.Request) bool { return r.TLS != nil }
+	}
+	if cfg.SessionIdle <= 0 {
+		cfg.SessionIdle = DefaultSessionIdle
+	}
+	if cfg.SessionLifetime <= 0 {
+		cfg.SessionLifetime = DefaultSessionLifetime
+	}
+	c := &console{cfg: cfg, log: cfg.Logger, sessions: newSessions(cfg.SessionIdle, cfg.SessionLifetime, time.Now)}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
@@ -204,13 +228,16 @@ const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 's
 	"form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 
 // secureHeaders sets the headers every console response carries, and no
-// caching, since pages show one principal's calls.
+// caching, since pages show one principal's calls. The referrer policy is
+// same-origin, not no-referrer: under no-referrer a browser sends
+// "Origin: null" with the console's own form posts, which checkPost must
+// refuse, and no other site gets a referrer either way.
 func secureHeaders(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("Content-Security-Policy", CSP)
 		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Referrer-Policy", "same-origin")
 		h.Set("Cache-Control", "no-store")
 		next.ServeHTTP(w, r)
 	})
@@ -222,7 +249,7 @@ type page struct {
 	Title string
 	// Nav is the active tab: "overview" or "calls".
 	Nav string
-	// SignedIn: the request came with the sign-in cookie (a sign-out
+	// SignedIn: the request came with a sign-in session (a sign-out
 	// button is shown).
 	SignedIn bool
 	// CSRF is the token the page's forms carry.
@@ -236,7 +263,7 @@ type page struct {
 // clean 500 rather than half a page.
 func (c *console) render(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
 	if s := sessionOf(r); s != nil {
-		p.SignedIn = s.cookie
+		p.SignedIn = s.id != ""
 		p.CSRF = c.csrfToken(w, r, s)
 	}
 	var buf bytes.Buffer

@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -73,7 +74,14 @@ func setup(t *testing.T, pageSize int, auth bool) bundle {
 		PageSize: pageSize,
 	}
 	if auth {
-		cfg.Authenticate = func(tok string) (string, bool) { p, ok := testTokens[tok]; return p, ok }
+		cfg.Authenticate = func(h [sha256.Size]byte) (string, bool) {
+			for tok, p := range testTokens {
+				if sha256.Sum256([]byte(tok)) == h {
+					return p, true
+				}
+			}
+			return "", false
+		}
 	}
 	ts := httptest.NewServer(console.New(cfg))
 	t.Cleanup(ts.Close)

@@ -11,12 +11,13 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/idemctl/idemctl/internal/console"
-	"github.com/idemctl/idemctl/internal/logkey"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -170,7 +171,12 @@ var compareHashes = subtle.ConstantTimeCompare
 // the time taken tells nothing about which entry, or how much of one,
 // matched.
 func (a *Auth) principal(token string) (string, bool) {
-	h := sha256.Sum256([]byte(token))
+	return a.principalOfHash(sha256.Sum256([]byte(token)))
+}
+
+// principalOfHash is principal for the token's SHA-256 (what a console
+// session keeps instead of the token).
+func (a *Auth) principalOfHash(h [sha256.Size]byte) (string, bool) {
 	found := -1
 	entries := *a.entries.Load()
 	for i := range entries {
@@ -220,11 +226,21 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 				"this server requires Authorization: Bearer TOKEN")
 			return
 		}
+		// A client that failed too often is refused before its token is
+		// hashed: guessing costs it time, and the server next to nothing.
+		if wait, ok := s.authLimit.Check(r); !ok {
+			s.m.authFailures.WithLabelValues(authThrottled).Inc()
+			secs := int(wait.Round(time.Second) / time.Second)
+			w.Header().Set("Retry-After", strconv.Itoa(secs))
+			writeError(w, s.log, http.StatusTooManyRequests, codeAuthThrottled,
+				fmt.Sprintf("too many failed authentications from this address; retry in %d s", secs))
+			return
+		}
 		principal, known := s.cfg.Auth.principal(token)
 		if !known {
 			s.m.authFailures.WithLabelValues(authUnknown).Inc()
-			s.log.Info("unknown bearer token", logkey.Method, r.Method, logkey.Path, r.URL.Path, "remote", r.RemoteAddr)
-			w.Header().Set("WWW-Authenticate", `Bearer realm="idemctl", error="invalid_token"`)
+			s.authLimit.Failed(r) // logged in aggregate by authlimit, never one line per token
+			w.Header().Set(wire.HeaderWWWAuthenticate, `Bearer realm="idemctl", error="invalid_token"`)
 			writeError(w, s.log, http.StatusUnauthorized, wire.CodeUnauthenticated, "unknown bearer token")
 			return
 		}
@@ -241,9 +257,9 @@ func (s *Server) consolePath(path string) bool {
 }
 
 // consoleAuth is the console's token check: nil without auth.
-func (s *Server) consoleAuth() func(string) (string, bool) {
+func (s *Server) consoleAuth() func([sha256.Size]byte) (string, bool) {
 	if s.cfg.Auth == nil {
 		return nil
 	}
-	return s.cfg.Auth.principal
+	return s.cfg.Auth.principalOfHash
 }

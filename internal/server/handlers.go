@@ -67,6 +67,8 @@ func (s *Server) routes() http.Handler {
 			Store:        s.st,
 			Authenticate: s.consoleAuth(),
 			AuthFailed:   func(reason string) { s.m.authFailures.WithLabelValues(reason).Inc() },
+			AuthLimit:    s.authLimit,
+			HTTPS:        s.proxies.HTTPS,
 			Cancel:       s.cancelCall,
 			ValidCallID:  isCallID,
 			EncodeCursor: encodeCursor,

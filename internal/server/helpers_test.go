@@ -86,6 +86,10 @@ func setupOn(t *testing.T, dbPath string, opts ...func(*Config)) *bundle {
 	cfg := Config{
 		Addr:   "127.0.0.1:0",
 		Logger: testLogger(t),
+		// Tests that hand requests to the handler use httptest.NewRequest's
+		// Host (example.com) or write "Host: x" themselves; the Host check
+		// has tests of its own (hostguard_test.go).
+		AllowedHosts: []string{"example.com", "x"},
 	}
 	cfg.Exit = func(code int) { b.exits <- code }
 	for _, o := range opts {

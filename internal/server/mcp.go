@@ -14,6 +14,7 @@ import (
 	"github.com/idemctl/idemctl/internal/callview"
 	"github.com/idemctl/idemctl/internal/fingerprint"
 	"github.com/idemctl/idemctl/internal/mcpdoor"
+	"github.com/idemctl/idemctl/internal/netutil"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/wire"
 )
@@ -36,6 +37,10 @@ func (s *Server) mcpHandler() (http.Handler, error) {
 		&mcp.StreamableHTTPOptions{
 			MaxRequestBodyBytes: MaxBodyBytes, // the API's body limit
 			SessionTimeout:      mcpSessionTimeout,
+			// On a loopback address hostGuard already checks every
+			// route's Host, /mcp included, and honours --allowed-hosts,
+			// which the SDK's own check would not.
+			DisableLocalhostProtection: netutil.CheckLoopback(s.cfg.Addr) == nil,
 		}))
 	// A session's standing GET stream never ends by itself: without this,
 	// one connected agent would hold every graceful stop for the whole

@@ -33,6 +33,9 @@ const (
 const (
 	authMissing = "missing" // no Authorization: Bearer header
 	authUnknown = "unknown" // a token no line of the token file hashes to
+	// authThrottled: refused 429 auth_throttled before its token was
+	// looked at, its client having failed too often (authlimit).
+	authThrottled = "throttled"
 )
 
 // metrics are one Server's Prometheus collectors, in a registry of its own:
@@ -88,7 +91,7 @@ func newMetrics(st store.Store, maxPending int64, exec prometheus.Collector, ext
 		}, []string{"limit"}),
 		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idemctl_auth_failures_total",
-			Help: "Requests refused 401 unauthenticated: missing (no bearer token) or unknown (no such token).",
+			Help: "Requests refused for their credential: missing (no bearer token) or unknown (no such token), both 401; throttled (429, too many failures from the client's address).",
 		}, []string{"reason"}),
 		purged: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "idemctl_purged_calls_total",
@@ -133,7 +136,7 @@ func newMetrics(st store.Store, maxPending int64, exec prometheus.Collector, ext
 	for _, o := range []string{callsCreated, callsReplayed, callsRetryReset, callsConflict, callsDeduplicated} {
 		m.calls.WithLabelValues(o)
 	}
-	for _, r := range []string{authMissing, authUnknown} {
+	for _, r := range []string{authMissing, authUnknown, authThrottled} {
 		m.authFailures.WithLabelValues(r)
 	}
 	for _, l := range []string{limitBodies, limitWaits, limitPending} {

@@ -39,12 +39,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/idemctl/idemctl/internal/authlimit"
 	"github.com/idemctl/idemctl/internal/executor"
 	"github.com/idemctl/idemctl/internal/logkey"
 	"github.com/idemctl/idemctl/internal/mcpdoor"
 	"github.com/idemctl/idemctl/internal/netutil"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/toolreg"
+	"github.com/idemctl/idemctl/internal/trustproxy"
 )
 
 // Defaults of Config's zero values (the executor's are in package
@@ -121,6 +123,17 @@ type Config struct {
 	// final before answering "still running" (docs/mcp.md, "The wait");
 	// zero means mcpdoor.DefaultWait. Capped by MaxWait.
 	MCPWait time.Duration
+	// AllowedHosts are the Host names a server on a loopback Addr answers
+	// besides the loopback ones (localhost, 127.0.0.0/8, [::1]); any other
+	// Host is refused with 403 host_not_allowed on every route, against
+	// DNS rebinding (internal/hostcheck). Ignored on other addresses.
+	AllowedHosts []string
+	// TrustedProxies are the networks (CIDRs or addresses) of reverse
+	// proxies whose X-Forwarded-Proto and X-Forwarded-For are believed:
+	// for the console cookie's Secure flag and for the client address the
+	// failed-authentication throttle counts by (internal/trustproxy).
+	// Empty: none; a request is what its connection says.
+	TrustedProxies []string
 	// NoUI turns the web console (/ui, docs/console.md) off: its paths
 	// are then 404 like any unknown path. serve's --ui decides it.
 	NoUI bool
@@ -159,6 +172,10 @@ type Server struct {
 	// new keys refused for it since the start (/stats).
 	maxPending int64
 	refused    atomic.Int64
+	// proxies and authLimit: which forwarding headers count, and the
+	// failed-authentication throttle (clients.go).
+	proxies   *trustproxy.Proxies
+	authLimit *authlimit.Limiter
 
 	started   atomic.Bool
 	closing   chan struct{} // closed when a stop begins: waits return, readyz fails
@@ -202,10 +219,15 @@ func New(cfg Config, st store.Store) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: metrics: %w", err)
 	}
+	if err := s.setupClients(); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	if s.mcp, err = s.mcpHandler(); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	s.handler = s.routes()
+	if s.handler, err = s.hostGuard(s.routes()); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	return s, nil
 }
 

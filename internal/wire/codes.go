@@ -15,6 +15,12 @@ const (
 	CodeMethodNotAllowed      = "method_not_allowed"
 	CodeUnavailable           = "unavailable"
 	CodeOverloaded            = "overloaded"
+	// CodeHostNotAllowed: a loopback server refused a request whose Host
+	// names neither loopback nor an --allowed-hosts entry (DNS rebinding).
+	CodeHostNotAllowed = "host_not_allowed"
+	// CodeAuthThrottled: too many failed authentications from this client
+	// address; retry after Retry-After.
+	CodeAuthThrottled = "auth_throttled"
 	// CodeInternal is also a failed call's code (a tool panic, a
 	// completion the database refused for good).
 	CodeInternal = "internal"
