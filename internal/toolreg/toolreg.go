@@ -104,6 +104,9 @@ type Tool struct {
 	// Dedup is the tool's intent-deduplication rule; nil: none (only the
 	// key deduplicates).
 	Dedup *Dedup
+	// Principals, if not nil, are the only principals that may call the
+	// tool (and see it listed), sorted; nil: every principal.
+	Principals []string
 
 	schemaJSON json.RawMessage
 	schema     *jsonschema.Schema
@@ -159,6 +162,28 @@ func (t *Tool) MarshalJSON() ([]byte, error) {
 		l.Dedup = &dedupListing{Args: t.Dedup.Args, Window: t.Dedup.Window.String()}
 	}
 	return json.Marshal(l)
+}
+
+// Allows reports whether principal may call the tool (docs/tools.md, "The
+// tool registry": principals).
+func (t *Tool) Allows(principal string) bool {
+	return t.Principals == nil || slices.Contains(t.Principals, principal)
+}
+
+// For is the registry as principal sees it: only the tools it may call.
+// The registry itself when every tool is open to everyone.
+func (r *Registry) For(principal string) *Registry {
+	if !slices.ContainsFunc(r.names, func(n string) bool { return r.tools[n].Principals != nil }) {
+		return r
+	}
+	v := &Registry{tools: map[string]*Tool{}}
+	for _, n := range r.names {
+		if t := r.tools[n]; t.Allows(principal) {
+			v.tools[n] = t
+			v.names = append(v.names, n)
+		}
+	}
+	return v
 }
 
 // Registry is a set of tools by name. A nil *Registry is not valid; use
@@ -473,8 +498,8 @@ func Parse(data []byte, getenv func(string) (string, bool)) (*Registry, error) {
 
 // fields lists the keys a tool entry may have, by kind.
 var fields = map[string][]string{
-	KindBuiltin: {"name", "kind", "description", "destructive", "timeout", "retry", "concurrency", "dedup"},
-	KindHTTP: {"name", "kind", "description", "destructive", "timeout", "retry", "concurrency", "dedup",
+	KindBuiltin: {"name", "kind", "description", "destructive", "timeout", "retry", "concurrency", "dedup", "principals"},
+	KindHTTP: {"name", "kind", "description", "destructive", "timeout", "retry", "concurrency", "dedup", "principals",
 		"schema", "effect", "url", "method", "headers"},
 }
 
@@ -566,6 +591,13 @@ func parseTool(i int, raw any, getenv func(string) (string, bool)) (*Tool, error
 			return nil, fmt.Errorf("%s: retry.%w", where, err)
 		}
 	}
+	if v, ok := m["principals"]; ok {
+		p, err := parsePrincipals(v)
+		if err != nil {
+			return nil, bad("principals", "%v", err)
+		}
+		t.Principals = p
+	}
 	if kind == KindBuiltin {
 		if err := setDedup(m, t, where); err != nil {
 			return nil, err
@@ -590,7 +622,9 @@ func parseTool(i int, raw any, getenv func(string) (string, bool)) (*Tool, error
 		return nil, err
 	}
 
-	cfg := httptool.Config{Name: name, Timeout: t.Timeout, Effect: t.Effect}
+	// A Retry-After longer than the tool's longest backoff is not
+	// honoured in full (docs/tools.md, "The http kind").
+	cfg := httptool.Config{Name: name, Timeout: t.Timeout, Effect: t.Effect, MaxRetryAfter: t.Retry.MaxBackoff}
 	if v, ok := m["url"]; ok {
 		if cfg.URL, ok = v.(string); !ok {
 			return nil, bad("url", "must be a string, got %s", show(v))
@@ -614,11 +648,20 @@ func parseTool(i int, raw any, getenv func(string) (string, bool)) (*Tool, error
 				// The value's type only: a value may be a secret.
 				return nil, bad("headers."+hn, "must be a string, got a %T", hm[hn])
 			}
-			val, err := expand(s, getenv)
+			val, vars, err := expand(s, getenv)
 			if err != nil {
 				return nil, bad("headers."+hn, "%v", err)
 			}
 			cfg.Headers = append(cfg.Headers, httptool.Header{Name: hn, Value: httptool.NewSecret(val)})
+			// What came from the environment is a secret, alone and in
+			// the header it makes up: a downstream's echo of either is
+			// redacted. A value written in the file is configuration.
+			if len(vars) > 0 {
+				cfg.Redact = append(cfg.Redact, httptool.NewSecret(val))
+				for _, v := range vars {
+					cfg.Redact = append(cfg.Redact, httptool.NewSecret(v))
+				}
+			}
 		}
 	}
 	ht, err := httptool.New(cfg)
@@ -761,11 +804,13 @@ func duration(v any) (time.Duration, error) {
 var varRef = regexp.MustCompile(`\$\{([^}]*)\}`)
 var varName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// expand replaces each ${VAR} in s by the variable's value. An unset or
-// empty variable is an error (a header "Bearer " would fail every call
-// quietly); the error names the variable, never a value.
-func expand(s string, getenv func(string) (string, bool)) (string, error) {
+// expand replaces each ${VAR} in s by the variable's value, and returns
+// the values used. An unset or empty variable is an error (a header
+// "Bearer " would fail every call quietly); the error names the variable,
+// never a value.
+func expand(s string, getenv func(string) (string, bool)) (string, []string, error) {
 	var err error
+	var vals []string
 	out := varRef.ReplaceAllStringFunc(s, func(ref string) string {
 		name := ref[2 : len(ref)-1]
 		if !varName.MatchString(name) {
@@ -776,12 +821,34 @@ func expand(s string, getenv func(string) (string, bool)) (string, error) {
 		if !ok || v == "" {
 			err = errors.Join(err, fmt.Errorf("environment variable %s is not set (or empty)", name))
 		}
+		vals = append(vals, v)
 		return v
 	})
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	return out, nil
+	return out, vals, nil
+}
+
+// parsePrincipals reads a tool's principals: a non-empty list of names.
+// Whether each is a valid principal name, and whether the server has
+// tokens at all, the server checks (server.CheckToolAccess), where the
+// principals' rules live.
+func parsePrincipals(v any) ([]string, error) {
+	list, ok := v.([]any)
+	if !ok || len(list) == 0 {
+		return nil, fmt.Errorf("must be a non-empty list of principal names (leave the field out to let every principal call the tool), got %s", show(v))
+	}
+	var out []string
+	for _, e := range list {
+		s, isStr := e.(string)
+		if !isStr || s == "" {
+			return nil, fmt.Errorf("%s is not a principal name", show(e))
+		}
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
 }
 
 // show renders a configuration value for an error message.
