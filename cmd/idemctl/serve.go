@@ -127,6 +127,8 @@ func (o *serveOptions) Validate() error {
 		reg, err := toolreg.Load(o.Tools, nil)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("--tools: %w", err))
+		} else if err := server.CheckToolAccess(reg, o.AuthTokens != ""); err != nil {
+			errs = append(errs, fmt.Errorf("--tools: %s: %w", o.Tools, err))
 		}
 		o.tools = reg
 	}

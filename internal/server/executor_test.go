@@ -232,7 +232,7 @@ func claimWithOwner(t *testing.T, path, key, owner string, lease time.Duration) 
 		t.Fatal(err)
 	}
 	defer st.Close()
-	req, aerr := parseCreate([]byte(`{"tool":"charge","args":{"amount":1}}`), false, toolreg.Builtins())
+	req, aerr := parseCreate([]byte(`{"tool":"charge","args":{"amount":1}}`), false, toolreg.Builtins(), "")
 	if aerr != nil {
 		t.Fatal(aerr)
 	}

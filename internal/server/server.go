@@ -371,6 +371,9 @@ func (c *Config) fill() error {
 			errs = append(errs, fmt.Errorf("without auth tokens anyone who can reach the port can read and replay every call, so only a loopback address is allowed (give auth tokens, or say insecure-no-auth): %w", err))
 		}
 	}
+	if err := CheckToolAccess(c.Tools, c.Auth != nil); err != nil {
+		errs = append(errs, err)
+	}
 	if c.MaxConcurrentBodies < 0 || c.MaxHeldWaits < 0 {
 		errs = append(errs, fmt.Errorf("max concurrent bodies and max held waits must not be negative, got %d and %d",
 			c.MaxConcurrentBodies, c.MaxHeldWaits))
