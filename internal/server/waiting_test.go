@@ -2,6 +2,9 @@ package server
 
 import (
 	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -56,5 +59,56 @@ tools:
 	if e.Code != "downstream_error" || !e.Retryable || e.Status != 429 ||
 		!strings.HasSuffix(e.Message, "with Retry-After 87600h0m0s, capped at 5s") {
 		t.Fatalf("pending call's error %s", got.Error)
+	}
+}
+
+// TestHTTPToolShowsNoSecretOrAddress: what callers read of an http tool's
+// failures (the stored call, through the API) holds neither the secret a
+// downstream echoed nor the downstream's address; the server log names
+// the address for the operator, still without the secret.
+func TestHTTPToolShowsNoSecretOrAddress(t *testing.T) {
+	echo := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusUnauthorized)
+		fmt.Fprintf(w, "bad credentials: %s", r.Header.Get("Authorization"))
+	}))
+	defer echo.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
+	reg, err := toolreg.Parse([]byte(`
+tools:
+  - {name: echoing, kind: http, url: "`+echo.URL+`", headers: {Authorization: "Bearer ${TOKEN}"}}
+  - {name: gone, kind: http, url: "http://`+closed+`/x", headers: {Authorization: "Bearer ${TOKEN}"}}
+`), func(k string) (string, bool) { return toolsFileSecret, k == "TOKEN" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log syncBuffer
+	b := setup(t, func(c *Config) {
+		c.Tools = reg
+		c.Logger = slog.New(slog.NewTextHandler(&log, nil))
+	})
+	for _, c := range []struct{ tool, code, message string }{
+		{"echoing", "downstream_rejected", "downstream rejected the request with 401"},
+		{"gone", "downstream_unreachable", "the downstream refused the connection"},
+	} {
+		call := b.post("k-"+c.tool, `{"tool":"`+c.tool+`","args":{}}`).call(t)
+		b.waitFinal(call.CallID)
+		r := b.get(CallPath(call.CallID))
+		for _, leak := range []string{toolsFileSecret, closed, "127.0.0.1"} {
+			if strings.Contains(string(r.body), leak) {
+				t.Errorf("%s: the call shows %q: %s", c.tool, leak, r.body)
+			}
+		}
+		var e struct{ Code, Message string }
+		if err := json.Unmarshal(r.call(t).Error, &e); err != nil || e.Code != c.code || e.Message != c.message {
+			t.Errorf("%s: error %s, want %s %q", c.tool, r.call(t).Error, c.code, c.message)
+		}
+	}
+	if l := log.String(); !strings.Contains(l, closed) || strings.Contains(l, toolsFileSecret) {
+		t.Fatalf("server log (want the address %s, not the secret):\n%s", closed, l)
 	}
 }
