@@ -114,6 +114,9 @@ func TestToolAccessMCP(t *testing.T) {
 		if !slices.Equal(names, want) {
 			t.Errorf("%s: tools/list %v, want %v", principal, names, want)
 		}
+		if res.CacheScope != "private" {
+			t.Errorf("%s: tools/list cacheScope %q, want private (the list depends on who asks)", principal, res.CacheScope)
+		}
 	}
 	bob := mustMCP(t, b, bobToken)
 	before := b.snapshot()
