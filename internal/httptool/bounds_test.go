@@ -12,8 +12,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/idemctl/idemctl/internal/tools"
 )
 
 // TestRetryAfterCapped: a downstream's Retry-After holds the next attempt
@@ -194,5 +192,3 @@ func TestClassify(t *testing.T) {
 		}
 	}
 }
-
-var _ = tools.Invocation{}
