@@ -84,6 +84,22 @@ func TestServeToolsFileErrors(t *testing.T) {
 		!strings.Contains(errOut, "missing.yaml") {
 		t.Errorf("missing tools file: exit %d, stderr %q", code, errOut)
 	}
+	// A tool restricted to principals on a server without tokens: nobody
+	// could call it.
+	scoped := filepath.Join(dir, "scoped.yaml")
+	if err := os.WriteFile(scoped, []byte("tools:\n  - {name: fail, kind: builtin, principals: [alice]}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	want := "tool fail: principals: restricting a tool needs auth tokens"
+	if _, errOut, code := cliRunCtx(ctx, t, "serve", "--addr", "127.0.0.1:0", "--db", db, "--tools", scoped); code != exitcode.Usage ||
+		!strings.Contains(errOut, want) {
+		t.Errorf("principals without --auth-tokens: exit %d, stderr %q; want exit 2 and …%s…", code, errOut, want)
+	}
+	if _, err := os.Stat(db); !os.IsNotExist(err) {
+		t.Fatal("a database was created for a server that never ran")
+	}
 }
 
 // TestServeToolsListed: serve --tools registers the file's tools: GET

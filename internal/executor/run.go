@@ -167,7 +167,7 @@ func (e *Executor) runTool(ctx context.Context, c store.Call, log *slog.Logger) 
 	if e.runToolFn != nil {
 		runFn = e.runToolFn
 	}
-	out, err = runFn(ctx, tool.Invocation{CallID: c.CallID, Tool: c.Tool, Args: args, Attempt: c.Attempt})
+	out, err = runFn(ctx, tool.Invocation{CallID: c.CallID, Tool: c.Tool, Args: args, Attempt: c.Attempt, Log: log})
 	switch {
 	case err == nil:
 		return args, capResult(out, e.maxResult), true

@@ -10,16 +10,20 @@ package httptool
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/textproto"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/idemctl/idemctl/internal/fingerprint"
@@ -31,11 +35,23 @@ import (
 // DefaultMaxBody caps the response body read from the downstream (1 MiB).
 const DefaultMaxBody = 1 << 20
 
+// MaxResponseHeaderBytes caps the status line and headers of a downstream's
+// answer (64 KiB). net/http's own default is 10 MiB, which every attempt
+// of every worker could be made to buffer; real answers carry a few
+// hundred bytes of headers.
+const MaxResponseHeaderBytes = 64 << 10
+
+// MaxRetryAfterLimit bounds a downstream's Retry-After when the tool sets
+// no MaxRetryAfter of its own: a downstream answering "ten years" must not
+// park a call (and a pending slot) that long.
+const MaxRetryAfterLimit = time.Hour
+
 // Error codes of http tool failures (docs/tools.md, "The http kind").
 const (
 	// CodeDownstreamError: the downstream answered 408, 425, 429 or 5xx
 	// (retryable), or something idemctl cannot use: a redirect, a body
-	// over the cap, a status outside 2xx–5xx (not retryable).
+	// over the cap, headers over MaxResponseHeaderBytes, a status outside
+	// 2xx–5xx (not retryable).
 	CodeDownstreamError = wire.CodeDownstreamError
 	// CodeDownstreamUnreachable: no answer (connection refused or reset,
 	// DNS, TLS); retryable.
@@ -87,6 +103,15 @@ type Config struct {
 	Effect bool
 	// MaxBody caps the response body; 0 means DefaultMaxBody.
 	MaxBody int64
+	// MaxRetryAfter caps how long a downstream's Retry-After may hold the
+	// next attempt back (the tools file's retry.max_backoff); 0 means
+	// MaxRetryAfterLimit.
+	MaxRetryAfter time.Duration
+	// Redact are values that must never reach a caller: the secrets the
+	// configured headers were expanded from. A downstream that echoes
+	// them gets them replaced by "[redacted]" in the result, in the
+	// error's body and in the server log (docs/tools.md, "The http kind").
+	Redact []Secret
 	// Transport, if set, replaces the default transport (tests).
 	Transport http.RoundTripper
 }
@@ -95,6 +120,7 @@ type Config struct {
 type Tool struct {
 	cfg    Config
 	client *http.Client
+	redact redactor
 }
 
 // New checks cfg and builds the tool. Errors name the field ("url: …").
@@ -119,15 +145,22 @@ func New(cfg Config) (*Tool, error) {
 	if cfg.MaxBody == 0 {
 		cfg.MaxBody = DefaultMaxBody
 	}
+	if cfg.MaxRetryAfter < 0 {
+		return nil, fmt.Errorf("max retry after: must not be negative, got %s", cfg.MaxRetryAfter)
+	}
+	if cfg.MaxRetryAfter == 0 || cfg.MaxRetryAfter > MaxRetryAfterLimit {
+		cfg.MaxRetryAfter = MaxRetryAfterLimit
+	}
 	rt := cfg.Transport
 	if rt == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		// Workers call the same downstream at once; the default of 2 idle
 		// connections per host would open a new one for most calls.
 		tr.MaxIdleConnsPerHost = 64
+		tr.MaxResponseHeaderBytes = MaxResponseHeaderBytes
 		rt = tr
 	}
-	return &Tool{cfg: cfg, client: &http.Client{
+	return &Tool{cfg: cfg, redact: newRedactor(cfg.Redact), client: &http.Client{
 		Transport: rt,
 		// A redirect is answered as it is (downstream_error): following it
 		// would send the args and the configured headers (credentials) to
@@ -213,18 +246,23 @@ func (t *Tool) Run(ctx context.Context, inv tool.Invocation) (tool.Outcome, erro
 
 	resp, err := t.client.Do(req)
 	if err != nil {
-		return t.transportFailure(ctx, actx, "", err)
+		return t.transportFailure(ctx, actx, inv.Log, "", err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, t.cfg.MaxBody+1))
 	if err != nil {
-		return t.transportFailure(ctx, actx, "reading the answer: ", err)
+		return t.transportFailure(ctx, actx, inv.Log, "reading the answer: ", err)
 	}
-	return t.outcome(resp, data, inv.CallID, effectID)
+	return t.outcome(resp, data, inv.CallID, effectID, time.Now())
 }
 
-// transportFailure maps a request that got no complete answer.
-func (t *Tool) transportFailure(ctx, actx context.Context, what string, err error) (tool.Outcome, error) {
+// transportFailure maps a request that got no complete answer. The stored
+// message is one of a few fixed phrases: the network error itself names
+// the downstream's address ("dial tcp 10.0.3.7:9000: connect: connection
+// refused"), which callers of the tool have no business knowing, and may
+// quote what the downstream sent. The error itself goes to the server log,
+// with the configured secrets redacted.
+func (t *Tool) transportFailure(ctx, actx context.Context, log *slog.Logger, what string, err error) (tool.Outcome, error) {
 	if ctx.Err() != nil {
 		return tool.Outcome{}, ctx.Err() // shutdown, not the downstream's fault
 	}
@@ -232,17 +270,47 @@ func (t *Tool) transportFailure(ctx, actx context.Context, what string, err erro
 		return failure(CodeDownstreamTimeout, true, 0,
 			fmt.Sprintf("%sno complete answer within the tool's timeout of %s", what, t.cfg.Timeout)), nil
 	}
-	// The *url.Error wrapper repeats the method and URL; the cause alone
-	// ("dial tcp 127.0.0.1:9000: connect: connection refused") says it.
-	var uerr *url.Error
-	if errors.As(err, &uerr) {
-		err = uerr.Err
+	code, retryable, reason := classify(err)
+	if log != nil {
+		// The whole error, *url.Error's method and URL included: the
+		// operator needs to know which downstream failed, and how.
+		log.Warn("http tool: no usable answer from the downstream", "tool", t.cfg.Name, "code", code,
+			"err", t.redact.string(err.Error()))
 	}
-	return failure(CodeDownstreamUnreachable, true, 0, what+err.Error()), nil
+	return failure(code, retryable, 0, what+reason), nil
 }
 
-// outcome maps a complete answer.
-func (t *Tool) outcome(resp *http.Response, data []byte, callID, effectID string) (tool.Outcome, error) {
+// classify maps a transport error to the error code and the fixed reason
+// shown to callers.
+func classify(err error) (code string, retryable bool, reason string) {
+	var dnsErr *net.DNSError
+	var certErr *tls.CertificateVerificationError
+	var recErr tls.RecordHeaderError
+	var alert tls.AlertError
+	switch {
+	// net/http has no sentinel for this one; its message is the only
+	// sign (TestHeadersOverTheCap pins it). The same answer would come
+	// again: not retryable.
+	case strings.Contains(err.Error(), "server response headers exceeded"):
+		return CodeDownstreamError, false,
+			fmt.Sprintf("the downstream's response headers exceed %d bytes", MaxResponseHeaderBytes)
+	case errors.As(err, &dnsErr):
+		return CodeDownstreamUnreachable, true, "the downstream's host name could not be resolved"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return CodeDownstreamUnreachable, true, "the downstream refused the connection"
+	case errors.Is(err, syscall.EMFILE), errors.Is(err, syscall.ENFILE):
+		return CodeDownstreamUnreachable, true, "no connection could be opened: the server is out of file descriptors"
+	case errors.As(err, &certErr), errors.As(err, &recErr), errors.As(err, &alert):
+		return CodeDownstreamUnreachable, true, "the TLS handshake with the downstream failed"
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return CodeDownstreamUnreachable, true, "the connection to the downstream closed before a complete answer"
+	}
+	return CodeDownstreamUnreachable, true, "the downstream could not be reached"
+}
+
+// outcome maps a complete answer received at now.
+func (t *Tool) outcome(resp *http.Response, data []byte, callID, effectID string, now time.Time) (tool.Outcome, error) {
 	code := resp.StatusCode
 	over := int64(len(data)) > t.cfg.MaxBody
 	switch {
@@ -254,7 +322,7 @@ func (t *Tool) outcome(resp *http.Response, data []byte, callID, effectID string
 		var buf bytes.Buffer
 		enc := json.NewEncoder(&buf)
 		enc.SetEscapeHTML(false) // the body is stored as the downstream sent it
-		if err := enc.Encode(result{Status: code, Body: bodyJSON(data), EffectID: effectID}); err != nil {
+		if err := enc.Encode(result{Status: code, Body: t.bodyJSON(data), EffectID: effectID}); err != nil {
 			return tool.Outcome{}, fmt.Errorf("httptool: encoding the result: %w", err)
 		}
 		out := tool.Outcome{Result: bytes.TrimRight(buf.Bytes(), "\n")}
@@ -265,7 +333,15 @@ func (t *Tool) outcome(resp *http.Response, data []byte, callID, effectID string
 	case code == http.StatusRequestTimeout, code == http.StatusTooEarly, code == http.StatusTooManyRequests,
 		code >= 500 && code <= 599:
 		out := failure(CodeDownstreamError, true, code, fmt.Sprintf("downstream answered %d", code))
-		out.Err.RetryAfter = RetryAfter(resp.Header.Get(wire.HeaderRetryAfter), time.Now())
+		if asked := RetryAfter(resp.Header.Get("Retry-After"), now); asked > 0 {
+			// Kept for the server-side retry, at most MaxRetryAfter; the
+			// message says why the call waits (a pending call shows it).
+			out.Err.RetryAfter = min(asked, t.cfg.MaxRetryAfter)
+			out.Err.Message += " with Retry-After " + asked.String()
+			if asked > t.cfg.MaxRetryAfter {
+				out.Err.Message += ", capped at " + t.cfg.MaxRetryAfter.String()
+			}
+		}
 		return out, nil
 	case code >= 300 && code <= 399:
 		return failure(CodeDownstreamError, false, code,
@@ -275,7 +351,7 @@ func (t *Tool) outcome(resp *http.Response, data []byte, callID, effectID string
 		if over {
 			out.Err.Message += fmt.Sprintf(" (body over %d bytes not kept)", t.cfg.MaxBody)
 		} else if len(data) > 0 {
-			out.Err.Body = bodyJSON(data)
+			out.Err.Body = t.bodyJSON(data)
 		}
 		return out, nil
 	}
@@ -295,21 +371,27 @@ func failure(code string, retryable bool, status int, msg string) tool.Outcome {
 }
 
 // bodyJSON is the body as JSON: compacted if it is JSON, null if empty,
-// otherwise a JSON string of it (invalid UTF-8 becomes U+FFFD).
-func bodyJSON(data []byte) json.RawMessage {
+// otherwise a JSON string of it (invalid UTF-8 becomes U+FFFD). The
+// configured secrets are redacted either way.
+func (t *Tool) bodyJSON(data []byte) json.RawMessage {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return json.RawMessage("null")
 	}
 	if json.Valid(data) {
 		var buf bytes.Buffer
 		if json.Compact(&buf, data) == nil {
-			return buf.Bytes()
+			return t.redact.json(buf.Bytes())
 		}
 	}
+	return jsonString(t.redact.string(string(data)))
+}
+
+// jsonString is s as a JSON string, HTML characters unescaped.
+func jsonString(s string) json.RawMessage {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	_ = enc.Encode(string(data)) // a string always encodes
+	_ = enc.Encode(s) // a string always encodes
 	return bytes.TrimRight(buf.Bytes(), "\n")
 }
 

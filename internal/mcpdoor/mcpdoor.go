@@ -106,7 +106,11 @@ type Options struct {
 	// Principal returns who a request authenticated as; nil means the
 	// TokenInfo's UserID (the streamable HTTP handler's bearer auth), or ""
 	// without one.
-	Principal func(req *mcp.CallToolRequest) string
+	Principal func(req mcp.Request) string
+	// Allowed reports whether principal may call tool; tools/list shows
+	// a principal only those. nil: every tool is everyone's. (A call of
+	// another is the Caller's to refuse.)
+	Allowed func(principal, tool string) bool
 }
 
 // New builds an MCP server whose tools are c's tools plus the two helper
@@ -140,14 +144,42 @@ func New(ctx context.Context, c Caller, opts Options) (*mcp.Server, error) {
 	}
 	srv.AddTool(getCallTool(), d.getCall)
 	srv.AddTool(listCallsTool(), d.listCalls)
+	if opts.Allowed != nil {
+		srv.AddReceivingMiddleware(d.listAllowed)
+	}
 	return srv, nil
+}
+
+// listAllowed filters tools/list down to the tools the request's principal
+// may call (the helper tools are everyone's: they read the principal's own
+// calls). One server serves every session, so the filter is per request.
+func (d *door) listAllowed(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		res, err := next(ctx, method, req)
+		list, ok := res.(*mcp.ListToolsResult)
+		if err != nil || !ok {
+			return res, err
+		}
+		principal := d.opts.Principal(req)
+		kept := make([]*mcp.Tool, 0, len(list.Tools))
+		for _, t := range list.Tools {
+			if t.Name == GetCallTool || t.Name == ListCallsTool || d.opts.Allowed(principal, t.Name) {
+				kept = append(kept, t)
+			}
+		}
+		filtered := *list // the SDK's result is fresh per request; copied all the same
+		filtered.Tools = kept
+		// The list depends on who asks: no shared cache may keep it.
+		filtered.CacheScope = "private"
+		return &filtered, nil
+	}
 }
 
 // tokenPrincipal is the principal of the bearer token the streamable HTTP
 // handler verified, "" without one.
-func tokenPrincipal(req *mcp.CallToolRequest) string {
-	if req.Extra != nil && req.Extra.TokenInfo != nil {
-		return req.Extra.TokenInfo.UserID
+func tokenPrincipal(req mcp.Request) string {
+	if extra := req.GetExtra(); extra != nil && extra.TokenInfo != nil {
+		return extra.TokenInfo.UserID
 	}
 	return ""
 }

@@ -60,7 +60,7 @@ func TestCreateRetriesTakenCallID(t *testing.T) {
 		}
 		return newCallID()
 	}
-	req, aerr := parseCreate([]byte(body), false, toolreg.Builtins())
+	req, aerr := parseCreate([]byte(body), false, toolreg.Builtins(), "")
 	if aerr != nil {
 		t.Fatal(aerr)
 	}

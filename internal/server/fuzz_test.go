@@ -120,7 +120,7 @@ func FuzzCreate(f *testing.F) {
 		if err != nil {
 			t.Fatalf("Stats: %v", err)
 		}
-		parsed, perr := parseCreate(body, false, reg)
+		parsed, perr := parseCreate(body, false, reg, "")
 		keyOK := checkKey(key) == nil
 		switch {
 		case status >= 500:

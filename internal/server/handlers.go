@@ -167,7 +167,7 @@ func (s *Server) readCreate(w http.ResponseWriter, r *http.Request) (req createR
 		s.bodyReadError(w, r, err)
 		return req, false
 	}
-	req, aerr := parseCreate(body, s.cfg.Chaos, s.cfg.Tools)
+	req, aerr := parseCreate(body, s.cfg.Chaos, s.cfg.Tools, principalOf(r.Context()))
 	if aerr != nil {
 		writeAPIError(w, s.log, aerr)
 		return req, false

@@ -29,7 +29,7 @@ const mcpSessionTimeout = 30 * time.Minute
 // TokenInfo's UserID, which also ties an MCP session to its principal).
 func (s *Server) mcpHandler() (http.Handler, error) {
 	srv, err := mcpdoor.New(context.Background(), localCaller{s}, mcpdoor.Options{
-		Wait: s.cfg.MCPWait, Version: s.serviceVersion()})
+		Wait: s.cfg.MCPWait, Version: s.serviceVersion(), Allowed: s.toolAllowed})
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +96,7 @@ func (c localCaller) Submit(ctx context.Context, principal, key, tool string, ar
 		}
 		rawArgs = v
 	}
-	req, aerr := checkToolCall(tool, rawArgs, c.s.cfg.Chaos, c.s.cfg.Tools)
+	req, aerr := checkToolCall(tool, rawArgs, c.s.cfg.Chaos, c.s.cfg.Tools, principal)
 	if aerr != nil {
 		return mcpdoor.Call{}, false, doorError(aerr)
 	}

@@ -108,10 +108,10 @@ type createRequest struct {
 // bodyFields are the only members a POST body may have.
 var bodyFields = map[string]bool{"tool": true, "args": true, "client_id": true, "seq": true}
 
-// parseCreate checks a POST body completely — syntax, members, tool,
-// arguments (by the tool registry reg), fingerprint — so that a refused
-// request stores nothing.
-func parseCreate(body []byte, chaos bool, reg *toolreg.Registry) (createRequest, *apiError) {
+// parseCreate checks a POST body completely — syntax, members, tool (one
+// principal may call), arguments (by the tool registry reg), fingerprint —
+// so that a refused request stores nothing.
+func parseCreate(body []byte, chaos bool, reg *toolreg.Registry, principal string) (createRequest, *apiError) {
 	var req createRequest
 	v, err := fingerprint.ParseJSON(body) // refuses duplicate members and trailing data
 	if err != nil {
@@ -135,7 +135,7 @@ func parseCreate(body []byte, chaos bool, reg *toolreg.Registry) (createRequest,
 		return req, badRequest("body: unknown member(s) %s (allowed: tool, args, client_id, seq)", strings.Join(unknown, ", "))
 	}
 
-	req, aerr := checkToolCall(obj["tool"], obj["args"], chaos, reg)
+	req, aerr := checkToolCall(obj["tool"], obj["args"], chaos, reg, principal)
 	if aerr != nil {
 		return req, aerr
 	}
@@ -165,11 +165,12 @@ func parseCreate(body []byte, chaos bool, reg *toolreg.Registry) (createRequest,
 }
 
 // checkToolCall checks the tool and args of a call, whichever door it came
-// through (a POST body, an MCP tools/call): the tool is registered, the
-// args are an object (absent or null meaning {}) that passes the tool's
-// schema, and the fingerprint and canonical bytes can be made. tool and
-// args are as fingerprint.ParseJSON returns them.
-func checkToolCall(rawTool, rawArgs any, chaos bool, reg *toolreg.Registry) (createRequest, *apiError) {
+// through (a POST body, an MCP tools/call): the tool is registered and
+// principal may call it, the args are an object (absent or null meaning
+// {}) that passes the tool's schema, and the fingerprint and canonical
+// bytes can be made. tool and args are as fingerprint.ParseJSON returns
+// them.
+func checkToolCall(rawTool, rawArgs any, chaos bool, reg *toolreg.Registry, principal string) (createRequest, *apiError) {
 	var req createRequest
 	tool, ok := rawTool.(string)
 	switch {
@@ -178,7 +179,13 @@ func checkToolCall(rawTool, rawArgs any, chaos bool, reg *toolreg.Registry) (cre
 	case !ok:
 		return req, badRequest("body: tool must be a string")
 	case !knownTool(reg, tool):
-		return req, badRequest("body: unknown tool %q (known: %s)", tool, strings.Join(reg.Names(), ", "))
+		// Only the tools principal may call are named.
+		return req, badRequest("body: unknown tool %q (known: %s)", tool, strings.Join(reg.For(principal).Names(), ", "))
+	}
+	// Before the args: a principal that may not call the tool learns
+	// nothing of its schema either.
+	if aerr := toolAccess(reg, tool, principal); aerr != nil {
+		return req, aerr
 	}
 	req.Tool = tool
 

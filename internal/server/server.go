@@ -293,6 +293,11 @@ func (c *Config) Validate() error {
 	if c.MaxHeldWaits < 1 {
 		errs = append(errs, fmt.Errorf("--max-held-waits must be at least 1, got %d", c.MaxHeldWaits))
 	}
+	if c.Tools != nil { // nil: the built-ins, open to every principal
+		if err := CheckToolAccess(c.Tools, c.Auth != nil); err != nil {
+			errs = append(errs, fmt.Errorf("--tools: %w", err))
+		}
+	}
 	return errors.Join(errs...)
 }
 

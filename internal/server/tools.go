@@ -26,8 +26,9 @@ func validateArgs(reg *toolreg.Registry, tool string, args map[string]any, chaos
 	return nil
 }
 
-// handleTools answers GET /v1/tools: {"tools": [...]}, each tool with its
-// kind, description, args schema and policy. Never a URL or a header.
-func (s *Server) handleTools(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, s.log, http.StatusOK, s.cfg.Tools)
+// handleTools answers GET /v1/tools: {"tools": [...]}, each tool the
+// request's principal may call with its kind, description, args schema and
+// policy. Never a URL, a header or who else may call it.
+func (s *Server) handleTools(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, s.log, http.StatusOK, s.cfg.Tools.For(principalOf(r.Context())))
 }

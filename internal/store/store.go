@@ -131,7 +131,7 @@ type Call struct {
 	ArgsJSON    json.RawMessage // canonical args as stored; never nil
 	Status      Status
 	ResultJSON  json.RawMessage // nil unless succeeded
-	ErrorJSON   json.RawMessage // nil unless failed
+	ErrorJSON   json.RawMessage // nil unless failed, or pending after ScheduleRetry (the failure it waits out)
 	Attempt     int64
 	LeaseUntil  *float64 // nil unless running
 	Owner       *string  // nil unless running
@@ -481,8 +481,9 @@ type Store interface {
 	// retries"): fenced like Fail, in one transaction, it returns the call
 	// to pending with its not-before time set to the database's now +
 	// delay, clears the lease and the owner, keeps the attempt (the next
-	// claim increments it) and stores no error (a pending call has none);
-	// the failure c.Error goes to the audit, retry_scheduled with
+	// claim increments it) and stores the failure c.Error (FailureJSON) as
+	// the call's error, the reason it waits, until the next claim clears
+	// it; the failure goes to the audit too, retry_scheduled with
 	// DetailRetryScheduled. Whether to retry, and the delay, are the
 	// caller's decision.
 	//

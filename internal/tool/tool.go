@@ -18,6 +18,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"log/slog"
 
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/wire"
@@ -40,6 +41,10 @@ type Invocation struct {
 	Args map[string]any
 	// Attempt is the 1-based attempt number returned by the claim.
 	Attempt int64
+	// Log, if set, is the server's logger for this attempt: what a tool
+	// keeps out of the stored outcome (a network error's address, say)
+	// goes there for the operator.
+	Log *slog.Logger
 }
 
 // ToolError is the error object a tool reports; it is stored as the call's

@@ -73,6 +73,8 @@ type toolEntry struct {
 	Retry       retryEntry  `yaml:"retry"`
 	Concurrency opt[int]    `yaml:"concurrency"`
 	Dedup       dedupEntry  `yaml:"dedup"`
+	// Principals are read as any: a refusal shows what was written.
+	Principals opt[any] `yaml:"principals"`
 
 	// Schema is the JSON Schema of the args, written in YAML or JSON.
 	Schema opt[any]    `yaml:"schema" kind:"http"`
@@ -300,6 +302,13 @@ func parseTool(i int, e toolEntry, getenv func(string) (string, bool)) (*Tool, e
 			return nil, fmt.Errorf("%s: retry%w", where, err)
 		}
 	}
+	if e.Principals.set {
+		p, err := parsePrincipals(e.Principals.raw)
+		if err != nil {
+			return nil, bad("principals", "%v", err)
+		}
+		t.Principals = p
+	}
 	if kind == KindBuiltin {
 		if err := setDedup(e.Dedup, t, where); err != nil {
 			return nil, err
@@ -324,7 +333,9 @@ func parseTool(i int, e toolEntry, getenv func(string) (string, bool)) (*Tool, e
 		return nil, err
 	}
 
-	cfg := httptool.Config{Name: name, Timeout: t.Timeout, Effect: t.Effect}
+	// A Retry-After longer than the tool's longest backoff is not
+	// honoured in full (docs/tools.md, "The http kind").
+	cfg := httptool.Config{Name: name, Timeout: t.Timeout, Effect: t.Effect, MaxRetryAfter: t.Retry.MaxBackoff}
 	if !e.URL.set {
 		return nil, bad("url", "required for an http tool")
 	}
@@ -349,11 +360,20 @@ func parseTool(i int, e toolEntry, getenv func(string) (string, bool)) (*Tool, e
 				// The value's type only: a value may be a secret.
 				return nil, bad("headers."+hn, "must be a string, got a %T", hm[hn])
 			}
-			val, err := expand(s, getenv)
+			val, vars, err := expand(s, getenv)
 			if err != nil {
 				return nil, bad("headers."+hn, "%v", err)
 			}
 			cfg.Headers = append(cfg.Headers, httptool.Header{Name: hn, Value: httptool.NewSecret(val)})
+			// What came from the environment is a secret, alone and in
+			// the header it makes up: a downstream's echo of either is
+			// redacted. A value written in the file is configuration.
+			if len(vars) > 0 {
+				cfg.Redact = append(cfg.Redact, httptool.NewSecret(val))
+				for _, v := range vars {
+					cfg.Redact = append(cfg.Redact, httptool.NewSecret(v))
+				}
+			}
 		}
 	}
 	ht, err := httptool.New(cfg)
@@ -497,11 +517,13 @@ func duration(v opt[string]) (time.Duration, error) {
 var varRef = regexp.MustCompile(`\$\{([^}]*)\}`)
 var varName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// expand replaces each ${VAR} in s by the variable's value. An unset or
-// empty variable is an error (a header "Bearer " would fail every call
-// quietly); the error names the variable, never a value.
-func expand(s string, getenv func(string) (string, bool)) (string, error) {
+// expand replaces each ${VAR} in s by the variable's value, and returns
+// the values used. An unset or empty variable is an error (a header
+// "Bearer " would fail every call quietly); the error names the variable,
+// never a value.
+func expand(s string, getenv func(string) (string, bool)) (string, []string, error) {
 	var err error
+	var vals []string
 	out := varRef.ReplaceAllStringFunc(s, func(ref string) string {
 		name := ref[2 : len(ref)-1]
 		if !varName.MatchString(name) {
@@ -512,12 +534,34 @@ func expand(s string, getenv func(string) (string, bool)) (string, error) {
 		if !ok || v == "" {
 			err = errors.Join(err, fmt.Errorf("environment variable %s is not set (or empty)", name))
 		}
+		vals = append(vals, v)
 		return v
 	})
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	return out, nil
+	return out, vals, nil
+}
+
+// parsePrincipals reads a tool's principals: a non-empty list of names.
+// Whether each is a valid principal name, and whether the server has
+// tokens at all, the server checks (server.CheckToolAccess), where the
+// principals' rules live.
+func parsePrincipals(v any) ([]string, error) {
+	list, ok := v.([]any)
+	if !ok || len(list) == 0 {
+		return nil, fmt.Errorf("must be a non-empty list of principal names (leave the field out to let every principal call the tool), got %s", show(v))
+	}
+	var out []string
+	for _, e := range list {
+		s, isStr := e.(string)
+		if !isStr || s == "" {
+			return nil, fmt.Errorf("%s is not a principal name", show(e))
+		}
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
 }
 
 // show renders a configuration value for an error message.

@@ -83,6 +83,9 @@ type Tool struct {
 	// Dedup is the tool's intent-deduplication rule; nil: none (only the
 	// key deduplicates).
 	Dedup *Dedup
+	// Principals, if not nil, are the only principals that may call the
+	// tool (and see it listed), sorted; nil: every principal.
+	Principals []string
 
 	schemaJSON json.RawMessage
 	schema     *jsonschema.Schema
@@ -115,6 +118,28 @@ func (t *Tool) listing() wire.Tool {
 		l.Dedup = &wire.ToolDedup{Args: t.Dedup.Args, Window: t.Dedup.Window.String()}
 	}
 	return l
+}
+
+// Allows reports whether principal may call the tool (docs/tools.md, "The
+// tool registry": principals).
+func (t *Tool) Allows(principal string) bool {
+	return t.Principals == nil || slices.Contains(t.Principals, principal)
+}
+
+// For is the registry as principal sees it: only the tools it may call.
+// The registry itself when every tool is open to everyone.
+func (r *Registry) For(principal string) *Registry {
+	if !slices.ContainsFunc(r.names, func(n string) bool { return r.tools[n].Principals != nil }) {
+		return r
+	}
+	v := &Registry{tools: map[string]*Tool{}}
+	for _, n := range r.names {
+		if t := r.tools[n]; t.Allows(principal) {
+			v.tools[n] = t
+			v.names = append(v.names, n)
+		}
+	}
+	return v
 }
 
 // Registry is a set of tools by name. A nil *Registry is not valid; use

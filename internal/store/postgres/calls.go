@@ -447,7 +447,9 @@ WITH clock AS MATERIALIZED (
   LIMIT $2
 ), claimed AS (
   UPDATE calls c
-  SET status = 'running', attempt = c.attempt + 1,
+  -- error_json: a call back from a scheduled retry kept the failure it
+  -- waited out (ScheduleRetry); a running call has none.
+  SET status = 'running', attempt = c.attempt + 1, error_json = NULL,
       lease_until = clock.now + $3, owner = $1, updated_at = clock.now
   FROM picked, clock
   WHERE c.call_id = picked.call_id
@@ -707,14 +709,14 @@ func (s *Store) ScheduleRetry(ctx context.Context, c store.Completion, delay tim
 		var err error
 		call, err = scanCall(tx.QueryRow(ctx, `
 UPDATE calls
-SET status = 'pending', not_before = clock.now + $4, result_json = NULL, error_json = NULL,
+SET status = 'pending', not_before = clock.now + $4, result_json = NULL, error_json = $5,
     lease_until = NULL, owner = NULL, updated_at = clock.now
 FROM (SELECT `+dbNow+` AS now) AS clock
 WHERE call_id = $1
   -- The fencing token, as in complete.
   AND status = 'running' AND owner = $2 AND attempt = $3
 RETURNING `+callColumnsOf("calls"),
-			c.CallID, c.Owner, c.Attempt, delay.Seconds()))
+			c.CallID, c.Owner, c.Attempt, delay.Seconds(), string(store.FailureJSON(c))))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return store.ErrFenced
 		}

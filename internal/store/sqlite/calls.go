@@ -380,7 +380,8 @@ func (s *Store) ScheduleRetry(ctx context.Context, c store.Completion, delay tim
 	err := s.writeTx(ctx, "schedule retry", func(ctx context.Context, tx *sql.Tx) error {
 		now := s.now()
 		var err error
-		call, err = queryCall(ctx, tx, s.wq.scheduleRetry, now+delay.Seconds(), now, c.CallID, c.Owner, c.Attempt)
+		call, err = queryCall(ctx, tx, s.wq.scheduleRetry, now+delay.Seconds(), string(store.FailureJSON(c)), now,
+			c.CallID, c.Owner, c.Attempt)
 		if errors.Is(err, sql.ErrNoRows) {
 			return whyFenced(ctx, tx, s.wq.callByID, c)
 		} else if err != nil {

@@ -110,8 +110,10 @@ const (
 	// lease). Under BEGIN IMMEDIATE it always is, but the condition keeps
 	// the claim correct on its own. RETURNING gives the claimed row, or no
 	// row when the claim lost.
+	// error_json is cleared: a call back from a scheduled retry kept the
+	// failure it waited out (sqlScheduleRetry), and a running call has none.
 	sqlClaim = `UPDATE calls
-		SET status = 'running', attempt = attempt + 1, lease_until = ?, owner = ?, updated_at = ?
+		SET status = 'running', attempt = attempt + 1, lease_until = ?, owner = ?, updated_at = ?, error_json = NULL
 		WHERE call_id = ? AND ` + claimable + `
 		RETURNING ` + callCols
 
@@ -127,10 +129,11 @@ const (
 		RETURNING ` + callCols
 
 	// sqlScheduleRetry is ScheduleRetry, fenced like a completion: back to
-	// pending, not claimable before not_before (first ?). The attempt is
-	// kept; the next claim increments it.
+	// pending, not claimable before not_before (first ?), with the failure
+	// it waits out as its error (second ?). The attempt is kept; the next
+	// claim increments it.
 	sqlScheduleRetry = `UPDATE calls
-		SET status = 'pending', not_before = ?, error_json = NULL, result_json = NULL,
+		SET status = 'pending', not_before = ?, error_json = ?, result_json = NULL,
 		    lease_until = NULL, owner = NULL, updated_at = ?
 		WHERE ` + fencing + `
 		RETURNING ` + callCols

@@ -23,8 +23,9 @@ func testScheduleRetry(t *testing.T, open func(t *testing.T) store.Store) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.Status != store.StatusPending || r.Owner != nil || r.LeaseUntil != nil || r.ErrorJSON != nil || r.Attempt != 1 {
-			t.Fatalf("scheduled call = %+v, want pending at attempt 1 without owner, lease or error", r)
+		// The failure it waits out is its error: the reason it waits.
+		if r.Status != store.StatusPending || r.Owner != nil || r.LeaseUntil != nil || !jsonEq(t, r.ErrorJSON, f.Error) || r.Attempt != 1 {
+			t.Fatalf("scheduled call = %+v (error %s), want pending at attempt 1 without owner or lease, error %s", r, r.ErrorJSON, f.Error)
 		}
 		if r.NotBefore == nil || *r.NotBefore < r.UpdatedAt+59 || *r.NotBefore > r.UpdatedAt+61 {
 			t.Fatalf("not_before = %v, updated_at = %v: want updated_at + 60s", r.NotBefore, r.UpdatedAt)
@@ -80,6 +81,11 @@ func testScheduleRetry(t *testing.T, open func(t *testing.T) store.Store) {
 		})
 		if claimed.CallID != a.CallID || claimed.Attempt != 2 || claimed.Status != store.StatusRunning {
 			t.Fatalf("claimed %+v, want %s running at attempt 2 (the attempt counts claims)", claimed, a.CallID)
+		}
+		// The claim clears the waited-out failure: a running call has no
+		// error, as returned and as stored.
+		if claimed.ErrorJSON != nil || get(t, s, a.CallID).ErrorJSON != nil {
+			t.Fatalf("claimed call keeps the error %s", claimed.ErrorJSON)
 		}
 		// By the database's clock, the claim came no earlier than the
 		// not-before time.
