@@ -6,11 +6,11 @@ import (
 	"net/http"
 
 	"github.com/idemctl/idemctl/internal/toolreg"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
-// codeToolForbidden refuses a call of a tool whose principals (tools file)
+// wire.CodeToolForbidden refuses a call of a tool whose principals (tools file)
 // do not name the caller (docs/api.md, "Errors").
-const codeToolForbidden = "tool_forbidden"
 
 // toolAccess refuses, with 403 tool_forbidden, a call of a registered tool
 // principal may not call. Both doors check it before anything is stored.
@@ -19,7 +19,7 @@ func toolAccess(reg *toolreg.Registry, tool, principal string) *apiError {
 	if !ok || t.Allows(principal) {
 		return nil
 	}
-	return &apiError{status: http.StatusForbidden, code: codeToolForbidden,
+	return &apiError{status: http.StatusForbidden, code: wire.CodeToolForbidden,
 		message: fmt.Sprintf("this principal may not call tool %q (the tools file names who may)", tool)}
 }
 

@@ -21,6 +21,9 @@ const (
 	// CodeAuthThrottled: too many failed authentications from this client
 	// address; retry after Retry-After.
 	CodeAuthThrottled = "auth_throttled"
+	// CodeToolForbidden: the tools file restricts the tool to other
+	// principals (docs/tools.md, "The tool registry").
+	CodeToolForbidden = "tool_forbidden"
 	// CodeInternal is also a failed call's code (a tool panic, a
 	// completion the database refused for good).
 	CodeInternal = "internal"
