@@ -9,9 +9,6 @@ import (
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
-// wire.CodeToolForbidden refuses a call of a tool whose principals (tools file)
-// do not name the caller (docs/api.md, "Errors").
-
 // toolAccess refuses, with 403 tool_forbidden, a call of a registered tool
 // principal may not call. Both doors check it before anything is stored.
 func toolAccess(reg *toolreg.Registry, tool, principal string) *apiError {

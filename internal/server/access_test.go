@@ -12,6 +12,7 @@ import (
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/sqlite"
 	"github.com/idemctl/idemctl/internal/toolreg"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // scopedTools restricts create_refund to alice and the built-in fail to
@@ -46,11 +47,11 @@ func TestToolAccessAPI(t *testing.T) {
 		`{"tool":"create_refund","args":{"amount":"not even valid"}}`,
 	} {
 		r := b.post("bob-refund", body, "Authorization", bearer(bobToken))
-		if r.status != 403 || r.errCode(t) != codeToolForbidden {
-			t.Fatalf("bob calling create_refund: %d %s, want 403 %s", r.status, r.body, codeToolForbidden)
+		if r.status != 403 || r.errCode(t) != wire.CodeToolForbidden {
+			t.Fatalf("bob calling create_refund: %d %s, want 403 %s", r.status, r.body, wire.CodeToolForbidden)
 		}
 	}
-	if r := b.post("alice-fail", `{"tool":"fail","args":{}}`, "Authorization", bearer(aliceToken)); r.status != 403 || r.errCode(t) != codeToolForbidden {
+	if r := b.post("alice-fail", `{"tool":"fail","args":{}}`, "Authorization", bearer(aliceToken)); r.status != 403 || r.errCode(t) != wire.CodeToolForbidden {
 		t.Fatalf("alice calling fail: %d %s", r.status, r.body)
 	}
 	if after := b.snapshot(); !before.equal(after) {
@@ -121,15 +122,15 @@ func TestToolAccessMCP(t *testing.T) {
 	bob := mustMCP(t, b, bobToken)
 	before := b.snapshot()
 	res := callTool(t, bob, "create_refund", map[string]any{"amount": 3, mcpdoor.KeyArg: "bob-mcp"}, nil)
-	if typ := errType(t, res); typ != codeToolForbidden {
-		t.Fatalf("bob calling create_refund over MCP: type %q, want %s", typ, codeToolForbidden)
+	if typ := errType(t, res); typ != wire.CodeToolForbidden {
+		t.Fatalf("bob calling create_refund over MCP: type %q, want %s", typ, wire.CodeToolForbidden)
 	}
 	if after := b.snapshot(); !before.equal(after) {
 		t.Fatal("a forbidden MCP call changed the database")
 	}
 	alice := mustMCP(t, b, aliceToken)
 	if res := callTool(t, alice, "create_refund", map[string]any{"amount": 3, mcpdoor.KeyArg: "alice-mcp"}, nil); res.IsError &&
-		structured(t, res)["type"] == codeToolForbidden {
+		structured(t, res)["type"] == wire.CodeToolForbidden {
 		t.Fatalf("alice refused: %v", structured(t, res))
 	}
 	if _, err := b.st.GetByKey(context.Background(), "alice", "alice-mcp"); err != nil {
