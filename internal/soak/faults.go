@@ -297,6 +297,8 @@ func (r *faultRunner) partition(ctx context.Context, n, i int, f Fault) {
 		if client.SleepContext(ctx, min(probeDelay, length/2)) != nil {
 			return
 		}
+		// /readyz pings the database (2 s bound): it shows the cut is real.
+		r.log("%s cycle %d: instance %d cut off: /readyz %s", offset(r.hist.Now()), n+1, i, r.readyz(ctx, i))
 		key := fmt.Sprintf("%s-partition-%d", r.prefix, n)
 		r.probe(ctx, i, key, true, PartitionBound+probeSlack, 0)
 	}()
@@ -330,6 +332,23 @@ const (
 	// by, so that a late answer is seen (and reported) as late.
 	probeSlack = 10 * time.Second
 )
+
+// readyz is instance i's GET /readyz answer, in brief.
+func (r *faultRunner) readyz(ctx context.Context, i int) string {
+	ctx, cancel := context.WithTimeout(ctx, PartitionBound)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.inst.procs[i].URL+"/readyz", nil)
+	if err != nil {
+		return err.Error()
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "no answer: " + err.Error()
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	return resp.Status
+}
 
 // probe sends one request with a new key's charge to instance i with the
 // given timeout, records it as an attempt and as a probe, and returns the
