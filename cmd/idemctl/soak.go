@@ -31,6 +31,13 @@ type soakOptions struct {
 	Duration     time.Duration
 	PGFaults     bool
 	PGRestartCmd string
+	Lease        time.Duration
+	Pauses       bool
+	PauseMin     time.Duration
+	PauseMax     time.Duration
+	PGPartition  bool
+	PartMin      time.Duration
+	PartMax      time.Duration
 	Base         string
 	Token        string
 	Binary       string
@@ -64,12 +71,24 @@ func (o *soakOptions) Validate() error {
 		if err := client.CheckBase(o.Base); err != nil {
 			return err
 		}
-		for _, name := range []string{"db", "instances", "pg-faults", "pg-restart-cmd", "binary", "keep", "downstream-ignore-keys"} {
+		for _, name := range []string{"db", "instances", "pg-faults", "pg-restart-cmd", "binary", "keep", "downstream-ignore-keys",
+			"lease", "pauses", "pause-min", "pause-max", "pg-partition", "partition-min", "partition-max"} {
 			if o.flags.Changed(name) {
 				return fmt.Errorf("--%s configures the servers soak runs itself and cannot be used with --base", name)
 			}
 		}
 		return nil
+	}
+	if o.Lease < 0 {
+		return fmt.Errorf("--lease must not be negative, got %s", o.Lease)
+	}
+	if o.Pauses {
+		if o.PauseMin <= o.lease() || o.PauseMax < o.PauseMin {
+			return fmt.Errorf("want --lease (%s) < --pause-min ≤ --pause-max, got %s and %s: a pause must outlast the lease", o.lease(), o.PauseMin, o.PauseMax)
+		}
+	}
+	if o.PGPartition && (o.PartMin <= 0 || o.PartMax < o.PartMin) {
+		return fmt.Errorf("want 0 < --partition-min ≤ --partition-max, got %s and %s", o.PartMin, o.PartMax)
 	}
 	kind := backend.SQLite
 	if o.DB != "" {
@@ -83,11 +102,24 @@ func (o *soakOptions) Validate() error {
 		if o.Instances > 1 {
 			return errors.New("--instances above 1 needs PostgreSQL (--db postgres://...): several servers share one database only there")
 		}
-		if o.PGFaults || o.PGRestartCmd != "" {
-			return errors.New("--pg-faults and --pg-restart-cmd need PostgreSQL (--db postgres://...)")
+		if o.PGFaults || o.PGRestartCmd != "" || o.PGPartition {
+			return errors.New("--pg-faults, --pg-restart-cmd and --pg-partition need PostgreSQL (--db postgres://...)")
 		}
 	}
 	return nil
+}
+
+// soakPauseLease is the servers' lease with --pauses and no --lease: short,
+// so that a pause of a few seconds outlasts it.
+const soakPauseLease = 2 * time.Second
+
+// lease is the servers' --lease the soak passes: --lease, or with --pauses
+// soakPauseLease; 0 leaves serve's default.
+func (o *soakOptions) lease() time.Duration {
+	if o.Lease == 0 && o.Pauses {
+		return soakPauseLease
+	}
+	return o.Lease
 }
 
 // cycles is the fault count the soak runs: --cycles, or, with --duration
@@ -112,13 +144,18 @@ payload, every built-in tool and an http tool against an in-process demo
 downstream), and inflict --cycles faults at random gaps: SIGKILL of a random
 instance (restarted on the same database and address) or a crash hook that
 kills the instance between the downstream's charge and its commit;
---pg-faults and --pg-restart-cmd add database faults on PostgreSQL.
+--pauses adds freezes of an instance past its lease (SIGSTOP, SIGCONT);
+--pg-faults, --pg-restart-cmd and --pg-partition add database faults on
+PostgreSQL.
 
 Then drain, read the calls back and check: no acknowledged key lost, at most
 one effect per call, an effect exactly for each succeeded effect-tool call,
 every call final, a same-payload retry never 409 and another payload always
-409, no 5xx while an instance was up, one downstream charge per effect, and
-SQLite's integrity_check. Prints the figures and a verdict; --seed replays the
+409, no 5xx while an instance was up, one downstream charge per effect, one
+Idempotency-Key and at most one applied effect per call at the downstream,
+SQLite's integrity_check; with pauses, that a frozen worker's late
+completion was fenced; with partitions, that the cut-off instance answered
+in bounded time and served again after the heal. Prints the figures and a verdict; --seed replays the
 workload and the fault schedule.
 
 With --base, soak a deployment you run yourself: no kills, the checks the API
@@ -150,6 +187,13 @@ the soak could not run. See docs/reliability.md.`,
 	f.DurationVar(&opts.Duration, "duration", 0, "run the load this long and judge WAL and RSS growth (0: until the cycles are done)")
 	f.BoolVar(&opts.PGFaults, "pg-faults", false, "also end the servers' PostgreSQL connections (pg_terminate_backend) at random moments")
 	f.StringVar(&opts.PGRestartCmd, "pg-restart-cmd", "", "command (run with sh -c) that restarts PostgreSQL; adds restarts under load to the faults")
+	f.DurationVar(&opts.Lease, "lease", 0, "the servers' --lease (default: serve's, 30s; with --pauses 2s)")
+	f.BoolVar(&opts.Pauses, "pauses", false, "also freeze an instance running tools (SIGSTOP) for longer than its lease, then thaw it (SIGCONT)")
+	f.DurationVar(&opts.PauseMin, "pause-min", 3*time.Second, "shortest pause (must exceed the lease)")
+	f.DurationVar(&opts.PauseMax, "pause-max", 6*time.Second, "longest pause")
+	f.BoolVar(&opts.PGPartition, "pg-partition", false, "route each instance's database connections through a proxy of its own and blackhole one at random moments (PostgreSQL)")
+	f.DurationVar(&opts.PartMin, "partition-min", 5*time.Second, "shortest partition")
+	f.DurationVar(&opts.PartMax, "partition-max", 30*time.Second, "longest partition")
 	addServerFlags(f, &opts.Base, &opts.Token)
 	f.Lookup("base").Usage = "soak a deployment you run (no kills, checks over the API) instead of servers of its own"
 	f.StringVar(&opts.Binary, "binary", "", "idemctl binary to start as the servers (default: this executable)")
@@ -176,6 +220,8 @@ func runSoak(ctx context.Context, opts *soakOptions, streams *IOStreams) error {
 		Binary: bin, DB: opts.DB, Instances: opts.Instances, Clients: opts.Clients, Cycles: opts.cycles(),
 		MinGap: opts.MinGap, MaxGap: opts.MaxGap, Seed: opts.Seed, Duration: opts.Duration,
 		PGFaults: opts.PGFaults, PGRestartCmd: opts.PGRestartCmd, IgnoreKeys: opts.IgnoreKeys,
+		Lease: opts.lease(), Pauses: opts.Pauses, PauseMin: opts.PauseMin, PauseMax: opts.PauseMax,
+		PGPartition: opts.PGPartition, PartitionMin: opts.PartMin, PartitionMax: opts.PartMax,
 		DrainTimeout: opts.DrainTimeout, SampleEvery: opts.SampleEvery, Keep: opts.Keep,
 		Command: replayCommand(opts), Out: streams.Out,
 	}
@@ -224,6 +270,15 @@ func replayCommand(o *soakOptions) string {
 	}
 	if o.PGRestartCmd != "" {
 		parts = append(parts, "--pg-restart-cmd '…'")
+	}
+	if o.Lease != 0 {
+		parts = append(parts, "--lease "+o.Lease.String())
+	}
+	if o.Pauses {
+		parts = append(parts, fmt.Sprintf("--pauses --pause-min %s --pause-max %s", o.PauseMin, o.PauseMax))
+	}
+	if o.PGPartition {
+		parts = append(parts, fmt.Sprintf("--pg-partition --partition-min %s --partition-max %s", o.PartMin, o.PartMax))
 	}
 	if o.IgnoreKeys {
 		parts = append(parts, "--downstream-ignore-keys")

@@ -30,6 +30,13 @@ func TestSoakRefusesBadFlagCombinations(t *testing.T) {
 		{[]string{"--min-gap", "2s", "--max-gap", "1s"}, "--min-gap ≤ --max-gap"},
 		{[]string{"--cycles", "-1"}, "--cycles must be 0 or more"},
 		{[]string{"--db", "mysql://x"}, "unknown database scheme"},
+		{[]string{"--pg-partition"}, "need PostgreSQL"},
+		{[]string{"--pauses", "--pause-min", "2s"}, "a pause must outlast the lease"},
+		{[]string{"--pauses", "--lease", "5s"}, "a pause must outlast the lease"},
+		{[]string{"--pauses", "--pause-min", "4s", "--pause-max", "3s"}, "--pause-min ≤ --pause-max"},
+		{[]string{"--db", "postgres://h/d", "--pg-partition", "--partition-min", "0s"}, "0 < --partition-min ≤ --partition-max"},
+		{[]string{"--base", "http://127.0.0.1:1", "--pauses"}, "--pauses configures"},
+		{[]string{"--base", "http://127.0.0.1:1", "--pg-partition"}, "--pg-partition configures"},
 	}
 	for _, tc := range cases {
 		out, errOut, code := cliRun(t, append([]string{"soak"}, tc.args...)...)
@@ -43,7 +50,7 @@ func TestSoakRefusesBadFlagCombinations(t *testing.T) {
 // reports as PASS (sqlite_integrity only on SQLite).
 var soakChecks = []string{"acknowledged_not_lost", "one_call_per_key", "at_most_one_effect", "effect_iff_succeeded",
 	"final_after_drain", "same_payload_never_409", "different_payload_409", "no_5xx_while_up",
-	"ledger_one_charge_per_effect", "no_unplanned_exit"}
+	"ledger_one_charge_per_effect", "no_unplanned_exit", "downstream_same_key", "downstream_one_effect"}
 
 // assertSoakPassed checks the verdict, every check's PASS line, and that
 // the run inflicted the faults its seed planned, kind by kind.
@@ -69,6 +76,63 @@ func assertSoakPassed(t *testing.T, out, errOut string, code int, seed uint64, k
 	want2 := fmt.Sprintf(")  pg-terminate=%d  pg-restart=%d;", planned[soak.FaultPGTerminate], planned[soak.FaultPGRestart])
 	if !strings.Contains(out, want) || !strings.Contains(out, want2) || planned[soak.FaultKill] == 0 {
 		t.Fatalf("want %q…%q (the seed's plan) in:\n%s", want, want2, out)
+	}
+	if planned[soak.FaultPause]+planned[soak.FaultPartition] > 0 {
+		want3 := fmt.Sprintf("pauses=%d (", planned[soak.FaultPause])
+		want4 := fmt.Sprintf(")  pg-partitions=%d (", planned[soak.FaultPartition])
+		if !strings.Contains(out, "\n"+want3) || !strings.Contains(out, want4) {
+			t.Fatalf("want %q…%q (the seed's plan) in:\n%s", want3, want4, out)
+		}
+	}
+}
+
+// seedWith finds a seed whose first n faults from kinds hold at least
+// least of each of want.
+func seedWith(t *testing.T, kinds []soak.FaultKind, n, least int, want ...soak.FaultKind) uint64 {
+	t.Helper()
+	for seed := uint64(1); seed < 10000; seed++ {
+		g := soak.NewFaultGenerator(seed, kinds, time.Millisecond, time.Millisecond)
+		got := map[soak.FaultKind]int{}
+		for range n {
+			got[g.Next().Kind]++
+		}
+		ok := true
+		for _, k := range want {
+			ok = ok && got[k] >= least
+		}
+		if ok {
+			return seed
+		}
+	}
+	t.Fatalf("no seed with %d of each of %v in %d faults", least, want, n)
+	return 0
+}
+
+// TestSoakPostgresPausesAndPartitions is the CI soak of the faults the
+// design was made for: three servers on one schema, instances frozen past
+// their lease while they run tools, and instances cut off from the
+// database by their proxies (short partitions: CI time), besides kills and
+// crash hooks. Every check passes, and the pause check judged at least one
+// call that was taken over while its worker was frozen.
+func TestSoakPostgresPausesAndPartitions(t *testing.T) {
+	db := pgtest.New(t) // skips without IDEMCTL_TEST_POSTGRES_URL
+	bin := servertest.Binary(t)
+	kinds := soak.FaultKinds(false, false, soak.FaultPause, soak.FaultPartition)
+	const cycles = 12
+	seed := seedWith(t, kinds, cycles, 2, soak.FaultPause, soak.FaultPartition)
+	out, errOut, code := cliRun(t, "soak", "--binary", bin, "--db", db.URL, "--instances", "3", "--pauses", "--pg-partition",
+		"--partition-min", "5s", "--partition-max", "6s", "--cycles", strconv.Itoa(cycles), "--min-gap", "100ms", "--max-gap", "500ms",
+		"--clients", "6", "--seed", strconv.FormatUint(seed, 10), "--drain-timeout", "60s")
+	assertSoakPassed(t, out, errOut, code, seed, kinds, cycles,
+		"paused_completion_fenced", "partition_answered_in_bound", "partition_service_resumes")
+	m := regexp.MustCompile(`\nPASS paused_completion_fenced: .* \((\d+) checked\)`).FindStringSubmatch(out)
+	if m == nil || m[1] == "0" {
+		t.Fatalf("no frozen call was taken over and judged:\n%s", out)
+	}
+	if !regexp.MustCompile(`SIGSTOP instance \d \(pid \d+\) for [\d.]+s, past its 2s lease`).MatchString(out) ||
+		!regexp.MustCompile(`partition: instance \d's database connections blackholed for 5\.\d+s`).MatchString(out) ||
+		!regexp.MustCompile(`instance \d cut off: /readyz 503 Service Unavailable`).MatchString(out) {
+		t.Fatalf("the narration does not show the pauses and partitions:\n%s", out)
 	}
 }
 
@@ -140,6 +204,7 @@ func TestSoakCatchesADownstreamIgnoringKeys(t *testing.T) {
 	out, errOut, code := cliRun(t, "soak", "--binary", bin, "--cycles", "3", "--min-gap", "100ms", "--max-gap", "300ms",
 		"--clients", "4", "--seed", strconv.FormatUint(seed, 10), "--downstream-ignore-keys")
 	if code != exitcode.Failed || !strings.Contains(out, "\nFAIL ledger_one_charge_per_effect: ") ||
+		!regexp.MustCompile(`\nFAIL downstream_one_effect: [^\n]*\n(  [^\n]*\n)*  soak-\d+-\w+-crash-\d+: 2 charges in the ledger for one call`).MatchString(out) ||
 		!regexp.MustCompile(`-crash-\d+: call c_\w+ \(effect eff_\w+\) has 2 charge\(s\) in the ledger`).MatchString(out) ||
 		!strings.Contains(errOut, "seed "+strconv.FormatUint(seed, 10)) ||
 		!strings.Contains(out, "FAIL soak: seed "+strconv.FormatUint(seed, 10)+"; replay: idemctl soak ") {
@@ -176,11 +241,16 @@ func TestSoakAgainstABase(t *testing.T) {
 // with the password redacted there and everywhere else.
 func TestSoakNeverPrintsTheDatabasePassword(t *testing.T) {
 	bin := servertest.Binary(t)
-	out, errOut, code := cliRun(t, "soak", "--binary", bin, "--db", "postgres://soak:s3cr3t-pw@127.0.0.1:1/nowhere?sslmode=disable", "--cycles", "1")
-	if code != exitcode.Error || !strings.Contains(errOut, "exited before serving") || !strings.Contains(out+errOut, "soak:xxxxx@127.0.0.1:1") {
-		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
-	}
-	if strings.Contains(out+errOut, "s3cr3t-pw") {
-		t.Fatalf("the password was printed:\n%s\n%s", out, errOut)
+	// With --pg-partition the servers' DSN points at the proxies: a DSN of
+	// its own per instance, redacted all the same.
+	for _, extra := range [][]string{nil, {"--pg-partition"}} {
+		args := append([]string{"soak", "--binary", bin, "--db", "postgres://soak:s3cr3t-pw@127.0.0.1:1/nowhere?sslmode=disable", "--cycles", "1"}, extra...)
+		out, errOut, code := cliRun(t, args...)
+		if code != exitcode.Error || !strings.Contains(errOut, "exited before serving") || !strings.Contains(out+errOut, "soak:xxxxx@127.0.0.1:") {
+			t.Fatalf("%v: exit %d\nstdout:\n%s\nstderr:\n%s", extra, code, out, errOut)
+		}
+		if strings.Contains(out+errOut, "s3cr3t-pw") {
+			t.Fatalf("%v: the password was printed:\n%s\n%s", extra, out, errOut)
+		}
 	}
 }

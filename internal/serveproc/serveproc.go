@@ -359,6 +359,20 @@ func (p *Process) Kill() {
 	<-done
 }
 
+// Signal sends sig to the current run (SIGSTOP and SIGCONT freeze and
+// thaw it: a pause past its lease). A run that already exited is left alone.
+func (p *Process) Signal(sig os.Signal) error {
+	p.mu.Lock()
+	cmd, done := p.Cmd, p.done
+	p.mu.Unlock()
+	select {
+	case <-done:
+		return errors.New("serveproc: the process has exited")
+	default:
+	}
+	return cmd.Process.Signal(sig)
+}
+
 // Stop asks the process to shut down cleanly (SIGTERM; a kill where there
 // is no such signal) and waits up to timeout for the exit; it returns the
 // exit code, or an error if the process did not exit in time (it is then

@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/http"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/idemctl/idemctl/internal/exitcode"
@@ -36,7 +37,37 @@ type ObservedEffect struct {
 type Charge struct {
 	ID  string
 	Key string // its Idempotency-Key
+	Ref string // the soak key in its body (ArgRef), "" without one
 }
+
+// DownstreamRequest is one request the downstream received, charged or
+// replayed.
+type DownstreamRequest struct {
+	Key string // its Idempotency-Key
+	Ref string // the soak key in its body (ArgRef), "" without one
+}
+
+// AuditRow is one audit row of a call, as read back.
+type AuditRow struct {
+	Event  string
+	Detail string
+}
+
+// PartitionBound is how long an instance cut off from its database may
+// take to answer a request: the lock timeout and the busy timeout after
+// which a write is answered 503 unavailable (5 s, docs/operations.md,
+// "Limits and defaults"), plus the 5 s of slack the soak allows a loaded
+// machine.
+const PartitionBound = 10 * time.Second
+
+// ResumeBound is how long after a partition heals the instance must
+// acknowledge a new key again.
+const ResumeBound = 30 * time.Second
+
+// PauseExitGrace: a frozen worker's completion is excused from being fenced
+// when its instance exited (killed, crashed) within this long after it was
+// thawed: the process died before it could try to commit.
+const PauseExitGrace = 10 * time.Second
 
 // Observed is the state read back after the drain. A list that could not be
 // read in this mode is nil with its Read flag false, and the checks that
@@ -56,6 +87,12 @@ type Observed struct {
 	// Integrity is SQLite's PRAGMA integrity_check answer (SQLite only).
 	Integrity     string
 	IntegrityRead bool
+	// Requests are every request the soak's downstream received.
+	Requests     []DownstreamRequest
+	RequestsRead bool
+	// Audit holds the audit rows of the calls a pause froze, by call id
+	// (database mode only).
+	Audit map[string][]AuditRow
 }
 
 // Violation is one broken invariant, on one key (or instance, or row).
@@ -88,6 +125,9 @@ type Input struct {
 	// Servers: the soak ran the servers, so every kill, exit and restart
 	// is in Events (false for --base).
 	Servers bool
+	// Pauses and Probes are the pause faults and the partition probes.
+	Pauses []Pause
+	Probes []Probe
 }
 
 // Judge checks every invariant of docs/reliability.md against in.
@@ -104,6 +144,11 @@ func Judge(in Input) []Check {
 		checkLedger(in),
 		checkIntegrity(in),
 		checkExits(in),
+		checkSameKey(in),
+		checkOneApplied(in),
+		checkPausedFenced(in),
+		checkPartitionAnswered(in),
+		checkPartitionResumes(in),
 	}
 }
 
@@ -305,6 +350,9 @@ func downWindows(events []Event) map[int][]window {
 			if !down[e.Instance] {
 				down[e.Instance], since[e.Instance] = true, e.At
 			}
+		case EventPause:
+			// Frozen: what it answers on waking was decided while it was.
+			out[e.Instance] = append(out[e.Instance], window{e.At, e.End})
 		case EventUp:
 			if down[e.Instance] {
 				out[e.Instance] = append(out[e.Instance], window{since[e.Instance], e.At})
@@ -321,11 +369,14 @@ func downWindows(events []Event) map[int][]window {
 }
 
 // dbWindows returns the spans the database was away, each extended by
-// DBGrace.
+// DBGrace: a pg-terminate, a pg-restart, a partition of any instance, and
+// a pause of any instance. A partitioned or frozen instance may hold row
+// locks in an open transaction, so the others' writes on those rows wait
+// the lock timeout and are answered 503 unavailable, as documented.
 func dbWindows(events []Event) []window {
 	var out []window
 	for _, e := range events {
-		if e.Kind == EventPGTerminate || e.Kind == EventPGRestart {
+		if e.Kind == EventPGTerminate || e.Kind == EventPGRestart || e.Kind == EventPartition || e.Kind == EventPause {
 			out = append(out, window{e.At, e.End + DBGrace})
 		}
 	}
@@ -430,6 +481,176 @@ func checkExits(in Input) Check {
 		if !e.Planned && !dbAway {
 			c.Violations = append(c.Violations, Violation{fmt.Sprintf("instance %d", e.Instance), fmt.Sprintf("exited at %s: %s", offset(e.At), e.Detail)})
 		}
+	}
+	return c
+}
+
+func checkSameKey(in Input) Check {
+	c := Check{Name: "downstream_same_key", What: "every request the downstream received for one call presented the same Idempotency-Key, the call's effect_id"}
+	if !in.Observed.RequestsRead {
+		c.Skipped = "no downstream of the soak's own in this mode"
+		return c
+	}
+	byRef := map[string][]string{}
+	var refs []string
+	for _, r := range in.Observed.Requests {
+		if _, ok := byRef[r.Ref]; !ok {
+			refs = append(refs, r.Ref)
+		}
+		byRef[r.Ref] = append(byRef[r.Ref], r.Key)
+	}
+	for _, ref := range refs {
+		keys := byRef[ref]
+		c.Checked++
+		if ref == "" {
+			c.Violations = append(c.Violations, Violation{"downstream", fmt.Sprintf("%d request(s) without a %q in the body: not the soak's", len(keys), ArgRef)})
+			continue
+		}
+		want := keys[0]
+		if got, ok := in.Observed.Calls[ref]; ok && got.EffectID != "" {
+			want = got.EffectID
+		}
+		for _, k := range keys {
+			if k != want {
+				c.Violations = append(c.Violations, Violation{ref, fmt.Sprintf("%d request(s); one presented Idempotency-Key %q, another (or the call's effect_id) %q", len(keys), k, want)})
+				break
+			}
+		}
+	}
+	return c
+}
+
+func checkOneApplied(in Input) Check {
+	c := Check{Name: "downstream_one_effect", What: "the downstream applied at most one effect (ledger charge) per call, counted by the call's soak key in the body, whatever key it presented"}
+	if !in.Observed.LedgerRead {
+		c.Skipped = "no downstream of the soak's own in this mode"
+		return c
+	}
+	n := map[string]int{}
+	var refs []string
+	for _, ch := range in.Observed.Ledger {
+		if n[ch.Ref] == 0 {
+			refs = append(refs, ch.Ref)
+		}
+		n[ch.Ref]++
+	}
+	for _, ref := range refs {
+		c.Checked++
+		if n[ref] > 1 {
+			c.Violations = append(c.Violations, Violation{ref, fmt.Sprintf("%d charges in the ledger for one call, want at most 1", n[ref])})
+		}
+	}
+	return c
+}
+
+func checkPausedFenced(in Input) Check {
+	c := Check{Name: "paused_completion_fenced", What: "a call taken over while its worker was frozen past the lease (audit recover of that owner and attempt) has that worker's late completion fenced (audit fenced of that owner and attempt)"}
+	if len(in.Pauses) == 0 {
+		c.Skipped = "no pause faults in this run (--pauses)"
+		return c
+	}
+	if in.Observed.Audit == nil {
+		c.Skipped = "the audit is not readable over the API"
+		return c
+	}
+	for _, p := range in.Pauses {
+		for _, h := range p.Calls {
+			rows := in.Observed.Audit[h.CallID]
+			expired := fmt.Sprintf("(owner %s, attempt %d)", h.Owner, h.Attempt)
+			refused := fmt.Sprintf("owner %s attempt %d refused", h.Owner, h.Attempt)
+			taken, fenced := false, false
+			for _, r := range rows {
+				switch {
+				case r.Event == "recover" && strings.Contains(r.Detail, expired):
+					taken = true
+				case r.Event == "fenced" && strings.HasPrefix(r.Detail, refused):
+					fenced = true
+				}
+			}
+			if !taken {
+				continue // it finished before its lease ran out, or its commit won: nobody else ran it
+			}
+			c.Checked++
+			if fenced || exitedSoonAfter(in.Events, p) {
+				continue
+			}
+			c.Violations = append(c.Violations, Violation{h.CallID, fmt.Sprintf("frozen on instance %d at %s under owner %s attempt %d, taken over after its lease expired, but no fenced row for that attempt", p.Instance, offset(p.At), h.Owner, h.Attempt)})
+		}
+	}
+	return c
+}
+
+// exitedSoonAfter reports whether p's instance was killed or exited within
+// PauseExitGrace after it was thawed (before its worker could commit).
+func exitedSoonAfter(events []Event, p Pause) bool {
+	for _, e := range events {
+		if (e.Kind == EventKill || e.Kind == EventExit) && e.Instance == p.Instance && e.At >= p.At && e.At <= p.End+PauseExitGrace {
+			return true
+		}
+	}
+	return false
+}
+
+func checkPartitionAnswered(in Input) Check {
+	c := Check{Name: "partition_answered_in_bound", What: fmt.Sprintf("a request to an instance cut off from its database is answered 503 unavailable (or 2xx) within %s", PartitionBound)}
+	for _, p := range in.Probes {
+		if !p.During {
+			continue
+		}
+		c.Checked++
+		took := p.End - p.Start
+		switch {
+		case p.HTTP == 0:
+			c.Violations = append(c.Violations, Violation{p.Key, fmt.Sprintf("instance %d: no answer after %s (%s)", p.Instance, took.Round(time.Millisecond), p.Err)})
+		case took > PartitionBound:
+			c.Violations = append(c.Violations, Violation{p.Key, fmt.Sprintf("instance %d: answered %d %s after %s, over %s", p.Instance, p.HTTP, p.Code, took.Round(time.Millisecond), PartitionBound)})
+		case p.HTTP/100 != 2 && !(p.HTTP == http.StatusServiceUnavailable && (p.Code == "unavailable" || p.Code == "overloaded")):
+			c.Violations = append(c.Violations, Violation{p.Key, fmt.Sprintf("instance %d: answered %d %s, want 503 unavailable", p.Instance, p.HTTP, p.Code)})
+		}
+	}
+	if c.Checked == 0 {
+		c.Skipped = "no partition faults in this run (--pg-partition)"
+	}
+	return c
+}
+
+func checkPartitionResumes(in Input) Check {
+	c := Check{Name: "partition_service_resumes", What: fmt.Sprintf("an instance whose partition healed acknowledges a new key within %s of the heal", ResumeBound)}
+	type resume struct {
+		inst   int
+		healed time.Duration
+		ok     time.Duration
+		last   Probe
+	}
+	var order []string
+	byKey := map[string]*resume{}
+	for _, p := range in.Probes {
+		if p.During {
+			continue
+		}
+		r := byKey[p.Key]
+		if r == nil {
+			r = &resume{inst: p.Instance, healed: p.Healed, ok: -1}
+			byKey[p.Key] = r
+			order = append(order, p.Key)
+		}
+		r.last = p
+		if p.HTTP/100 == 2 && r.ok < 0 {
+			r.ok = p.End - p.Healed
+		}
+	}
+	for _, key := range order {
+		r := byKey[key]
+		c.Checked++
+		switch {
+		case r.ok < 0:
+			c.Violations = append(c.Violations, Violation{key, fmt.Sprintf("instance %d acknowledged no new key after the heal (last answer %d %s %s)", r.inst, r.last.HTTP, r.last.Code, r.last.Err)})
+		case r.ok > ResumeBound:
+			c.Violations = append(c.Violations, Violation{key, fmt.Sprintf("instance %d acknowledged a new key %s after the heal, over %s", r.inst, r.ok.Round(time.Millisecond), ResumeBound)})
+		}
+	}
+	if c.Checked == 0 {
+		c.Skipped = "no partition faults in this run (--pg-partition)"
 	}
 	return c
 }

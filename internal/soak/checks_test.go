@@ -12,12 +12,16 @@ const s = time.Second
 
 // cleanInput is a small history with no violation: a charge, a sleep, an
 // http-tool charge, a failing call, a kill of instance 0 from 10 s to 11 s,
-// a different payload refused with 409.
+// a different payload refused with 409; instance 1 frozen from 12 s to 16 s
+// while it ran the sleep's attempt 1, which another owner took over and
+// whose late completion was fenced; instance 0 partitioned from 30 s to
+// 40 s, answering its probe 503 after 5 s, and acknowledging a new key
+// 1.5 s after the heal.
 func cleanInput() Input {
 	keys := []KeyInfo{
 		{Key: "k1", Payload: Payload{ToolCharge, map[string]any{"amount": 1}}},
 		{Key: "k2", Payload: Payload{ToolSleep, map[string]any{"seconds": 0.1}}},
-		{Key: "k3", Payload: Payload{HTTPTool, map[string]any{"amount": 3}}},
+		{Key: "k3", Payload: Payload{HTTPTool, map[string]any{"amount": 3, ArgRef: "k3"}}},
 		{Key: "k4", Payload: Payload{ToolFail, map[string]any{}}},
 		{Key: "k5", Payload: Payload{ToolCharge, map[string]any{"amount": 5}}}, // never answered, never recorded
 	}
@@ -37,7 +41,10 @@ func cleanInput() Input {
 		{Kind: EventKill, Instance: 0, At: 10 * s, End: 10 * s, Planned: true},
 		{Kind: EventExit, Instance: 0, At: 10 * s, End: 10 * s, Planned: true, Detail: "signal: killed"},
 		{Kind: EventUp, Instance: 0, At: 11 * s, End: 11 * s},
+		{Kind: EventPause, Instance: 1, At: 12 * s, End: 16 * s, Planned: true},
+		{Kind: EventPartition, Instance: 0, At: 30 * s, End: 40 * s, Planned: true},
 	}
+	frozen := "host:100:5/1"
 	obs := Observed{
 		Calls: map[string]ObservedCall{
 			"k1": {CallID: "c1", Tool: ToolCharge, Status: "succeeded", Attempt: 1, EffectID: "e1"},
@@ -47,12 +54,28 @@ func cleanInput() Input {
 		},
 		Effects:       []ObservedEffect{{EffectID: "e1", CallID: "c1"}, {EffectID: "e3", CallID: "c3"}},
 		EffectsRead:   true,
-		Ledger:        []Charge{{ID: "ch_1", Key: "e3"}},
+		Ledger:        []Charge{{ID: "ch_1", Key: "e3", Ref: "k3"}},
 		LedgerRead:    true,
 		Integrity:     "ok",
 		IntegrityRead: true,
+		// The crash before the commit made the tool run twice: two
+		// requests, one key, one charge.
+		Requests:     []DownstreamRequest{{Key: "e3", Ref: "k3"}, {Key: "e3", Ref: "k3"}},
+		RequestsRead: true,
+		Audit: map[string][]AuditRow{"c2": {
+			{"created", "sleep"}, {"claimed", frozen},
+			{"recover", "lease expired (owner " + frozen + ", attempt 1)"}, {"claimed", "host:200:7/1"},
+			{"succeeded", "no effect"},
+			{"fenced", "owner " + frozen + " attempt 1 refused: call is succeeded at attempt 2"},
+		}},
 	}
-	return Input{Attempts: attempts, Events: events, Keys: keys, Observed: obs, Servers: true}
+	pauses := []Pause{{Instance: 1, At: 12 * s, End: 16 * s, PID: 100, Calls: []HeldCall{{CallID: "c2", Owner: frozen, Attempt: 1}}}}
+	probes := []Probe{
+		{Instance: 0, Key: "p1", During: true, Start: 31 * s, End: 36 * s, HTTP: 503, Code: "unavailable"},
+		{Instance: 0, Key: "r1", Start: 40 * s, End: 40*s + s/2, Healed: 40 * s, HTTP: 503, Code: "unavailable"},
+		{Instance: 0, Key: "r1", Start: 41 * s, End: 41*s + s/2, Healed: 40 * s, HTTP: 202},
+	}
+	return Input{Attempts: attempts, Events: events, Keys: keys, Observed: obs, Servers: true, Pauses: pauses, Probes: probes}
 }
 
 // failed returns the names of the failed checks, sorted, and all
@@ -149,8 +172,41 @@ func TestJudgeReportsEachViolation(t *testing.T) {
 			in.Attempts = append(in.Attempts, Attempt{Op: OpRetry, Key: "k2", Variant: Same, Instance: 1, Start: 10*s + s/2, End: 10*s + s/2, HTTP: 500, Code: "internal"})
 		}, []string{"no_5xx_while_up"}, "k2"},
 		{"downstream charged twice for one effect", func(in *Input) {
-			in.Observed.Ledger = append(in.Observed.Ledger, Charge{ID: "ch_2", Key: "e3"})
-		}, []string{"ledger_one_charge_per_effect"}, "k3"},
+			in.Observed.Ledger = append(in.Observed.Ledger, Charge{ID: "ch_2", Key: "e3", Ref: "k3"})
+		}, []string{"downstream_one_effect", "ledger_one_charge_per_effect"}, "k3"},
+		{"downstream applied two effects for one call under two keys", func(in *Input) {
+			in.Observed.Ledger = append(in.Observed.Ledger, Charge{ID: "ch_2", Key: "e3-rerun", Ref: "k3"})
+		}, []string{"downstream_one_effect", "ledger_one_charge_per_effect"}, "k3"},
+		{"two attempts of one call presented two keys", func(in *Input) {
+			in.Observed.Requests[1].Key = "e3-rerun"
+		}, []string{"downstream_same_key"}, "k3"},
+		{"every attempt presented a key that is not the effect id", func(in *Input) {
+			in.Observed.Requests[0].Key, in.Observed.Requests[1].Key = "k3", "k3"
+		}, []string{"downstream_same_key"}, "k3"},
+		{"a downstream request that is not the soak's", func(in *Input) {
+			in.Observed.Requests = append(in.Observed.Requests, DownstreamRequest{Key: "x"})
+		}, []string{"downstream_same_key"}, "downstream"},
+		{"paused worker's late completion not fenced", func(in *Input) {
+			in.Observed.Audit["c2"] = in.Observed.Audit["c2"][:5]
+		}, []string{"paused_completion_fenced"}, "c2"},
+		{"paused worker fenced under another attempt only", func(in *Input) {
+			in.Observed.Audit["c2"][5].Detail = "owner host:100:5/1 attempt 2 refused: call is succeeded at attempt 3"
+		}, []string{"paused_completion_fenced"}, "c2"},
+		{"partitioned instance answered after the bound", func(in *Input) {
+			in.Probes[0].End = in.Probes[0].Start + PartitionBound + 1
+		}, []string{"partition_answered_in_bound"}, "p1"},
+		{"partitioned instance never answered", func(in *Input) {
+			in.Probes[0].HTTP, in.Probes[0].Code, in.Probes[0].Err = 0, "", "timeout"
+		}, []string{"partition_answered_in_bound"}, "p1"},
+		{"partitioned instance answered 500", func(in *Input) {
+			in.Probes[0].HTTP, in.Probes[0].Code = 500, "internal"
+		}, []string{"partition_answered_in_bound"}, "p1"},
+		{"service did not resume after the heal", func(in *Input) {
+			in.Probes[2].HTTP, in.Probes[2].Code = 503, "unavailable"
+		}, []string{"partition_service_resumes"}, "r1"},
+		{"service resumed too late", func(in *Input) {
+			in.Probes[2].End = in.Probes[2].Healed + ResumeBound + 1
+		}, []string{"partition_service_resumes"}, "r1"},
 		{"downstream never charged a succeeded http call", func(in *Input) {
 			in.Observed.Ledger = nil
 		}, []string{"ledger_one_charge_per_effect"}, "k3"},
@@ -169,7 +225,7 @@ func TestJudgeReportsEachViolation(t *testing.T) {
 				Event{Kind: EventExit, Instance: 1, At: 21 * s, End: 21 * s, Code: 4, Detail: "exit status 4"})
 		}, []string{"no_unplanned_exit"}, "instance 1"},
 		{"starting instance exited 4 with the database there", func(in *Input) {
-			in.Events = append(in.Events, Event{Kind: EventExit, Instance: 1, At: 21 * s, End: 21 * s, Code: 4, Starting: true})
+			in.Events = append(in.Events, Event{Kind: EventExit, Instance: 1, At: 24 * s, End: 24 * s, Code: 4, Starting: true})
 		}, []string{"no_unplanned_exit"}, "instance 1"},
 		{"starting instance exited 1 while the database was away", func(in *Input) {
 			in.Events = append(in.Events,
@@ -211,6 +267,9 @@ func TestJudgeExcusesWhatTheRulesAllow(t *testing.T) {
 			[]Event{{Kind: EventPGTerminate, Instance: -1, At: 20 * s, End: 20 * s},
 				{Kind: EventExit, Instance: 1, At: 20*s + DBGrace - 1, End: 20*s + DBGrace - 1, Code: 4, Starting: true}}},
 		{"different payload without an answer", Attempt{Key: "k1", Variant: Different, Start: 7 * s, End: 7 * s, Err: "timed out", Acked: true}, nil},
+		{"500 from an instance while it was frozen", Attempt{Key: "k2", Variant: Same, Instance: 1, Start: 13 * s, End: 16 * s, HTTP: 500, Code: "internal"}, nil},
+		{"503 unavailable from another instance while one was frozen (its row locks)", Attempt{Key: "k2", Variant: Same, Instance: 0, Start: 14 * s, End: 14 * s, HTTP: 503, Code: "unavailable"}, nil},
+		{"503 unavailable while an instance was partitioned", Attempt{Key: "k2", Variant: Same, Instance: 0, Start: 33 * s, End: 33 * s, HTTP: 503, Code: "unavailable"}, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -233,7 +292,8 @@ func TestJudgeOverTheAPI(t *testing.T) {
 	in.Observed.Effects, in.Observed.EffectsRead = nil, false
 	in.Observed.Ledger, in.Observed.LedgerRead = nil, false
 	in.Observed.Integrity, in.Observed.IntegrityRead = "", false
-	in.Events, in.Servers = nil, false
+	in.Observed.Requests, in.Observed.RequestsRead, in.Observed.Audit = nil, false, nil
+	in.Events, in.Servers, in.Pauses, in.Probes = nil, false, nil, nil
 	checks := Judge(in)
 	if names, keys := failed(checks); len(names) > 0 {
 		t.Fatalf("failed %v: %v", names, keys)
@@ -244,7 +304,8 @@ func TestJudgeOverTheAPI(t *testing.T) {
 			skipped = append(skipped, c.Name)
 		}
 	}
-	want := []string{"at_most_one_effect", "ledger_one_charge_per_effect", "sqlite_integrity", "no_unplanned_exit"}
+	want := []string{"at_most_one_effect", "ledger_one_charge_per_effect", "sqlite_integrity", "no_unplanned_exit",
+		"downstream_same_key", "downstream_one_effect", "paused_completion_fenced", "partition_answered_in_bound", "partition_service_resumes"}
 	if !slices.Equal(skipped, want) {
 		t.Fatalf("skipped %v, want %v", skipped, want)
 	}
@@ -253,6 +314,46 @@ func TestJudgeOverTheAPI(t *testing.T) {
 	names, keys := failed(Judge(in))
 	if !slices.Equal(names, []string{"effect_iff_succeeded"}) || !slices.Equal(keys["effect_iff_succeeded"], []string{"k1", "k4"}) {
 		t.Fatalf("failed %v: %v", names, keys)
+	}
+}
+
+// TestJudgeExcusesAFrozenWorkerKilledBeforeItsCommit: a frozen worker
+// killed right after its thaw never tried to commit, so no fenced row is
+// owed; killed much later, it is.
+func TestJudgeExcusesAFrozenWorkerKilledBeforeItsCommit(t *testing.T) {
+	in := cleanInput()
+	in.Observed.Audit["c2"] = in.Observed.Audit["c2"][:5]
+	in.Events = append(in.Events, Event{Kind: EventKill, Instance: 1, At: 16*s + s/2, End: 16*s + s/2, Planned: true})
+	if names, keys := failed(Judge(in)); len(names) > 0 {
+		t.Fatalf("failed %v: %v", names, keys)
+	}
+	in.Events[len(in.Events)-1].At = 16*s + PauseExitGrace + s
+	if names, _ := failed(Judge(in)); !slices.Equal(names, []string{"paused_completion_fenced"}) {
+		t.Fatalf("killed long after the thaw: failed %v, want paused_completion_fenced", names)
+	}
+}
+
+// TestJudgePausedCallNotTakenOverIsNotJudged: a frozen call nobody took
+// over (its worker committed first on waking) owes no fenced row.
+func TestJudgePausedCallNotTakenOverIsNotJudged(t *testing.T) {
+	in := cleanInput()
+	in.Observed.Audit["c2"] = []AuditRow{{"created", "sleep"}, {"claimed", "host:100:5/1"}, {"succeeded", "no effect"}}
+	checks := Judge(in)
+	if names, keys := failed(checks); len(names) > 0 {
+		t.Fatalf("failed %v: %v", names, keys)
+	}
+	for _, c := range checks {
+		if c.Name == "paused_completion_fenced" && c.Checked != 0 {
+			t.Fatalf("checked %d, want 0: the call was not taken over", c.Checked)
+		}
+	}
+}
+
+func TestOwnerPID(t *testing.T) {
+	for owner, want := range map[string]int{"vm~24cd:12626:74549/1": 12626, "h:1:2": 1, "h:x:2/1": -1, "nonsense": -1, "a:b:7:9/3": 7} {
+		if got := ownerPID(owner); got != want {
+			t.Errorf("ownerPID(%q) = %d, want %d", owner, got, want)
+		}
 	}
 }
 

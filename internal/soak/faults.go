@@ -1,18 +1,25 @@
 package soak
 
 // The fault runner: waits each planned gap, then kills an instance, fires a
-// crash hook, ends the servers' PostgreSQL connections or restarts
-// PostgreSQL with the user's command.
+// crash hook, ends the servers' PostgreSQL connections, restarts
+// PostgreSQL with the user's command, pauses an instance past its lease or
+// partitions it from the database.
 
 import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemctl/idemctl/internal/blackhole"
+	"github.com/idemctl/idemctl/internal/client"
 	"github.com/idemctl/idemctl/internal/ctxutil"
 	"github.com/idemctl/idemctl/internal/tool"
 )
@@ -39,8 +46,18 @@ type faultRunner struct {
 	pg, app    string
 	restartCmd string
 	cmdOut     io.Writer
+	// lease is the servers' lease; pauseMin and pauseMax bound a pause,
+	// partMin and partMax a partition.
+	lease              time.Duration
+	pauseMin, pauseMax time.Duration
+	partMin, partMax   time.Duration
+	// running reads the calls running now (for the pauses).
+	running func(context.Context) ([]HeldCall, error)
+	// proxies are the instances' database proxies (--pg-partition).
+	proxies []*blackhole.Proxy
 
 	kills, crashHooks, crashes, terminated, restarts int
+	pauses, paused, partitions                       int
 }
 
 // run inflicts faults from gen until cycles are done (cycles < 0: until
@@ -78,6 +95,10 @@ func (r *faultRunner) inflict(ctx context.Context, n int, f Fault) {
 		r.pgTerminate(ctx, n)
 	case FaultPGRestart:
 		r.pgRestart(ctx, n)
+	case FaultPause:
+		r.pause(ctx, n, i, f)
+	case FaultPartition:
+		r.partition(ctx, n, i, f)
 	}
 }
 
@@ -92,7 +113,7 @@ func (r *faultRunner) crashHook(ctx context.Context, n, i int) {
 		return
 	}
 	key := fmt.Sprintf("%s-crash-%d", r.prefix, n)
-	p := Payload{HTTPTool, map[string]any{"amount": 1 + n, tool.ArgCrashBeforeCommit: true}}
+	p := WithRef(Payload{HTTPTool, map[string]any{"amount": 1 + n, tool.ArgCrashBeforeCommit: true}}, key)
 	r.hist.AddKey(key, p)
 	// Drain stale crash notices (an earlier hook's exit seen late).
 	for len(r.inst.crashes) > 0 {
@@ -176,4 +197,178 @@ func (r *faultRunner) pgRestart(ctx context.Context, n int) {
 	r.restarts++
 	r.log("%s cycle %d: PostgreSQL restart: %s", offset(at), n+1, detail)
 	r.hist.Event(Event{Kind: EventPGRestart, Instance: -1, At: at, End: r.hist.Now(), Planned: true, Detail: detail})
+}
+
+// pauseLook bounds the wait for the instance to run a call before a pause:
+// a pause that freezes no running tool proves nothing about fencing.
+const pauseLook = 2 * time.Second
+
+// pause freezes instance i (SIGSTOP) for a length within the pause range,
+// longer than the servers' lease, once it runs a call (up to pauseLook),
+// then thaws it (SIGCONT). Another instance (or, alone, its own recovery
+// once it wakes) takes the frozen calls over; the frozen worker's late
+// completion must then be fenced (checkPausedFenced).
+func (r *faultRunner) pause(ctx context.Context, n, i int, f Fault) {
+	if !r.inst.waitUp(i, upWait) {
+		r.log("cycle %d: instance %d did not come back within %s; no pause", n+1, i, upWait)
+		return
+	}
+	p := r.inst.procs[i]
+	pid := p.Pid()
+	var held []HeldCall
+	deadline := time.Now().Add(pauseLook)
+	for r.running != nil {
+		calls, err := r.running(ctx)
+		held = held[:0]
+		for _, c := range calls {
+			if ownerPID(c.Owner) == pid {
+				held = append(held, c)
+			}
+		}
+		if err != nil || len(held) > 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	length := Within(r.pauseMin, r.pauseMax, f.Frac)
+	at := r.hist.Now()
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		r.log("cycle %d: pause of instance %d: %v", n+1, i, err)
+		return
+	}
+	r.pauses++
+	r.paused += len(held)
+	r.log("%s cycle %d: SIGSTOP instance %d (pid %d) for %s, past its %s lease; it runs %d call(s)",
+		offset(at), n+1, i, pid, length.Round(time.Millisecond), r.lease, len(held))
+	t := time.NewTimer(length)
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		t.Stop()
+	}
+	// Thawed whatever happens: a frozen process would outlive the soak.
+	if err := p.Signal(syscall.SIGCONT); err != nil {
+		r.log("cycle %d: SIGCONT instance %d: %v", n+1, i, err)
+	}
+	end := r.hist.Now()
+	r.hist.Event(Event{Kind: EventPause, Instance: i, At: at, End: end, Planned: true,
+		Detail: fmt.Sprintf("SIGSTOP pid %d for %s", pid, length.Round(time.Millisecond))})
+	r.hist.AddPause(Pause{Instance: i, At: at, End: end, PID: pid, Calls: append([]HeldCall(nil), held...)})
+}
+
+// ownerPID is the pid of a lease owner "host:pid:start[/suffix]", or -1.
+func ownerPID(owner string) int {
+	if j := strings.IndexByte(owner, '/'); j >= 0 {
+		owner = owner[:j]
+	}
+	parts := strings.Split(owner, ":")
+	if len(parts) < 3 {
+		return -1
+	}
+	pid, err := strconv.Atoi(parts[len(parts)-2])
+	if err != nil {
+		return -1
+	}
+	return pid
+}
+
+// partition blackholes instance i's database connections for a length
+// within the partition range, then heals them. While it lasts, a probe
+// (a new key, sent to i with a timeout far above PartitionBound) measures
+// how long the instance takes to answer; after the heal, probes with new
+// keys measure how long until i acknowledges one again.
+func (r *faultRunner) partition(ctx context.Context, n, i int, f Fault) {
+	if i >= len(r.proxies) {
+		return
+	}
+	if !r.inst.waitUp(i, upWait) {
+		r.log("cycle %d: instance %d did not come back within %s; no partition", n+1, i, upWait)
+		return
+	}
+	length := Within(r.partMin, r.partMax, f.Frac)
+	px := r.proxies[i]
+	at := r.hist.Now()
+	px.Partition()
+	r.partitions++
+	r.log("%s cycle %d: partition: instance %d's database connections blackholed for %s", offset(at), n+1, i, length.Round(time.Millisecond))
+	during := make(chan struct{})
+	go func() {
+		defer close(during)
+		// A moment in: the pooled connections in use are stuck by then.
+		if ctxutil.Sleep(ctx, min(probeDelay, length/2)) != nil {
+			return
+		}
+		// /readyz pings the database (2 s bound): it shows the cut is real.
+		r.log("%s cycle %d: instance %d cut off: /readyz %s", offset(r.hist.Now()), n+1, i, r.readyz(ctx, i))
+		key := fmt.Sprintf("%s-partition-%d", r.prefix, n)
+		r.probe(ctx, i, key, true, PartitionBound+probeSlack, 0)
+	}()
+	t := time.NewTimer(length)
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		t.Stop()
+	}
+	px.Heal()
+	end := r.hist.Now()
+	r.hist.Event(Event{Kind: EventPartition, Instance: i, At: at, End: end, Planned: true,
+		Detail: fmt.Sprintf("instance %d blackholed for %s", i, length.Round(time.Millisecond))})
+	r.log("%s cycle %d: partition of instance %d healed", offset(end), n+1, i)
+	<-during
+	// Service resumes: new keys to i until one is acknowledged.
+	key := fmt.Sprintf("%s-resume-%d", r.prefix, n)
+	for ctx.Err() == nil {
+		pr := r.probe(ctx, i, key, false, attemptTimeout, end)
+		if pr.HTTP/100 == 2 || r.hist.Now()-end > ResumeBound+probeSlack {
+			break
+		}
+		_ = ctxutil.Sleep(ctx, 200*time.Millisecond)
+	}
+}
+
+const (
+	// probeDelay is how long into a partition its probe is sent.
+	probeDelay = time.Second
+	// probeSlack is how long a probe waits beyond the bound it is judged
+	// by, so that a late answer is seen (and reported) as late.
+	probeSlack = 10 * time.Second
+)
+
+// readyz is instance i's GET /readyz answer, in brief.
+func (r *faultRunner) readyz(ctx context.Context, i int) string {
+	ctx, cancel := context.WithTimeout(ctx, PartitionBound)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.inst.procs[i].URL+"/readyz", nil)
+	if err != nil {
+		return err.Error()
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "no answer: " + err.Error()
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	return resp.Status
+}
+
+// probe sends one request with a new key's charge to instance i with the
+// given timeout, records it as an attempt and as a probe, and returns the
+// probe.
+func (r *faultRunner) probe(ctx context.Context, i int, key string, during bool, timeout, healed time.Duration) Probe {
+	p := Payload{ToolCharge, map[string]any{"amount": 1}}
+	r.hist.AddKey(key, p)
+	c := &client.Client{Base: r.inst.procs[i].URL, HTTP: &http.Client{}, Timeout: timeout, Retries: -1}
+	a := Attempt{Client: -1, Op: OpNew, Key: key, Variant: Same, Instance: i, Start: r.hist.Now()}
+	res, err := c.Call(ctx, key, client.Request{Tool: p.Tool, Args: p.Args})
+	a.End = r.hist.Now()
+	if len(res.Attempts) > 0 {
+		x := res.Attempts[len(res.Attempts)-1]
+		a.HTTP, a.Code, a.CallID, a.Status, a.Err = x.HTTP, x.Code, x.CallID, x.Status, x.Error
+	} else if err != nil {
+		a.Err = err.Error()
+	}
+	r.hist.Record(a)
+	pr := Probe{Instance: i, Key: key, During: during, Start: a.Start, End: a.End, Healed: healed, HTTP: a.HTTP, Code: a.Code, Err: a.Err}
+	r.hist.AddProbe(pr)
+	return pr
 }

@@ -65,7 +65,47 @@ const (
 	// to End.
 	EventPGTerminate = "pg-terminate"
 	EventPGRestart   = "pg-restart"
+	// EventPause: the instance was frozen (SIGSTOP) from At to End
+	// (SIGCONT).
+	EventPause = "pause"
+	// EventPartition: the instance's database connections were
+	// blackholed from At to End.
+	EventPartition = "pg-partition"
 )
+
+// Pause is one pause fault: which instance, when, and the calls it was
+// running when it was frozen (read from the database just before SIGSTOP).
+type Pause struct {
+	Instance int
+	At, End  time.Duration
+	// PID is the frozen process; its lease owner is "host:PID:start/N".
+	PID   int
+	Calls []HeldCall
+}
+
+// HeldCall is a call running under an owner at some moment.
+type HeldCall struct {
+	CallID  string
+	Owner   string
+	Attempt int64
+}
+
+// Probe is one request the partition fault sent to the partitioned
+// instance: During the partition (it must be answered within
+// PartitionBound), or after the heal (a 2xx within ResumeBound).
+type Probe struct {
+	Instance int
+	Key      string
+	During   bool
+	// Start and End are run offsets; End is when the answer came, or the
+	// probe gave up (HTTP 0).
+	Start, End time.Duration
+	// Healed is when the partition healed (resume probes only).
+	Healed time.Duration
+	HTTP   int
+	Code   string
+	Err    string
+}
 
 // Event is one thing the soak did to the system, or saw it do.
 type Event struct {
@@ -90,6 +130,29 @@ type History struct {
 	events   []Event
 	keys     map[string]KeyInfo
 	order    []string
+	pauses   []Pause
+	probes   []Probe
+}
+
+// AddPause records a pause fault.
+func (h *History) AddPause(p Pause) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.pauses = append(h.pauses, p)
+}
+
+// AddProbe records a partition probe.
+func (h *History) AddProbe(p Probe) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.probes = append(h.probes, p)
+}
+
+// Faults returns copies of the pauses and the probes.
+func (h *History) Faults() ([]Pause, []Probe) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]Pause(nil), h.pauses...), append([]Probe(nil), h.probes...)
 }
 
 // NewHistory starts a history; offsets are measured from now.

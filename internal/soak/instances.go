@@ -38,9 +38,10 @@ type instances struct {
 	errs    []error
 }
 
-// startInstances starts n servers with the same flags, logging each to
-// dir/server-I.log, and their supervisors.
-func startInstances(ctx context.Context, hist *History, bin, dir string, n int, args []string, redact func(string) string) (*instances, error) {
+// startInstances starts one server per entry of args (its flags), logging
+// each to dir/server-I.log, and their supervisors.
+func startInstances(ctx context.Context, hist *History, bin, dir string, args [][]string, redact func(string) string) (*instances, error) {
+	n := len(args)
 	in := &instances{hist: hist, redact: redact, up: make([]bool, n), killing: make([]bool, n),
 		crashes: make(chan int, 64), stop: make(chan struct{})}
 	for i := range n {
@@ -50,7 +51,7 @@ func startInstances(ctx context.Context, hist *History, bin, dir string, n int, 
 			return nil, err
 		}
 		in.logs = append(in.logs, f)
-		p, err := serveproc.Start(ctx, serveproc.Config{Binary: bin, Args: args, Log: f, WaitReady: true})
+		p, err := serveproc.Start(ctx, serveproc.Config{Binary: bin, Args: args[i], Log: f, WaitReady: true})
 		if err != nil {
 			in.close()
 			return nil, errors.New(redact(err.Error()))

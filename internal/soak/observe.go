@@ -152,6 +152,41 @@ func (o *dbObserver) integrity(ctx context.Context) (string, bool, error) {
 	return strings.Join(lines, "; "), true, nil
 }
 
+// running lists the calls running now, with their owners and attempts.
+func (o *dbObserver) running(ctx context.Context) ([]HeldCall, error) {
+	calls, err := o.st.ListCalls(ctx, store.ListFilter{Status: store.StatusRunning, Limit: 1000})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]HeldCall, 0, len(calls))
+	for _, c := range calls {
+		if c.Owner != nil {
+			out = append(out, HeldCall{CallID: c.CallID, Owner: *c.Owner, Attempt: c.Attempt})
+		}
+	}
+	return out, nil
+}
+
+// audit reads the audit rows of the given calls.
+func (o *dbObserver) audit(ctx context.Context, callIDs []string) (map[string][]AuditRow, error) {
+	out := map[string][]AuditRow{}
+	for _, id := range callIDs {
+		if _, ok := out[id]; ok {
+			continue
+		}
+		events, err := o.st.Audit(ctx, id, 0)
+		if err != nil {
+			return nil, fmt.Errorf("reading the audit of %s: %w", id, err)
+		}
+		rows := []AuditRow{}
+		for _, e := range events {
+			rows = append(rows, AuditRow{Event: e.Event, Detail: e.Detail})
+		}
+		out[id] = rows
+	}
+	return out, nil
+}
+
 func (o *dbObserver) close() { _ = o.st.Close() }
 
 // apiObserver reads over the API of a deployment the soak does not run.

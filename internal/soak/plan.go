@@ -51,6 +51,25 @@ const (
 	HTTPTool   = "create_charge"
 )
 
+// ArgRef is the argument under which the soak's http-tool calls carry
+// their own soak key. The downstream sees it in every request body, so it
+// can tell which call a request belongs to without trusting the
+// Idempotency-Key the request presents (what the checks judge).
+const ArgRef = "ref"
+
+// WithRef returns p with key as its ArgRef when p calls the http tool.
+func WithRef(p Payload, key string) Payload {
+	if p.Tool != HTTPTool {
+		return p
+	}
+	args := make(map[string]any, len(p.Args)+1)
+	for k, v := range p.Args {
+		args[k] = v
+	}
+	args[ArgRef] = key
+	return Payload{p.Tool, args}
+}
+
 // EffectTool reports whether a succeeded call of tool writes one effect.
 func EffectTool(tool string) bool {
 	return tool == ToolCharge || tool == ToolEmail || tool == HTTPTool
@@ -167,6 +186,13 @@ const (
 	FaultPGTerminate
 	// FaultPGRestart runs the user's PostgreSQL restart command.
 	FaultPGRestart
+	// FaultPause freezes an instance (SIGSTOP) for longer than its lease
+	// while it runs tools, then thaws it (SIGCONT): the worker paused past
+	// its lease of docs/design.md, whose late completion must be fenced.
+	FaultPause
+	// FaultPartition blackholes one instance's database connections (its
+	// own TCP proxy forwards nothing, resets nothing), then heals them.
+	FaultPartition
 )
 
 func (k FaultKind) String() string {
@@ -179,22 +205,29 @@ func (k FaultKind) String() string {
 		return "pg-terminate"
 	case FaultPGRestart:
 		return "pg-restart"
+	case FaultPause:
+		return "pause"
+	case FaultPartition:
+		return "pg-partition"
 	}
 	return "unknown"
 }
 
 // Fault is one planned fault: wait Gap, then inflict Kind on Instance
-// (modulo the number of instances).
+// (modulo the number of instances). Frac, in [0, 1), places the length of
+// a pause or a partition within its range.
 type Fault struct {
 	Gap      time.Duration
 	Kind     FaultKind
 	Instance int
+	Frac     float64
 }
 
 // FaultKinds is the fault mix of a soak that runs its own servers: kills
 // three times as often as crash hooks, and the database faults when asked
-// for.
-func FaultKinds(pgFaults, pgRestart bool) []FaultKind {
+// for; more adds further kinds (pauses, partitions), each as often as a
+// crash hook.
+func FaultKinds(pgFaults, pgRestart bool, more ...FaultKind) []FaultKind {
 	k := []FaultKind{FaultKill, FaultKill, FaultKill, FaultCrashHook}
 	if pgFaults {
 		k = append(k, FaultPGTerminate, FaultPGTerminate)
@@ -202,7 +235,12 @@ func FaultKinds(pgFaults, pgRestart bool) []FaultKind {
 	if pgRestart {
 		k = append(k, FaultPGRestart)
 	}
-	return k
+	return append(k, more...)
+}
+
+// Within returns the length frac places in [lo, hi].
+func Within(lo, hi time.Duration, frac float64) time.Duration {
+	return lo + time.Duration(frac*float64(hi-lo))
 }
 
 // FaultGenerator draws the fault schedule.
@@ -225,5 +263,5 @@ func (g *FaultGenerator) Next() Fault {
 	// on the gaps, so --min-gap and --max-gap change only the timing.
 	r := g.rng.Uint64()
 	gap := g.min + time.Duration(r%uint64(g.max-g.min+1))
-	return Fault{Gap: gap, Kind: g.kinds[g.rng.IntN(len(g.kinds))], Instance: g.rng.IntN(1 << 30)}
+	return Fault{Gap: gap, Kind: g.kinds[g.rng.IntN(len(g.kinds))], Instance: g.rng.IntN(1 << 30), Frac: g.rng.Float64()}
 }

@@ -66,6 +66,9 @@ func (r *run) print(rep *Report, in Input) {
 		fmt.Fprintf(w, "faults=%d: kills=%d  crash hooks=%d (exits with status 3: %d)  pg-terminate=%d  pg-restart=%d;  exits seen=%d  restarts=%d\n",
 			r.inflicted, f.kills, f.crashHooks, f.crashes, f.terminated, f.restarts, exits, restarts)
 	}
+	if r.own() && (r.o.Pauses || r.o.PGPartition) {
+		r.printPauses(in)
+	}
 	if r.own() {
 		r.printDowntime(in)
 	}
@@ -105,11 +108,52 @@ func (r *run) print(rep *Report, in Input) {
 	fmt.Fprintf(w, "%s soak: seed %d; replay: %s --seed %d\n", verdict, rep.Seed, r.o.Command, rep.Seed)
 }
 
+// printPauses prints the pause and partition faults: how many, the calls
+// the pauses froze and how many of those were taken over and fenced, and
+// how long partitioned instances took to answer and to serve again.
+func (r *run) printPauses(in Input) {
+	f := r.faults
+	frozen, taken, fenced := 0, 0, 0
+	for _, p := range in.Pauses {
+		for _, h := range p.Calls {
+			frozen++
+			rows := in.Observed.Audit[h.CallID]
+			for _, row := range rows {
+				if row.Event == "recover" && strings.Contains(row.Detail, fmt.Sprintf("(owner %s, attempt %d)", h.Owner, h.Attempt)) {
+					taken++
+				}
+				if row.Event == "fenced" && strings.HasPrefix(row.Detail, fmt.Sprintf("owner %s attempt %d refused", h.Owner, h.Attempt)) {
+					fenced++
+				}
+			}
+		}
+	}
+	var answer, resume time.Duration
+	resumed := map[string]bool{}
+	for _, p := range in.Probes {
+		switch {
+		case p.During && p.HTTP != 0:
+			answer = max(answer, p.End-p.Start)
+		case !p.During && p.HTTP/100 == 2 && !resumed[p.Key]:
+			resumed[p.Key] = true
+			resume = max(resume, p.End-p.Healed)
+		}
+	}
+	fmt.Fprintf(r.o.Out, "pauses=%d (calls frozen while running: %d, taken over: %d, late completions fenced: %d)  pg-partitions=%d (slowest answer while partitioned %.2fs, slowest new key acknowledged after the heal %.2fs)\n",
+		f.pauses, frozen, taken, fenced, f.partitions, answer.Seconds(), resume.Seconds())
+}
+
 // printDowntime prints how long instances were down: from a kill or an
 // exit to serving again (restart and /readyz).
 func (r *run) printDowntime(in Input) {
 	var spans []time.Duration
-	for _, ws := range downWindows(in.Events) {
+	var exits []Event // a pause is not a restart: its window is not downtime here
+	for _, e := range in.Events {
+		if e.Kind != EventPause {
+			exits = append(exits, e)
+		}
+	}
+	for _, ws := range downWindows(exits) {
 		for _, w := range ws {
 			if w.to < time.Duration(math.MaxInt64) {
 				spans = append(spans, w.to-w.from)

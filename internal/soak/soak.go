@@ -10,6 +10,7 @@
 package soak
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -22,11 +23,14 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemctl/idemctl/internal/blackhole"
 	"github.com/idemctl/idemctl/internal/client"
 	"github.com/idemctl/idemctl/internal/ctxutil"
 	"github.com/idemctl/idemctl/internal/downstream"
@@ -59,6 +63,17 @@ type Options struct {
 	PGFaults bool
 	// PGRestartCmd, if set, is run with sh -c to restart PostgreSQL.
 	PGRestartCmd string
+	// Lease, if positive, is the servers' --lease.
+	Lease time.Duration
+	// Pauses adds pause faults: SIGSTOP of an instance for a length in
+	// [PauseMin, PauseMax] (longer than the lease), then SIGCONT.
+	Pauses             bool
+	PauseMin, PauseMax time.Duration
+	// PGPartition routes each instance's database connections through a
+	// proxy of its own (PostgreSQL) and adds partition faults of a length
+	// in [PartitionMin, PartitionMax].
+	PGPartition                bool
+	PartitionMin, PartitionMax time.Duration
 	// Base, if set, soaks a deployment the user runs: no kills, checks
 	// over the API. Token is its bearer token.
 	Base, Token string
@@ -76,6 +91,18 @@ type Options struct {
 	// Command is the command line without --seed, for the replay line.
 	Command string
 	Out     io.Writer
+}
+
+// FaultKinds is the fault mix o asks for.
+func (o Options) FaultKinds() []FaultKind {
+	var more []FaultKind
+	if o.Pauses {
+		more = append(more, FaultPause)
+	}
+	if o.PGPartition {
+		more = append(more, FaultPartition)
+	}
+	return FaultKinds(o.PGFaults, o.PGRestartCmd != "", more...)
 }
 
 // Report is the outcome of a soak.
@@ -135,6 +162,9 @@ type run struct {
 	app       string // application_name of the servers' PostgreSQL connections
 	adminDSN  string
 	ds        *downstream.Server
+	dsLog     *requestLog
+	proxies   []*blackhole.Proxy
+	runningDB *dbObserver
 	inst      *instances
 	t         *target
 	obs       observer
@@ -216,11 +246,12 @@ func (r *run) setup(ctx context.Context) error {
 	// The downstream runs in this process, so its ledger outlives every
 	// server kill.
 	r.ds = downstream.New(o.IgnoreKeys)
+	r.dsLog = &requestLog{}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: r.ds.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	hs := &http.Server{Handler: r.dsLog.wrap(r.ds.Handler()), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = hs.Serve(ln) }()
 	r.cleanups = append(r.cleanups, func() { _ = hs.Close() })
 	dsURL := "http://" + ln.Addr().String()
@@ -229,7 +260,22 @@ func (r *run) setup(ctx context.Context) error {
 		return err
 	}
 
-	args := []string{"--db", serverDSN, "--chaos", "--tools", toolsFile, "--log-level", "warn"}
+	instDSN := make([]string, o.Instances)
+	for i := range instDSN {
+		instDSN[i] = serverDSN
+	}
+	if o.PGPartition {
+		if instDSN, err = r.startProxies(serverDSN, o.Instances); err != nil {
+			return err
+		}
+	}
+	args := make([][]string, o.Instances)
+	for i := range args {
+		args[i] = []string{"--db", instDSN[i], "--chaos", "--tools", toolsFile, "--log-level", "warn"}
+		if o.Lease > 0 {
+			args[i] = append(args[i], "--lease", o.Lease.String())
+		}
+	}
 	mode := "honours Idempotency-Key"
 	if o.IgnoreKeys {
 		mode = "IGNORES Idempotency-Key (--downstream-ignore-keys: a broken setup)"
@@ -237,12 +283,12 @@ func (r *run) setup(ctx context.Context) error {
 	r.logf("seed %d; work dir %s; database %s (%s); %d instance(s), %d clients; downstream %s (%s)",
 		o.Seed, dir, backend.Redact(dsn), kind, o.Instances, o.Clients, dsURL, mode)
 	redact := func(msg string) string {
-		for _, secret := range []string{serverDSN, dsn} {
+		for _, secret := range append([]string{serverDSN, dsn}, instDSN...) {
 			msg = strings.ReplaceAll(msg, secret, backend.Redact(secret))
 		}
 		return msg
 	}
-	r.inst, err = startInstances(ctx, r.hist, o.Binary, dir, o.Instances, args, redact)
+	r.inst, err = startInstances(ctx, r.hist, o.Binary, dir, args, redact)
 	if err != nil {
 		return err
 	}
@@ -256,8 +302,90 @@ func (r *run) setup(ctx context.Context) error {
 		return err
 	}
 	r.obs = dbo
+	r.runningDB = dbo
 	r.cleanups = append(r.cleanups, dbo.close)
 	return nil
+}
+
+// startProxies starts one blackhole proxy per instance in front of the
+// database of dsn and returns each instance's DSN, pointed at its proxy.
+func (r *run) startProxies(dsn string, n int) ([]string, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, errors.New("the PostgreSQL DSN does not parse")
+	}
+	network, upstream := "tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
+	if strings.HasPrefix(cfg.Host, "/") {
+		network, upstream = "unix", filepath.Join(cfg.Host, fmt.Sprintf(".s.PGSQL.%d", cfg.Port))
+	}
+	out := make([]string, n)
+	for i := range n {
+		px, err := blackhole.Listen(network, upstream)
+		if err != nil {
+			return nil, fmt.Errorf("database proxy: %w", err)
+		}
+		r.proxies = append(r.proxies, px)
+		r.cleanups = append(r.cleanups, func() { _ = px.Close() })
+		if out[i], err = withHostPort(dsn, px.Addr()); err != nil {
+			return nil, err
+		}
+		r.logf("instance %d reaches the database through %s (--pg-partition)", i, px.Addr())
+	}
+	return out, nil
+}
+
+// withHostPort points a PostgreSQL DSN at addr ("127.0.0.1:PORT"). The
+// DSN is never echoed in an error: it may hold a password.
+func withHostPort(dsn, addr string) (string, error) {
+	host, port, _ := net.SplitHostPort(addr)
+	lower := strings.ToLower(dsn)
+	if strings.HasPrefix(lower, "postgres://") || strings.HasPrefix(lower, "postgresql://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return "", errors.New("the PostgreSQL URL does not parse")
+		}
+		u.Host = addr
+		q := u.Query()
+		q.Del("host") // a host in the query (a socket directory) would win over the URL's
+		q.Del("port")
+		u.RawQuery = q.Encode()
+		return u.String(), nil
+	}
+	return dsn + " host=" + host + " port=" + port, nil // key=value: a later keyword wins
+}
+
+// requestLog records every request the downstream receives: its
+// Idempotency-Key and the soak key (ArgRef) in its body.
+type requestLog struct {
+	mu   sync.Mutex
+	reqs []DownstreamRequest
+}
+
+func (l *requestLog) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.Method != http.MethodGet {
+			body, _ := io.ReadAll(io.LimitReader(req.Body, downstream.MaxBody+1))
+			req.Body = io.NopCloser(bytes.NewReader(body))
+			l.mu.Lock()
+			l.reqs = append(l.reqs, DownstreamRequest{Key: req.Header.Get(downstream.HeaderIdempotencyKey), Ref: refOf(body)})
+			l.mu.Unlock()
+		}
+		next.ServeHTTP(w, req)
+	})
+}
+
+func (l *requestLog) all() []DownstreamRequest {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]DownstreamRequest(nil), l.reqs...)
+}
+
+// refOf is the ArgRef of a JSON request body, "" without one.
+func refOf(body []byte) string {
+	var v map[string]any
+	_ = json.Unmarshal(body, &v)
+	ref, _ := v[ArgRef].(string)
+	return ref
 }
 
 // displayDB names the database for the "kept" line.
@@ -299,7 +427,8 @@ func writeTools(dir, chargeURL string) (string, error) {
 	doc := map[string]any{"tools": []any{map[string]any{
 		"name": HTTPTool, "kind": "http", "url": chargeURL, "timeout": "5s",
 		"schema": map[string]any{"type": "object", "required": []string{"amount"}, "additionalProperties": false,
-			"properties": map[string]any{"amount": map[string]any{"type": "integer", "minimum": 1}}},
+			"properties": map[string]any{"amount": map[string]any{"type": "integer", "minimum": 1},
+				ArgRef: map[string]any{"type": "string"}}},
 	}}}
 	b, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {
@@ -328,7 +457,7 @@ func (r *run) load(ctx context.Context) error {
 		r.samp.run(r.hist, r.walPath, pids, o.SampleEvery, stopSampling)
 	}()
 
-	gen := NewFaultGenerator(o.Seed, FaultKinds(o.PGFaults, o.PGRestartCmd != ""), o.MinGap, o.MaxGap)
+	gen := NewFaultGenerator(o.Seed, o.FaultKinds(), o.MinGap, o.MaxGap)
 	durationOver := make(chan struct{})
 	if o.Duration > 0 {
 		go func() {
@@ -341,7 +470,12 @@ func (r *run) load(ctx context.Context) error {
 	}
 	if r.own() {
 		r.faults = &faultRunner{hist: r.hist, inst: r.inst, send: &sender{hist: r.hist, t: r.t, hard: ctx},
-			prefix: r.prefix, log: r.logf, pg: r.adminDSN, app: r.app, restartCmd: o.PGRestartCmd, cmdOut: o.Out}
+			prefix: r.prefix, log: r.logf, pg: r.adminDSN, app: r.app, restartCmd: o.PGRestartCmd, cmdOut: o.Out,
+			lease: o.Lease, pauseMin: o.PauseMin, pauseMax: o.PauseMax, partMin: o.PartitionMin, partMax: o.PartitionMax,
+			proxies: r.proxies}
+		if r.runningDB != nil {
+			r.faults.running = r.runningDB.running
+		}
 		r.inflicted = r.faults.run(ctx, gen, o.Cycles, durationOver)
 	} else {
 		// No faults against someone else's deployment: the same gaps, so
@@ -396,9 +530,20 @@ func (r *run) check(ctx context.Context) (Input, error) {
 	}
 	if r.own() {
 		for _, ch := range r.ds.Ledger() {
-			obs.Ledger = append(obs.Ledger, Charge{ID: ch.ID, Key: ch.Key})
+			obs.Ledger = append(obs.Ledger, Charge{ID: ch.ID, Key: ch.Key, Ref: refOf(ch.Request)})
 		}
 		obs.LedgerRead = true
+		obs.Requests, obs.RequestsRead = r.dsLog.all(), true
+		pauses, _ := r.hist.Faults()
+		var frozen []string
+		for _, p := range pauses {
+			for _, c := range p.Calls {
+				frozen = append(frozen, c.CallID)
+			}
+		}
+		if obs.Audit, err = r.runningDB.audit(ctx, frozen); err != nil {
+			return Input{}, err
+		}
 		// Stop the servers cleanly before integrity_check.
 		r.inst.close()
 		// Exits seen after this point are the soak's own stop.
@@ -413,7 +558,8 @@ func (r *run) check(ctx context.Context) (Input, error) {
 			r.logf("%v", e)
 		}
 	}
-	return Input{Attempts: attempts, Events: events, Keys: keys, Observed: obs, Servers: r.own()}, nil
+	pauses, probes := r.hist.Faults()
+	return Input{Attempts: attempts, Events: events, Keys: keys, Observed: obs, Servers: r.own(), Pauses: pauses, Probes: probes}, nil
 }
 
 // resourceCheck judges WAL and RSS growth (with --duration only).

@@ -32,3 +32,20 @@ func TestWithAppName(t *testing.T) {
 		t.Fatalf("bad URL: %v", err)
 	}
 }
+
+// TestWithHostPort: --pg-partition points each server at its proxy, in
+// either DSN form, keeping everything else (a socket directory in the query
+// would win over the URL's host, so it goes).
+func TestWithHostPort(t *testing.T) {
+	got, err := withHostPort("postgres://u:secret@db.internal:5433/idem?sslmode=disable&host=/run/pg", "127.0.0.1:4000")
+	if err != nil || got != "postgres://u:secret@127.0.0.1:4000/idem?sslmode=disable" {
+		t.Fatalf("%q %v", got, err)
+	}
+	got, _ = withHostPort("host=db port=5433 dbname=idem", "127.0.0.1:4000")
+	if got != "host=db port=5433 dbname=idem host=127.0.0.1 port=4000" {
+		t.Fatalf("%q", got)
+	}
+	if _, err := withHostPort("postgres://u:secret@h:bad/db", "127.0.0.1:1"); err == nil || strings.Contains(err.Error(), "secret") {
+		t.Fatalf("bad URL: %v", err)
+	}
+}

@@ -138,9 +138,10 @@ func (s *sender) runClient(no int, gen *Generator, prefix string, stop <-chan st
 		case OpNew:
 			key := fmt.Sprintf("%s-c%d-%d", prefix, no, seq)
 			keys = append(keys, key)
-			payloads[key] = op.Payload
-			s.hist.AddKey(key, op.Payload)
-			if s.sendN(no, OpNew, key, op.Payload, Same, op.Instance, op.Wait, false, tries) {
+			p := WithRef(op.Payload, key)
+			payloads[key] = p
+			s.hist.AddKey(key, p)
+			if s.sendN(no, OpNew, key, p, Same, op.Instance, op.Wait, false, tries) {
 				isAcked[key] = true
 				acked = append(acked, key)
 			}
