@@ -604,7 +604,7 @@ func checkPartitionAnswered(in Input) Check {
 			c.Violations = append(c.Violations, Violation{p.Key, fmt.Sprintf("instance %d: no answer after %s (%s)", p.Instance, took.Round(time.Millisecond), p.Err)})
 		case took > PartitionBound:
 			c.Violations = append(c.Violations, Violation{p.Key, fmt.Sprintf("instance %d: answered %d %s after %s, over %s", p.Instance, p.HTTP, p.Code, took.Round(time.Millisecond), PartitionBound)})
-		case p.HTTP/100 != 2 && !(p.HTTP == http.StatusServiceUnavailable && (p.Code == "unavailable" || p.Code == "overloaded")):
+		case p.HTTP/100 != 2 && !(p.HTTP == http.StatusServiceUnavailable && (p.Code == wire.CodeUnavailable || p.Code == wire.CodeOverloaded)):
 			c.Violations = append(c.Violations, Violation{p.Key, fmt.Sprintf("instance %d: answered %d %s, want 503 unavailable", p.Instance, p.HTTP, p.Code)})
 		}
 	}
