@@ -120,6 +120,9 @@ type group struct {
 	ops  chan *groupOp
 	quit chan struct{}
 	wg   sync.WaitGroup
+	// reruns counts the writes run again alone after their batch failed
+	// (tests assert a batch-wide failure causes none).
+	reruns atomic.Int64
 }
 
 func newGroup(pool interface {
@@ -205,12 +208,16 @@ func (g *group) commit(ops []*groupOp) {
 	slices.SortStableFunc(live, func(a, b *groupOp) int { return strings.Compare(a.key, b.key) })
 	errs, failed := g.send(live)
 	var pgErr *pgconn.PgError
-	if len(live) > 1 && errors.As(failed, &pgErr) {
+	if len(live) > 1 && errors.As(failed, &pgErr) && !batchWide(pgErr) {
 		// A statement failed, so PostgreSQL rolled the whole batch back:
 		// each write runs again on its own. (A failure below SQL, such as
 		// a lost connection, leaves the outcome unknown, as it does for a
-		// write sent alone: every write of the batch reports it.)
+		// write sent alone: every write of the batch reports it.) A
+		// failure that is not about one write's rows (batchWide) is every
+		// write's answer as it stands: run alone, each would meet it again
+		// and wait for it again, one after another.
 		for i, op := range live {
+			g.reruns.Add(1)
 			alone, _ := g.send([]*groupOp{op})
 			errs[i] = alone[0]
 		}

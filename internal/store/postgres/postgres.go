@@ -50,6 +50,22 @@ const defaultMaxConns = 16
 // Options.BusyTimeout is zero; it plays the role of SQLite's busy timeout.
 const defaultLockTimeout = 5 * time.Second
 
+// Session timeouts, set on every connection unless the URL sets them
+// (docs/operations.md, "Limits"). An instance frozen in the middle of a
+// transaction (stopped, swapped out, cut off from its clients) keeps its
+// row locks for as long as its session lives, and every other instance's
+// write to those rows waits on it, then fails at its lock timeout: the
+// server ends a transaction left idle for defaultIdleInTxTimeout, which
+// releases the locks, so a frozen instance blocks the others about one
+// lock timeout, not for as long as it is frozen. No statement of this
+// package legitimately runs for defaultStatementTimeout (a lock wait is
+// bounded by lock_timeout first); one that does is ended, rather than
+// holding a connection and its locks for ever.
+const (
+	defaultIdleInTxTimeout  = 5 * time.Second
+	defaultStatementTimeout = 30 * time.Second
+)
+
 // Store is a store.Store on a PostgreSQL database. It is safe for
 // concurrent use; several Stores (in one process or many) may share one
 // database.
@@ -96,6 +112,14 @@ func Open(ctx context.Context, url string, opts store.Options) (*Store, error) {
 		params["lock_timeout"] = fmt.Sprintf("%dms", opts.BusyTimeout.Milliseconds())
 	} else if _, ok := params["lock_timeout"]; !ok {
 		params["lock_timeout"] = fmt.Sprintf("%dms", defaultLockTimeout.Milliseconds())
+	}
+	for name, d := range map[string]time.Duration{
+		"idle_in_transaction_session_timeout": defaultIdleInTxTimeout,
+		"statement_timeout":                   defaultStatementTimeout,
+	} {
+		if _, ok := params[name]; !ok {
+			params[name] = fmt.Sprintf("%dms", d.Milliseconds())
+		}
 	}
 	if opts.ReadOnly {
 		// Sent in the startup packet, so every transaction on every pooled
