@@ -251,7 +251,7 @@ func New(cfg Config, st store.Store) (*Server, error) {
 	}
 	owner := fmt.Sprintf("%s/%d", self, instances.Add(1))
 	health := &writeHealth{log: log, retest: writeRetest}
-	st = &healthStore{Store: st, h: health} // every write's outcome, for /readyz (writehealth.go)
+	st = store.Observe(st, store.Hooks{Done: health.note}) // every write's outcome, for /readyz (writehealth.go)
 
 	s := &Server{
 		cfg:             cfg,

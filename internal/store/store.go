@@ -615,4 +615,13 @@ type Options struct {
 	// BusyTimeout bounds how long a write waits for the lock (SQLite) before
 	// ErrUnavailable. Zero means the backend default (5s).
 	BusyTimeout time.Duration
+	// BeforeCommit, if set, runs inside each write's transaction, after
+	// its statements and before COMMIT, when the write changed at least
+	// one row; an error rolls the write back and is its answer. It is how
+	// the before-commit failpoints reach the backends (FailpointHook with
+	// Write.BeforeCommit); nil in production. The fenced audit row and
+	// Purge do not run it. PostgreSQL's one-round-trip writes run their
+	// same pipelined statements inside an explicit transaction while it
+	// is set, so that it has a place between them and the commit.
+	BeforeCommit func(w Write) error
 }

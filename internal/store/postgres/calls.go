@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/idemctl/idemctl/internal/failpoint"
 	"github.com/idemctl/idemctl/internal/store"
 )
 
@@ -172,7 +171,8 @@ func (s *Store) createFast(ctx context.Context, n store.NewCall, args string, in
 		call store.Call
 		out  store.Outcome
 	)
-	if err := s.creates.run(ctx, s.createOp(n, args, intent, &call, &out)); err != nil {
+	op := s.createOp(n, args, intent, &call, &out)
+	if err := s.runOp(ctx, s.creates, store.WriteCreate, op, func() bool { return out == store.Created }); err != nil {
 		return store.Call{}, 0, err
 	}
 	return call, out, nil
@@ -230,17 +230,13 @@ func (s *Store) createOrGetOnce(ctx context.Context, n store.NewCall) (store.Cal
 	if n.Intent != "" {
 		intent = &n.Intent
 	}
-	// The one-round-trip path (group.go) has no step between its statements
-	// and the commit, so with failpoints armed every create takes the
-	// transaction below, where the before-commit point sits
-	// (docs/failpoints.md).
-	if (n.DedupWindow <= 0 || n.Intent == "") && !failpoint.Enabled() {
+	if n.DedupWindow <= 0 || n.Intent == "" {
 		call, out, err := s.createFast(ctx, n, args, intent)
 		if !errors.Is(err, errSlowPath) {
 			return call, out, interpret(ctx, err)
 		}
 	}
-	err := s.inTx(ctx, beforeCommit(failpoint.CreateBeforeCommit, func() bool { return out != store.Existing }, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, s.beforeCommit(store.WriteCreate, func() bool { return out != store.Existing }, func(tx pgx.Tx) error {
 		handled, err := s.aliasOrDedup(ctx, tx, n, &call, &out)
 		if err != nil || handled {
 			return err
@@ -482,7 +478,7 @@ func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration
 		}
 	}
 	var calls []store.Call
-	err := s.writeStmt(ctx, failpoint.ClaimBeforeCommit, func(q querier) (bool, error) {
+	err := s.writeStmt(ctx, store.WriteClaim, func(q querier) (bool, error) {
 		rows, err := q.Query(ctx, claimSQL, owner, limit, lease.Seconds(), store.DetailClaimed(owner), full, capped, left)
 		if err != nil {
 			return false, err
@@ -547,18 +543,14 @@ func (s *Store) complete(ctx context.Context, c store.Completion, status store.S
 	}
 
 	var call store.Call
-	// As for creates: with failpoints armed the transaction below runs, so
-	// the completion's before-commit point is reached.
-	if !failpoint.Enabled() {
-		fast, err := s.completeFast(ctx, c, status, result, errObj, effectID, event)
-		switch {
-		case errors.Is(err, store.ErrFenced):
-			return store.Call{}, s.auditFenced(ctx, c)
-		case !errors.Is(err, errSlowPath):
-			return fast, interpret(ctx, err)
-		}
+	fast, err := s.completeFast(ctx, c, status, result, errObj, effectID, event)
+	switch {
+	case errors.Is(err, store.ErrFenced):
+		return store.Call{}, s.auditFenced(ctx, c)
+	case !errors.Is(err, errSlowPath):
+		return fast, interpret(ctx, err)
 	}
-	err := s.inTx(ctx, beforeCommit(completePoint(status), nil, func(tx pgx.Tx) error {
+	err = s.inTx(ctx, s.beforeCommit(completeWrite(status), nil, func(tx pgx.Tx) error {
 		var err error
 		call, err = scanCall(tx.QueryRow(ctx, `
 UPDATE calls
@@ -686,7 +678,7 @@ func (s *Store) completeFast(ctx context.Context, c store.Completion, status sto
 			return err
 		},
 	}
-	if err := s.completions.run(ctx, op); err != nil {
+	if err := s.runOp(ctx, s.completions, completeWrite(status), op, func() bool { return true }); err != nil {
 		return store.Call{}, err
 	}
 	return call, nil
@@ -703,7 +695,7 @@ func (s *Store) ScheduleRetry(ctx context.Context, c store.Completion, delay tim
 		return store.Call{}, fmt.Errorf("postgres schedule retry: negative delay %v", delay)
 	}
 	var call store.Call
-	err := s.inTx(ctx, beforeCommit(failpoint.RetryBeforeCommit, nil, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, s.beforeCommit(store.WriteRetry, nil, func(tx pgx.Tx) error {
 		var err error
 		call, err = scanCall(tx.QueryRow(ctx, `
 UPDATE calls
@@ -793,7 +785,7 @@ func (s *Store) RecoverExpired(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	ids := []string{}
-	err := s.inTx(ctx, beforeCommit(failpoint.RecoverBeforeCommit, func() bool { return len(ids) > 0 }, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, s.beforeCommit(store.WriteRecover, func() bool { return len(ids) > 0 }, func(tx pgx.Tx) error {
 		ids = ids[:0]
 		rows, err := tx.Query(ctx, recoverSQL)
 		if err != nil {
@@ -839,7 +831,7 @@ func (s *Store) Release(ctx context.Context, callID, owner string, attempt int64
 	if err := s.writable(); err != nil {
 		return err
 	}
-	return s.inTx(ctx, beforeCommit(failpoint.ReleaseBeforeCommit, nil, func(tx pgx.Tx) error {
+	return s.inTx(ctx, s.beforeCommit(store.WriteRelease, nil, func(tx pgx.Tx) error {
 		var ts float64
 		err := tx.QueryRow(ctx, `
 UPDATE calls
@@ -891,7 +883,7 @@ func (s *Store) ExtendLease(ctx context.Context, callID, owner string, attempt i
 		return fmt.Errorf("postgres extend lease: lease must be positive, got %v", lease)
 	}
 	var extended, exists, cancel bool
-	err := s.writeStmt(ctx, failpoint.LeaseBeforeCommit, func(q querier) (bool, error) {
+	err := s.writeStmt(ctx, store.WriteLease, func(q querier) (bool, error) {
 		err := q.QueryRow(ctx, extendLeaseSQL, callID, owner, attempt, lease.Seconds()).Scan(&extended, &exists, &cancel)
 		return extended, err
 	})

@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemctl/idemctl/internal/failpoint"
 	"github.com/idemctl/idemctl/internal/store"
 )
 
@@ -28,7 +27,7 @@ func (s *Store) Cancel(ctx context.Context, callID string, errJSON json.RawMessa
 		call store.Call
 		out  store.CancelOutcome
 	)
-	err := s.inTx(ctx, beforeCommit(failpoint.CancelBeforeCommit, func() bool { return out != store.AlreadyFinal }, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, s.beforeCommit(store.WriteCancel, func() bool { return out != store.AlreadyFinal }, func(tx pgx.Tx) error {
 		c, err := scanCall(tx.QueryRow(ctx, `SELECT `+callColumns+` FROM calls WHERE call_id = $1 FOR UPDATE`, callID))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("postgres cancel %s: %w", callID, store.ErrNotFound)

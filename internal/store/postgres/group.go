@@ -111,9 +111,7 @@ const (
 
 // group is the committers of one kind of write.
 type group struct {
-	pool interface {
-		SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-	}
+	pool batchSender
 	// wait bounds how long a write waits to be taken by a committer: the
 	// lock timeout, as for a write waiting on a lock in the database.
 	wait time.Duration
@@ -125,9 +123,7 @@ type group struct {
 	reruns atomic.Int64
 }
 
-func newGroup(pool interface {
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-}, wait time.Duration) *group {
+func newGroup(pool batchSender, wait time.Duration) *group {
 	g := &group{pool: pool, wait: wait, ops: make(chan *groupOp), quit: make(chan struct{})}
 	g.wg.Add(committers)
 	for range committers {
@@ -206,7 +202,7 @@ func (g *group) commit(ops []*groupOp) {
 		return
 	}
 	slices.SortStableFunc(live, func(a, b *groupOp) int { return strings.Compare(a.key, b.key) })
-	errs, failed := g.send(live)
+	errs, failed := sendBatch(g.pool, live)
 	var pgErr *pgconn.PgError
 	if len(live) > 1 && errors.As(failed, &pgErr) && !batchWide(pgErr) {
 		// A statement failed, so PostgreSQL rolled the whole batch back:
@@ -218,7 +214,7 @@ func (g *group) commit(ops []*groupOp) {
 		// and wait for it again, one after another.
 		for i, op := range live {
 			g.reruns.Add(1)
-			alone, _ := g.send([]*groupOp{op})
+			alone, _ := sendBatch(g.pool, []*groupOp{op})
 			errs[i] = alone[0]
 		}
 	}
@@ -227,9 +223,15 @@ func (g *group) commit(ops []*groupOp) {
 	}
 }
 
-// send runs ops in one batch and returns each one's answer and, if the
-// batch did not commit, why.
-func (g *group) send(ops []*groupOp) (errs []error, failed error) {
+// batchSender sends a pipelined batch: the pool (one implicit
+// transaction), or an explicit transaction (sendInTx).
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// sendBatch runs ops in one batch on q and returns each one's answer and,
+// if the batch failed, why (on the pool: then it did not commit).
+func sendBatch(q batchSender, ops []*groupOp) (errs []error, failed error) {
 	errs = make([]error, len(ops))
 	b := &pgx.Batch{}
 	stmts := make([]int, len(ops))
@@ -238,7 +240,7 @@ func (g *group) send(ops []*groupOp) (errs []error, failed error) {
 		op.queue(b)
 		stmts[i] = b.Len() - n
 	}
-	r := &results{br: g.pool.SendBatch(context.Background(), b)}
+	r := &results{br: q.SendBatch(context.Background(), b)}
 	for i, op := range ops {
 		r.read = 0
 		errs[i] = read(op, r)

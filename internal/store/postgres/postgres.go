@@ -75,7 +75,10 @@ type Store struct {
 	// creates and completions commit the one-round-trip writes in groups
 	// (group.go); nil on a read-only store.
 	creates, completions *group
-	closeOnce            sync.Once
+	// before is store.Options.BeforeCommit (failpoint.go); nil in
+	// production.
+	before    func(w store.Write) error
+	closeOnce sync.Once
 }
 
 // Open connects to the PostgreSQL database at url (a postgres:// URL or a
@@ -84,6 +87,12 @@ type Store struct {
 // read-only migrates nothing, requires the schema to exist, and makes every
 // transaction read-only.
 func Open(ctx context.Context, url string, opts store.Options) (*Store, error) {
+	return openWith(ctx, url, opts, nil)
+}
+
+// openWith is Open, with configure (if not nil) called on the pool's
+// configuration last: tests trace the statements sent with it.
+func openWith(ctx context.Context, url string, opts store.Options, configure func(*pgxpool.Config)) (*Store, error) {
 	url = lowerScheme(url)
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -128,11 +137,14 @@ func Open(ctx context.Context, url string, opts store.Options) (*Store, error) {
 		params["default_transaction_read_only"] = "on"
 	}
 
+	if configure != nil {
+		configure(cfg)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: open: %w", interpret(ctx, err))
 	}
-	s := &Store{pool: pool, readOnly: opts.ReadOnly}
+	s := &Store{pool: pool, readOnly: opts.ReadOnly, before: opts.BeforeCommit}
 	// pgxpool connects lazily; fail at Open, not at the first request.
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()

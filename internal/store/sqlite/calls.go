@@ -56,7 +56,7 @@ func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, s
 	// other writer can slip in between the select and the insert, so two
 	// requests with one key cannot both see it absent; the UNIQUE
 	// idem_key is the backstop.
-	err := s.writeTx(ctx, "create", func(ctx context.Context, tx *sql.Tx) error {
+	err := s.writeTx(ctx, store.WriteCreate, func(ctx context.Context, tx *sql.Tx) error {
 		now := s.now()
 		c, err := queryCall(ctx, tx, s.wq.callByKey, n.Principal, n.IdemKey)
 		switch {
@@ -202,7 +202,7 @@ func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration
 	}
 
 	claimed := []store.Call{}
-	err = s.writeTx(ctx, "claim", func(ctx context.Context, tx *sql.Tx) error {
+	err = s.writeTx(ctx, store.WriteClaim, func(ctx context.Context, tx *sql.Tx) error {
 		claimed = claimed[:0]
 		taken := map[string]int{} // calls of a capped tool claimed so far
 		now := s.now()
@@ -314,7 +314,7 @@ func (s *Store) Succeed(ctx context.Context, c store.Completion) (store.Call, er
 		return store.Call{}, fmt.Errorf("sqlite %w", err)
 	}
 	var call store.Call
-	err := s.writeTx(ctx, "succeed", func(ctx context.Context, tx *sql.Tx) error {
+	err := s.writeTx(ctx, store.WriteSucceed, func(ctx context.Context, tx *sql.Tx) error {
 		now := s.now()
 		var err error
 		call, err = queryCall(ctx, tx, s.wq.succeed, jsonArg(c.Result), now, c.CallID, c.Owner, c.Attempt)
@@ -350,7 +350,7 @@ func (s *Store) Fail(ctx context.Context, c store.Completion) (store.Call, error
 	}
 	errJSON := store.FailureJSON(c)
 	var call store.Call
-	err := s.writeTx(ctx, "fail", func(ctx context.Context, tx *sql.Tx) error {
+	err := s.writeTx(ctx, store.WriteFail, func(ctx context.Context, tx *sql.Tx) error {
 		now := s.now()
 		var err error
 		call, err = queryCall(ctx, tx, s.wq.fail, string(errJSON), now, c.CallID, c.Owner, c.Attempt)
@@ -377,7 +377,7 @@ func (s *Store) ScheduleRetry(ctx context.Context, c store.Completion, delay tim
 		return store.Call{}, fmt.Errorf("sqlite schedule retry: negative delay %v", delay)
 	}
 	var call store.Call
-	err := s.writeTx(ctx, "schedule retry", func(ctx context.Context, tx *sql.Tx) error {
+	err := s.writeTx(ctx, store.WriteRetry, func(ctx context.Context, tx *sql.Tx) error {
 		now := s.now()
 		var err error
 		call, err = queryCall(ctx, tx, s.wq.scheduleRetry, now+delay.Seconds(), now, c.CallID, c.Owner, c.Attempt)
@@ -419,7 +419,7 @@ func (s *Store) auditFenced(ctx context.Context, c store.Completion, err error) 
 		return err
 	}
 	fencedErr := fmt.Errorf("sqlite complete %s: %w: %s", c.CallID, store.ErrFenced, fe.detail)
-	aerr := s.writeTx(context.WithoutCancel(ctx), "audit fenced", func(ctx context.Context, tx *sql.Tx) error {
+	aerr := s.sideTx(context.WithoutCancel(ctx), "audit fenced", func(ctx context.Context, tx *sql.Tx) error {
 		return s.audit(ctx, tx, s.now(), c.CallID, store.EventFenced, fe.detail)
 	})
 	if aerr != nil {
@@ -456,7 +456,7 @@ func (s *Store) RecoverExpired(ctx context.Context) ([]string, error) {
 	}
 
 	recovered := []string{}
-	err := s.writeTx(ctx, "recover", func(ctx context.Context, tx *sql.Tx) error {
+	err := s.writeTx(ctx, store.WriteRecover, func(ctx context.Context, tx *sql.Tx) error {
 		recovered = recovered[:0]
 		now := s.now()
 		rows, err := tx.QueryContext(ctx, `SELECT call_id, owner, attempt FROM calls
@@ -518,7 +518,7 @@ func (s *Store) Release(ctx context.Context, callID, owner string, attempt int64
 	if s.readOnly {
 		return fmt.Errorf("sqlite release: %w", store.ErrReadOnly)
 	}
-	return s.writeTx(ctx, "release", func(ctx context.Context, tx *sql.Tx) error {
+	return s.writeTx(ctx, store.WriteRelease, func(ctx context.Context, tx *sql.Tx) error {
 		now := s.now()
 		// Fenced like a completion: if the call was completed, recovered
 		// or taken over since the caller looked, leave it alone.
@@ -555,7 +555,7 @@ func (s *Store) ExtendLease(ctx context.Context, callID, owner string, attempt i
 	// The cancel flag is reported after the commit: an error from the
 	// transaction's function would roll the extension back.
 	var cancel bool
-	err := s.writeTx(ctx, "extend lease", func(ctx context.Context, tx *sql.Tx) error {
+	err := s.writeTx(ctx, store.WriteLease, func(ctx context.Context, tx *sql.Tx) error {
 		err := tx.StmtContext(ctx, s.wq.extendLease).QueryRowContext(ctx,
 			s.now()+lease.Seconds(), callID, owner, attempt).Scan(&cancel)
 		if err == nil || !errors.Is(err, sql.ErrNoRows) {

@@ -28,7 +28,7 @@ func (s *Store) Cancel(ctx context.Context, callID string, errJSON json.RawMessa
 		call store.Call
 		out  store.CancelOutcome
 	)
-	err := s.writeTx(ctx, "cancel", func(ctx context.Context, tx *sql.Tx) error {
+	err := s.writeTx(ctx, store.WriteCancel, func(ctx context.Context, tx *sql.Tx) error {
 		now := s.now()
 		c, err := queryCall(ctx, tx, s.wq.callByID, callID)
 		if errors.Is(err, sql.ErrNoRows) {

@@ -47,28 +47,47 @@ const (
 
 // writeOp is one write waiting for the committer.
 type writeOp struct {
-	ctx   context.Context
-	name  string
-	fn    func(ctx context.Context, tx *sql.Tx) error
-	state atomic.Int32
-	done  chan error // capacity 1: the committer never blocks on it
+	ctx  context.Context
+	name string
+	fn   func(ctx context.Context, tx *sql.Tx) error
+	// before is the write's before-commit hook (failpoint.go), nil if none.
+	before func() error
+	state  atomic.Int32
+	done   chan error // capacity 1: the committer never blocks on it
 }
 
-// writeTx runs fn as one atomic write and returns once it is committed (or
+// writeTx runs fn as the write w of store.Store (writeOp below), with
+// Options.BeforeCommit for w.
+func (s *Store) writeTx(ctx context.Context, w store.Write, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	var before func() error
+	if h := s.beforeCommit; h != nil {
+		before = func() error { return h(w) }
+	}
+	return s.commitTx(ctx, w.String(), before, fn)
+}
+
+// sideTx runs fn as a write of the store's own that is none of
+// store.Store's writes (the fenced audit row, the page limit): through the
+// committer as any write, without a before-commit hook.
+func (s *Store) sideTx(ctx context.Context, name string, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	return s.commitTx(ctx, name, nil, fn)
+}
+
+// commitTx runs fn as one atomic write and returns once it is committed (or
 // has failed). Waiting to be taken by the committer counts against the busy
 // timeout, like waiting for SQLite's lock does: a write that cannot start
 // within it is store.ErrUnavailable (503), not an unbounded queue. Once the
 // committer has taken it, the write runs to the end, under ctx without its
 // cancellation: a cancelled statement interrupts the connection, which
 // would roll back the other writes of the batch with it.
-func (s *Store) writeTx(ctx context.Context, name string, fn func(ctx context.Context, tx *sql.Tx) error) error {
+func (s *Store) commitTx(ctx context.Context, name string, before func() error, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	if s.readOnly {
 		return fmt.Errorf("sqlite %s: %w", name, store.ErrReadOnly)
 	}
 	if err := ctx.Err(); err != nil {
 		return mapErr(ctx, name, err)
 	}
-	op := &writeOp{ctx: ctx, name: name, fn: fn, done: make(chan error, 1)}
+	op := &writeOp{ctx: ctx, name: name, fn: fn, before: before, done: make(chan error, 1)}
 	busy := time.NewTimer(s.busy)
 	defer busy.Stop()
 	select {
@@ -145,7 +164,7 @@ func run(op *writeOp, tx *sql.Tx) (err error) {
 			err = &panicError{name: op.name, value: v, stack: debug.Stack()}
 		}
 	}()
-	return withBeforeCommit(context.WithoutCancel(op.ctx), op, tx) // op.fn, then its failpoint (failpoint.go)
+	return withBeforeCommit(context.WithoutCancel(op.ctx), op, tx) // op.fn, then its hook (failpoint.go)
 }
 
 // runAlone runs one write in a transaction of its own on conn: the retry

@@ -162,7 +162,7 @@ func TestWriteAbandonedWhileQueuedNeverRuns(t *testing.T) {
 			var ran atomic.Bool
 			res := make(chan error, 1)
 			go func() {
-				res <- s.writeTx(ctx, "t", func(context.Context, *sql.Tx) error { ran.Store(true); return nil })
+				res <- s.sideTx(ctx, "t", func(context.Context, *sql.Tx) error { ran.Store(true); return nil })
 			}()
 			op := <-s.writes // received, not yet taken
 			if tc.cancel {
@@ -187,7 +187,7 @@ func TestWriteTakenRunsToTheEnd(t *testing.T) {
 	stopCommitter(t, s)
 	res := make(chan error, 1)
 	go func() {
-		res <- s.writeTx(t.Context(), "slow", func(ctx context.Context, tx *sql.Tx) error {
+		res <- s.sideTx(t.Context(), "slow", func(ctx context.Context, tx *sql.Tx) error {
 			time.Sleep(50 * time.Millisecond) // longer than the busy timeout
 			return s.audit(ctx, tx, 1, "c_batch", "slow", "")
 		})

@@ -49,6 +49,8 @@ type Store struct {
 	path     string
 	readOnly bool
 	busy     time.Duration
+	// beforeCommit is Options.BeforeCommit (nil: none).
+	beforeCommit func(w store.Write) error
 	// w is the write pool: nil when read-only. MaxOpenConns(1): SQLite
 	// admits one writer at a time anyway, and queueing writers in Go
 	// instead of letting several connections spin on SQLITE_BUSY avoids
@@ -99,7 +101,7 @@ func Open(ctx context.Context, path string, opts store.Options) (*Store, error) 
 	if busy <= 0 {
 		busy = DefaultBusyTimeout
 	}
-	s := &Store{path: path, readOnly: opts.ReadOnly, busy: busy, now: unixNow}
+	s := &Store{path: path, readOnly: opts.ReadOnly, busy: busy, now: unixNow, beforeCommit: opts.BeforeCommit}
 
 	if opts.ReadOnly {
 		r, err := openPool(path, roParams(busy), readConns)

@@ -136,5 +136,5 @@ func Run(t *testing.T, f Factory) {
 	t.Run("Instances", func(t *testing.T) { testInstances(t, su) })
 	t.Run("ClosedStore", func(t *testing.T) { testClosedStore(t, su) })
 	// failpoint.go
-	t.Run("BeforeCommitFailpoints", func(t *testing.T) { testBeforeCommitFailpoints(t, open) })
+	t.Run("BeforeCommitFailpoints", func(t *testing.T) { testBeforeCommitFailpoints(t, su) })
 }
