@@ -83,7 +83,7 @@ func TestRefusedExtensionCancelsTool(t *testing.T) {
 		g, err := b.st.Get(ctx, c.CallID)
 		return err == nil && g.Status == store.StatusRunning
 	})
-	if err := b.st.Release(ctx, c.CallID, b.srv.Owner(), 1, "test: taken over"); err != nil {
+	if err := b.st.Release(ctx, store.Lease{CallID: c.CallID, Owner: b.srv.Owner(), Attempt: 1}, "test: taken over"); err != nil {
 		t.Fatal(err)
 	}
 	thief, err := b.st.ClaimNext(ctx, "thief", time.Hour, 1)

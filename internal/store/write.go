@@ -156,8 +156,8 @@ func (o *observed) ClaimNext(ctx context.Context, owner string, lease time.Durat
 	return calls, nil
 }
 
-func (o *observed) ExtendLease(ctx context.Context, callID, owner string, attempt int64, lease time.Duration) error {
-	err := o.Store.ExtendLease(ctx, callID, owner, attempt, lease)
+func (o *observed) ExtendLease(ctx context.Context, l Lease, lease time.Duration) error {
+	err := o.Store.ExtendLease(ctx, l, lease)
 	if errors.Is(err, ErrCancelRequested) {
 		// Extended too, with news for the worker.
 		if herr := o.end(WriteLease, true, nil); herr != nil {
@@ -198,8 +198,8 @@ func (o *observed) RecoverExpired(ctx context.Context) ([]string, error) {
 	return ids, nil
 }
 
-func (o *observed) Release(ctx context.Context, callID, owner string, attempt int64, reason string) error {
-	return o.end(WriteRelease, true, o.Store.Release(ctx, callID, owner, attempt, reason))
+func (o *observed) Release(ctx context.Context, l Lease, reason string) error {
+	return o.end(WriteRelease, true, o.Store.Release(ctx, l, reason))
 }
 
 func (o *observed) Cancel(ctx context.Context, callID string, errJSON json.RawMessage) (Call, CancelOutcome, error) {

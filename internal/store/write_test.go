@@ -118,7 +118,7 @@ func TestObserveOnlyAfterAChange(t *testing.T) {
 	if _, err := st.Succeed(ctx, store.Completion{}); !errors.Is(err, store.ErrFenced) || !errors.Is(doneErr, store.ErrFenced) {
 		t.Fatalf("fenced completion: %v (Done saw %v)", err, doneErr)
 	}
-	if err := st.ExtendLease(ctx, "c", "w", 1, time.Second); !errors.Is(err, store.ErrCancelRequested) || doneErr != nil {
+	if err := st.ExtendLease(ctx, store.Lease{CallID: "c", Owner: "w", Attempt: 1}, time.Second); !errors.Is(err, store.ErrCancelRequested) || doneErr != nil {
 		t.Fatalf("extension with a cancel request: %v (Done saw %v, want nil: it was extended)", err, doneErr)
 	}
 	if !slices.Equal(after, []store.Write{store.WriteLease}) {
@@ -177,9 +177,9 @@ func (changing) Fail(context.Context, store.Completion) (store.Call, error) { re
 func (changing) ScheduleRetry(context.Context, store.Completion, time.Duration) (store.Call, error) {
 	return store.Call{}, nil
 }
-func (changing) RecoverExpired(context.Context) ([]string, error)                        { return []string{"c"}, nil }
-func (changing) Release(context.Context, string, string, int64, string) error            { return nil }
-func (changing) ExtendLease(context.Context, string, string, int64, time.Duration) error { return nil }
+func (changing) RecoverExpired(context.Context) ([]string, error)              { return []string{"c"}, nil }
+func (changing) Release(context.Context, store.Lease, string) error            { return nil }
+func (changing) ExtendLease(context.Context, store.Lease, time.Duration) error { return nil }
 func (changing) Cancel(context.Context, string, json.RawMessage) (store.Call, store.CancelOutcome, error) {
 	return store.Call{}, store.Canceled, nil
 }
@@ -197,7 +197,7 @@ func (unchanging) ClaimNext(context.Context, string, time.Duration, int, ...stor
 func (unchanging) Succeed(context.Context, store.Completion) (store.Call, error) {
 	return store.Call{}, store.ErrFenced
 }
-func (unchanging) ExtendLease(context.Context, string, string, int64, time.Duration) error {
+func (unchanging) ExtendLease(context.Context, store.Lease, time.Duration) error {
 	return store.ErrCancelRequested
 }
 func (unchanging) Cancel(context.Context, string, json.RawMessage) (store.Call, store.CancelOutcome, error) {

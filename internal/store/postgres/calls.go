@@ -804,7 +804,7 @@ func (s *Store) RecoverExpired(ctx context.Context) ([]string, error) {
 			ids = append(ids, id)
 			ts = append(ts, at)
 			events = append(events, store.EventRecover)
-			details = append(details, store.DetailLeaseExpired(owner, attempt))
+			details = append(details, store.DetailLeaseExpired(store.Lease{CallID: id, Owner: owner, Attempt: attempt}))
 			return nil
 		}); err != nil {
 			return err
@@ -827,7 +827,8 @@ ORDER BY n`, ts, ids, events, details)
 
 // Release returns one running call to pending at once if it is still held
 // by owner at attempt: used when the owner process is known to be dead.
-func (s *Store) Release(ctx context.Context, callID, owner string, attempt int64, reason string) error {
+func (s *Store) Release(ctx context.Context, l store.Lease, reason string) error {
+	callID, owner, attempt := l.CallID, l.Owner, l.Attempt
 	if err := s.writable(); err != nil {
 		return err
 	}
@@ -875,7 +876,8 @@ SELECT EXISTS (SELECT 1 FROM extended), EXISTS (SELECT 1 FROM calls WHERE call_i
 
 // ExtendLease moves the lease of a call still held by owner at attempt to
 // the database's now + lease, without an audit row (a heartbeat).
-func (s *Store) ExtendLease(ctx context.Context, callID, owner string, attempt int64, lease time.Duration) error {
+func (s *Store) ExtendLease(ctx context.Context, l store.Lease, lease time.Duration) error {
+	callID, owner, attempt := l.CallID, l.Owner, l.Attempt
 	if err := s.writable(); err != nil {
 		return err
 	}

@@ -57,15 +57,11 @@ WHERE call_id = $1 AND status = 'running' RETURNING `+callColumns, callID))
 			if err != nil {
 				return err
 			}
-			owner := ""
-			if c.Owner != nil {
-				owner = *c.Owner
-			}
 			var now float64
 			if err := tx.QueryRow(ctx, `SELECT `+dbNow).Scan(&now); err != nil {
 				return err
 			}
-			return insertAudit(ctx, tx, now, callID, store.EventCancelRequested, store.DetailCancelRequested(owner, c.Attempt))
+			return insertAudit(ctx, tx, now, callID, store.EventCancelRequested, store.DetailCancelRequested(store.LeaseOf(c)))
 		default:
 			out, call = store.AlreadyFinal, c
 			return nil

@@ -118,7 +118,7 @@ func TestHookRunsTheProductionStatements(t *testing.T) {
 			return err
 		}},
 		{store.WriteLease, func(s *Store) error {
-			return s.ExtendLease(ctx, "c_0000000000000001", "w", 1, time.Minute)
+			return s.ExtendLease(ctx, store.Lease{CallID: "c_0000000000000001", Owner: "w", Attempt: 1}, time.Minute)
 		}},
 		{store.WriteSucceed, func(s *Store) error {
 			c, err := s.Get(ctx, "c_0000000000000001")
@@ -129,7 +129,7 @@ func TestHookRunsTheProductionStatements(t *testing.T) {
 			return err
 		}},
 		{store.WriteFail, func(s *Store) error {
-			_, err := s.Fail(ctx, store.Completion{CallID: "c_0000000000000002", Owner: "w", Attempt: 1,
+			_, err := s.Fail(ctx, store.Completion{Lease: store.Lease{CallID: "c_0000000000000002", Owner: "w", Attempt: 1},
 				Error: []byte(`{"code":"x","message":"y","retryable":false}`)})
 			return err
 		}},

@@ -499,7 +499,7 @@ func (s *Store) RecoverExpired(ctx context.Context) ([]string, error) {
 			} else if n != 1 {
 				continue
 			}
-			if err := s.audit(ctx, tx, now, e.id, store.EventRecover, store.DetailLeaseExpired(e.owner, e.attempt)); err != nil {
+			if err := s.audit(ctx, tx, now, e.id, store.EventRecover, store.DetailLeaseExpired(store.Lease{CallID: e.id, Owner: e.owner, Attempt: e.attempt})); err != nil {
 				return err
 			}
 			recovered = append(recovered, e.id)
@@ -514,7 +514,8 @@ func (s *Store) RecoverExpired(ctx context.Context) ([]string, error) {
 
 // Release returns one running call to pending at once if owner still holds
 // it at attempt (its process is known dead). See store.Store.
-func (s *Store) Release(ctx context.Context, callID, owner string, attempt int64, reason string) error {
+func (s *Store) Release(ctx context.Context, l store.Lease, reason string) error {
+	callID, owner, attempt := l.CallID, l.Owner, l.Attempt
 	if s.readOnly {
 		return fmt.Errorf("sqlite release: %w", store.ErrReadOnly)
 	}
@@ -545,7 +546,8 @@ func (s *Store) Release(ctx context.Context, callID, owner string, attempt int64
 
 // ExtendLease moves the lease of a call still held by owner at attempt to
 // now + lease, without an audit row (a heartbeat). See store.Store.
-func (s *Store) ExtendLease(ctx context.Context, callID, owner string, attempt int64, lease time.Duration) error {
+func (s *Store) ExtendLease(ctx context.Context, l store.Lease, lease time.Duration) error {
+	callID, owner, attempt := l.CallID, l.Owner, l.Attempt
 	if s.readOnly {
 		return fmt.Errorf("sqlite extend lease: %w", store.ErrReadOnly)
 	}

@@ -57,11 +57,7 @@ func (s *Store) Cancel(ctx context.Context, callID string, errJSON json.RawMessa
 			if err != nil {
 				return err
 			}
-			owner := ""
-			if c.Owner != nil {
-				owner = *c.Owner
-			}
-			return s.audit(ctx, tx, now, callID, store.EventCancelRequested, store.DetailCancelRequested(owner, c.Attempt))
+			return s.audit(ctx, tx, now, callID, store.EventCancelRequested, store.DetailCancelRequested(store.LeaseOf(c)))
 		default:
 			out, call = store.AlreadyFinal, c
 			return nil

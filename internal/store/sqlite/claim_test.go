@@ -98,7 +98,7 @@ func seed(t *testing.T, s *Store, n int) {
 		t.Fatal(err)
 	}
 	for _, c := range got[:len(got)/2] {
-		if _, err := s.Succeed(t.Context(), store.Completion{CallID: c.CallID, Owner: "seed", Attempt: c.Attempt}); err != nil {
+		if _, err := s.Succeed(t.Context(), store.Completion{Lease: store.Lease{CallID: c.CallID, Owner: "seed", Attempt: c.Attempt}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -130,7 +130,7 @@ func TestClaimOldestAcrossPendingAndExpired(t *testing.T) {
 		t.Fatalf("first claim = %d calls, %v", len(got), err)
 	}
 	for _, id := range []string{ids[0], ids[2], ids[4]} {
-		if err := s.Release(t.Context(), id, "old", 1, "test"); err != nil {
+		if err := s.Release(t.Context(), store.Lease{CallID: id, Owner: "old", Attempt: 1}, "test"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -295,7 +295,7 @@ func BenchmarkClaimSucceedBacklog(b *testing.B) {
 				}
 				c := got[0]
 				if _, err := s.Succeed(b.Context(), store.Completion{
-					CallID: c.CallID, Owner: "w", Attempt: c.Attempt, Result: []byte(`{"ok":true}`),
+					Lease: store.Lease{CallID: c.CallID, Owner: "w", Attempt: c.Attempt}, Result: []byte(`{"ok":true}`),
 					Effect: &store.Effect{EffectID: "e" + c.CallID, Tool: "charge", Amount: &amount},
 				}); err != nil {
 					b.Fatal(err)

@@ -291,7 +291,7 @@ func TestCancelledWriterGetsItsOwnOutcome(t *testing.T) {
 	defer cancel()
 	res := make(chan error, 1)
 	go func() {
-		_, err := s.Succeed(wctx, store.Completion{CallID: stale[0].CallID, Owner: "old", Attempt: stale[0].Attempt,
+		_, err := s.Succeed(wctx, store.Completion{Lease: store.Lease{CallID: stale[0].CallID, Owner: "old", Attempt: stale[0].Attempt},
 			Result: []byte(`{}`)})
 		res <- err
 	}()

@@ -48,7 +48,9 @@ func testBeforeCommitFailpoints(t *testing.T, su suite) {
 		}},
 		{store.WriteLease, func(t *testing.T, s store.Store) func() error {
 			c := createAndClaim(t, s, "k", "w", longLease)
-			return func() error { return s.ExtendLease(t.Context(), c.CallID, "w", c.Attempt, 2*longLease) }
+			return func() error {
+				return s.ExtendLease(t.Context(), store.Lease{CallID: c.CallID, Owner: "w", Attempt: c.Attempt}, 2*longLease)
+			}
 		}},
 		{store.WriteSucceed, func(t *testing.T, s store.Store) func() error {
 			c := createAndClaim(t, s, "k", "w", longLease)
@@ -78,7 +80,9 @@ func testBeforeCommitFailpoints(t *testing.T, su suite) {
 		}},
 		{store.WriteRelease, func(t *testing.T, s store.Store) func() error {
 			c := createAndClaim(t, s, "k", "w", longLease)
-			return func() error { return s.Release(t.Context(), c.CallID, "w", c.Attempt, "owner gone") }
+			return func() error {
+				return s.Release(t.Context(), store.Lease{CallID: c.CallID, Owner: "w", Attempt: c.Attempt}, "owner gone")
+			}
 		}},
 		{store.WriteCancel, func(t *testing.T, s store.Store) func() error {
 			done := createAndClaim(t, s, "done", "w", longLease)
