@@ -46,7 +46,7 @@ RETURNING `+callColumnsOf("calls"), callID, string(errJSON)))
 				return err
 			}
 			out = store.Canceled
-			return insertAudit(ctx, tx, call.UpdatedAt, callID, store.EventCanceled, store.DetailCanceled(errJSON))
+			return s.insertAudit(ctx, tx, call.UpdatedAt, callID, store.EventCanceled, store.DetailCanceled(errJSON))
 		case store.StatusRunning:
 			out, call = store.CancelRequested, c
 			if c.CancelRequested {
@@ -61,7 +61,7 @@ WHERE call_id = $1 AND status = 'running' RETURNING `+callColumns, callID))
 			if err := tx.QueryRow(ctx, `SELECT `+dbNow).Scan(&now); err != nil {
 				return err
 			}
-			return insertAudit(ctx, tx, now, callID, store.EventCancelRequested, store.DetailCancelRequested(store.LeaseOf(c)))
+			return s.insertAudit(ctx, tx, now, callID, store.EventCancelRequested, store.DetailCancelRequested(store.LeaseOf(c)))
 		default:
 			out, call = store.AlreadyFinal, c
 			return nil

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"sync/atomic"
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
@@ -37,23 +36,14 @@ import (
 // stays short even when many writers wait.
 const maxBatch = 64
 
-// States of a writeOp, changed only by compare-and-swap so that exactly one
-// of the committer (taking it) and its writer (giving up) wins.
-const (
-	opQueued int32 = iota
-	opTaken
-	opAbandoned
-)
-
 // writeOp is one write waiting for the committer.
 type writeOp struct {
+	store.Queued
 	ctx  context.Context
 	name string
 	fn   func(ctx context.Context, tx *sql.Tx) error
 	// before is the write's before-commit hook (failpoint.go), nil if none.
 	before func() error
-	state  atomic.Int32
-	done   chan error // capacity 1: the committer never blocks on it
 }
 
 // writeTx runs fn as the write w of store.Store (writeOp below), with
@@ -85,38 +75,14 @@ func (s *Store) commitTx(ctx context.Context, name string, before func() error, 
 		return fmt.Errorf("sqlite %s: %w", name, store.ErrReadOnly)
 	}
 	if err := ctx.Err(); err != nil {
-		return mapErr(ctx, name, err)
+		return interpret(ctx, name, err)
 	}
-	op := &writeOp{ctx: ctx, name: name, fn: fn, before: before, done: make(chan error, 1)}
-	busy := time.NewTimer(s.busy)
-	defer busy.Stop()
-	select {
-	case s.writes <- op:
-	case <-busy.C:
-		return busyErr(name, s.busy)
-	case <-ctx.Done():
-		return mapErr(ctx, name, ctx.Err())
-	case <-s.quit:
-		return closedErr(name)
-	}
-	select {
-	case err := <-op.done:
-		return err
-	case <-busy.C:
-		if op.state.CompareAndSwap(opQueued, opAbandoned) {
-			return busyErr(name, s.busy)
-		}
-	case <-ctx.Done():
-		if op.state.CompareAndSwap(opQueued, opAbandoned) {
-			return mapErr(ctx, name, ctx.Err())
-		}
-	case <-s.quit:
-		if op.state.CompareAndSwap(opQueued, opAbandoned) {
-			return closedErr(name)
-		}
-	}
-	// Taken: it runs to the end and is answered.
-	return <-op.done
+	op := &writeOp{ctx: ctx, name: name, fn: fn, before: before}
+	return store.Submit(ctx, s.writes, op, &op.Queued, s.quit, s.busy, store.Refusals{
+		Busy:     func() error { return busyErr(name, s.busy) },
+		Closed:   func() error { return closedErr(name) },
+		Canceled: func(err error) error { return interpret(ctx, name, err) },
+	})
 }
 
 func busyErr(name string, busy time.Duration) error {
@@ -189,12 +155,7 @@ func runAlone(conn *sql.Conn, op *writeOp) error {
 // write of a batch that was not committed gets an error, whatever happened
 // (a failed statement, a lost transaction, a panic).
 func (s *Store) commitBatch(ops []*writeOp) {
-	live := ops[:0:0]
-	for _, op := range ops {
-		if op.state.CompareAndSwap(opQueued, opTaken) {
-			live = append(live, op)
-		}
-	}
+	live := store.Take(ops, func(op *writeOp) *store.Queued { return &op.Queued })
 	if len(live) == 0 {
 		return
 	}
@@ -206,7 +167,7 @@ func (s *Store) commitBatch(ops []*writeOp) {
 			// that gave up meanwhile must still learn it (a fenced
 			// completion stays ErrFenced and gets its audit row), not
 			// read its own "context canceled" instead.
-			op.done <- mapErr(context.WithoutCancel(op.ctx), op.name, errs[i])
+			op.Answer(interpret(context.WithoutCancel(op.ctx), op.name, errs[i]))
 		}
 	}
 	defer answer()

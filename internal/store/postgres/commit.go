@@ -92,22 +92,15 @@ func (w row) Scan(dest ...any) error {
 
 // groupOp is one write waiting for a committer.
 type groupOp struct {
+	store.Queued
 	// key orders the writes of a batch (see above).
 	key string
 	// queue adds the write's statements to b.
 	queue func(b *pgx.Batch)
 	// read reads their results and decides the write's answer. It must
 	// only set state that a later run sets again.
-	read  func(r *results) error
-	state atomic.Int32 // opQueued, opTaken or opAbandoned
-	done  chan error   // capacity 1
+	read func(r *results) error
 }
-
-const (
-	opQueued int32 = iota
-	opTaken
-	opAbandoned
-)
 
 // group is the committers of one kind of write.
 type group struct {
@@ -139,37 +132,17 @@ func (g *group) stop() {
 	g.wg.Wait()
 }
 
-// run submits op and waits for its answer. A write not yet taken by a
-// committer gives up with its ctx, or with ErrUnavailable after g.wait;
-// once taken, it runs to its end and is answered (its statements run under
-// a context without the cancellation: cancelling one statement would abort
-// the whole batch's transaction).
+// run submits op and waits for its answer (store.Submit): a write not yet
+// taken by a committer gives up with its ctx, or with ErrUnavailable after
+// g.wait; once taken, it runs to its end and is answered (its statements
+// run under a context without the cancellation: cancelling one statement
+// would abort the whole batch's transaction).
 func (g *group) run(ctx context.Context, op *groupOp) error {
-	op.done = make(chan error, 1)
-	busy := time.NewTimer(g.wait)
-	defer busy.Stop()
-	select {
-	case g.ops <- op:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-busy.C:
-		return g.busyErr()
-	case <-g.quit:
-		return fmt.Errorf("postgres: %w: store closed", store.ErrUnavailable)
-	}
-	select {
-	case err := <-op.done:
-		return err
-	case <-ctx.Done():
-		if op.state.CompareAndSwap(opQueued, opAbandoned) {
-			return ctx.Err()
-		}
-	case <-busy.C:
-		if op.state.CompareAndSwap(opQueued, opAbandoned) {
-			return g.busyErr()
-		}
-	}
-	return <-op.done
+	return store.Submit(ctx, g.ops, op, &op.Queued, g.quit, g.wait, store.Refusals{
+		Busy:     g.busyErr,
+		Closed:   func() error { return fmt.Errorf("postgres: %w: store closed", store.ErrUnavailable) },
+		Canceled: func(err error) error { return err },
+	})
 }
 
 // busyErr is a write's answer when no committer took it within g.wait
@@ -192,12 +165,7 @@ func (g *group) loop() {
 
 // commit sends ops as one batch and answers each of them.
 func (g *group) commit(ops []*groupOp) {
-	live := ops[:0:0]
-	for _, op := range ops {
-		if op.state.CompareAndSwap(opQueued, opTaken) {
-			live = append(live, op)
-		}
-	}
+	live := store.Take(ops, func(op *groupOp) *store.Queued { return &op.Queued })
 	if len(live) == 0 {
 		return
 	}
@@ -219,7 +187,7 @@ func (g *group) commit(ops []*groupOp) {
 		}
 	}
 	for i, op := range live {
-		op.done <- errs[i]
+		op.Answer(errs[i])
 	}
 }
 
