@@ -7,7 +7,7 @@ import (
 )
 
 // NextBatch is the group commit's intake, shared by both backends' committers
-// (store/sqlite commit.go, store/postgres group.go): it waits for one write
+// (store/sqlite commit.go, store/postgres commit.go): it waits for one write
 // on ops, then takes whoever else is waiting at that moment, up to max, and
 // returns them in batch (reused: its old contents are dropped). It does not
 // linger for more: an idle store commits a lone write at once, a busy one

@@ -73,7 +73,7 @@ type Store struct {
 	pool     *pgxpool.Pool
 	readOnly bool
 	// creates and completions commit the one-round-trip writes in groups
-	// (group.go); nil on a read-only store.
+	// (commit.go); nil on a read-only store.
 	creates, completions *group
 	// before is store.Options.BeforeCommit (failpoint.go); nil in
 	// production.

@@ -17,7 +17,7 @@ import (
 // Exec or Query prepares and finalizes every time.
 //
 // The SQL is written out here, next to the comment that says why it is
-// shaped as it is; the Go code that runs it is in calls.go and reads.go.
+// shaped as it is; the Go code that runs it is in create.go, claim.go, complete.go, lease.go and reads.go.
 const (
 	// sqlCallByID and sqlCallByKey read one call (scanCall's columns).
 	sqlCallByID  = `SELECT ` + callColumns + ` FROM calls WHERE call_id = ?`
