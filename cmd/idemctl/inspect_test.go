@@ -40,7 +40,7 @@ func inspectDB(t *testing.T) (path, paidID string) {
 			t.Fatalf("claim: %v %v", claimed, err)
 		}
 		amount := int64(7)
-		if _, err := st.Succeed(ctx, store.Completion{CallID: id, Owner: "test-owner", Attempt: claimed[0].Attempt,
+		if _, err := st.Succeed(ctx, store.Completion{Lease: store.Lease{CallID: id, Owner: "test-owner", Attempt: claimed[0].Attempt},
 			Result: json.RawMessage(`{"charged":7}`),
 			Effect: &store.Effect{EffectID: "eff_00000000000000a1", CallID: id, Tool: "charge", Amount: &amount}}); err != nil {
 			t.Fatal(err)

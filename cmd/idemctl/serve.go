@@ -256,7 +256,7 @@ func runServe(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 	}
 
 	st, err := openWithWait(ctx, func(ctx context.Context) (store.Store, error) {
-		return backend.Open(ctx, o.DB, store.Options{})
+		return backend.Open(ctx, o.DB, failpointOptions(o.failpoints, logger))
 	}, o.DBWait, 250*time.Millisecond, logger, o.DB)
 	if err != nil {
 		return fmt.Errorf("opening database %s: %w", backend.Redact(o.DB), err)

@@ -285,7 +285,7 @@ func seed(t *testing.T, st store.Store, path string) string {
 	succeed := func(c store.Call, ext int64) {
 		var args struct{ Amount int64 }
 		_ = json.Unmarshal(c.ArgsJSON, &args)
-		comp := store.Completion{CallID: c.CallID, Owner: *c.Owner, Attempt: c.Attempt, Extensions: ext,
+		comp := store.Completion{Lease: store.Lease{CallID: c.CallID, Owner: *c.Owner, Attempt: c.Attempt}, Extensions: ext,
 			Result: json.RawMessage(`{"ok":true}`)}
 		if c.Tool == "charge" {
 			comp.Result = json.RawMessage(fmt.Sprintf(`{"charged":%d,"effect_id":%q}`, args.Amount, tool.EffectID(c.CallID)))
@@ -304,12 +304,12 @@ func seed(t *testing.T, st store.Store, path string) string {
 		c = claim(c.CallID, owners[i%3])
 		switch {
 		case i%11 == 0: // a retry, then success
-			if _, err := st.ScheduleRetry(ctx, store.Completion{CallID: c.CallID, Owner: *c.Owner, Attempt: c.Attempt, Error: downstream}, 0); err != nil {
+			if _, err := st.ScheduleRetry(ctx, store.Completion{Lease: store.Lease{CallID: c.CallID, Owner: *c.Owner, Attempt: c.Attempt}, Error: downstream}, 0); err != nil {
 				t.Fatal(err)
 			}
 			succeed(claim(c.CallID, owners[(i+1)%3]), 0)
 		case i%13 == 5: // a final failure
-			if _, err := st.Fail(ctx, store.Completion{CallID: c.CallID, Owner: *c.Owner, Attempt: c.Attempt,
+			if _, err := st.Fail(ctx, store.Completion{Lease: store.Lease{CallID: c.CallID, Owner: *c.Owner, Attempt: c.Attempt},
 				Error: json.RawMessage(`{"code":"tool_failed","message":"card declined","retryable":false}`)}); err != nil {
 				t.Fatal(err)
 			}
@@ -322,15 +322,15 @@ func seed(t *testing.T, st store.Store, path string) string {
 	// 1's late completion is fenced; attempt 3 succeeds.
 	c := newCall("invoice-2041", "charge", `{"amount":2041,"currency":"EUR","customer":"cus_8812"}`)
 	a1 := claim(c.CallID, owners[0])
-	if _, err := st.ScheduleRetry(ctx, store.Completion{CallID: c.CallID, Owner: owners[0], Attempt: a1.Attempt, Extensions: 2, Error: downstream},
+	if _, err := st.ScheduleRetry(ctx, store.Completion{Lease: store.Lease{CallID: c.CallID, Owner: owners[0], Attempt: a1.Attempt}, Extensions: 2, Error: downstream},
 		150*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	a2 := claim(c.CallID, owners[1])
-	if err := st.Release(ctx, c.CallID, owners[1], a2.Attempt, "owner web-2/977 exited (pid gone)"); err != nil {
+	if err := st.Release(ctx, store.Lease{CallID: c.CallID, Owner: owners[1], Attempt: a2.Attempt}, "owner web-2/977 exited (pid gone)"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Succeed(ctx, store.Completion{CallID: c.CallID, Owner: owners[0], Attempt: a1.Attempt, Result: json.RawMessage(`{}`)}); err == nil {
+	if _, err := st.Succeed(ctx, store.Completion{Lease: store.Lease{CallID: c.CallID, Owner: owners[0], Attempt: a1.Attempt}, Result: json.RawMessage(`{}`)}); err == nil {
 		t.Fatal("a stale completion was not fenced")
 	}
 	succeed(claim(c.CallID, owners[2]), 1)

@@ -23,7 +23,7 @@ func TestOverview(t *testing.T) {
 	theirs := b.create(t, "bob", "theirs-bad", "charge", `{}`)
 	claimed := b.claim(t, "owner-1") // all four run, attempt 1
 	for _, c := range []store.Call{bad, theirs} {
-		if _, err := b.st.Fail(ctx, store.Completion{CallID: c.CallID, Owner: "owner-1", Attempt: claimed[c.CallID].Attempt,
+		if _, err := b.st.Fail(ctx, store.Completion{Lease: store.Lease{CallID: c.CallID, Owner: "owner-1", Attempt: claimed[c.CallID].Attempt},
 			Error: json.RawMessage(`{"code":"tool_failed","message":"card declined","retryable":false}`)}); err != nil {
 			t.Fatal(err)
 		}
@@ -69,21 +69,21 @@ func TestCallTimeline(t *testing.T) {
 	ctx := t.Context()
 	c := b.create(t, "", "order-42", "charge", `{"amount":7}`)
 	a1 := b.claim(t, "owner-1")[c.CallID]
-	if _, err := b.st.ScheduleRetry(ctx, store.Completion{CallID: c.CallID, Owner: "owner-1", Attempt: a1.Attempt,
+	if _, err := b.st.ScheduleRetry(ctx, store.Completion{Lease: store.Lease{CallID: c.CallID, Owner: "owner-1", Attempt: a1.Attempt},
 		Extensions: 2, Error: json.RawMessage(`{"code":"downstream_error","message":"503","retryable":true}`)}, 0); err != nil {
 		t.Fatal(err)
 	}
 	a2 := b.claim(t, "owner-2")[c.CallID]
 	// A stale completion of attempt 1: fenced.
-	if _, err := b.st.Succeed(ctx, store.Completion{CallID: c.CallID, Owner: "owner-1", Attempt: a1.Attempt,
+	if _, err := b.st.Succeed(ctx, store.Completion{Lease: store.Lease{CallID: c.CallID, Owner: "owner-1", Attempt: a1.Attempt},
 		Result: json.RawMessage(`{}`)}); err == nil {
 		t.Fatal("a stale completion was not fenced")
 	}
-	if err := b.st.Release(ctx, c.CallID, "owner-2", a2.Attempt, "owner process gone"); err != nil {
+	if err := b.st.Release(ctx, store.Lease{CallID: c.CallID, Owner: "owner-2", Attempt: a2.Attempt}, "owner process gone"); err != nil {
 		t.Fatal(err)
 	}
 	a3 := b.claim(t, "owner-3")[c.CallID]
-	if _, err := b.st.Succeed(ctx, store.Completion{CallID: c.CallID, Owner: "owner-3", Attempt: a3.Attempt, Extensions: 1,
+	if _, err := b.st.Succeed(ctx, store.Completion{Lease: store.Lease{CallID: c.CallID, Owner: "owner-3", Attempt: a3.Attempt}, Extensions: 1,
 		Result: json.RawMessage(`{"charged":7}`), Effect: &store.Effect{EffectID: "e_42", CallID: c.CallID, Tool: "charge"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestCallPageStates(t *testing.T) {
 	}
 	bad := b.create(t, "", "k-bad", "fail", `{}`)
 	cl := b.claim(t, "o")
-	if _, err := b.st.Fail(t.Context(), store.Completion{CallID: bad.CallID, Owner: "o", Attempt: cl[bad.CallID].Attempt,
+	if _, err := b.st.Fail(t.Context(), store.Completion{Lease: store.Lease{CallID: bad.CallID, Owner: "o", Attempt: cl[bad.CallID].Attempt},
 		Error: json.RawMessage(`{"code":"tool_failed","message":"boom","retryable":false}`)}); err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestEscaping(t *testing.T) {
 	const hostile = `<script>alert(1)</script>`
 	c := b.create(t, "", hostile, `<img src=x onerror=alert(3)>`, `{"x":"</pre><script>alert(2)</script>"}`)
 	cl := b.claim(t, `<b>owner</b>`)
-	if _, err := b.st.Fail(t.Context(), store.Completion{CallID: c.CallID, Owner: `<b>owner</b>`, Attempt: cl[c.CallID].Attempt,
+	if _, err := b.st.Fail(t.Context(), store.Completion{Lease: store.Lease{CallID: c.CallID, Owner: `<b>owner</b>`, Attempt: cl[c.CallID].Attempt},
 		Error: json.RawMessage(`{"code":"<script>x</script>","message":"<i>m</i>","retryable":false}`)}); err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ import (
 // now + retryDelay (docs/lifecycle.md, "Server-side retries"); the call
 // returned is then pending.
 func (e *Executor) commit(c store.Call, out tool.Outcome, extensions int64) (store.Call, error) {
-	comp := store.Completion{CallID: c.CallID, Owner: e.owner, Attempt: c.Attempt, Extensions: extensions}
+	comp := store.Completion{Lease: store.Lease{CallID: c.CallID, Owner: e.owner, Attempt: c.Attempt}, Extensions: extensions}
 	if out.Err != nil {
 		raw, err := storedError(out.Err)
 		if err != nil {
@@ -114,7 +114,7 @@ func (e *Executor) failRefused(c store.Call, refusal error, extensions int64) (s
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
 	defer cancel()
-	return e.st.Fail(ctx, store.Completion{CallID: c.CallID, Owner: e.owner, Attempt: c.Attempt,
+	return e.st.Fail(ctx, store.Completion{Lease: store.Lease{CallID: c.CallID, Owner: e.owner, Attempt: c.Attempt},
 		Error: raw, Extensions: extensions})
 }
 

@@ -60,7 +60,7 @@ func (e *Executor) startHeartbeat(c store.Call, log *slog.Logger, lose context.C
 			// One beat may take at most one period: a stuck database must
 			// not stack beats up, and the next one tries again.
 			bctx, bcancel := context.WithTimeout(ctx, every)
-			err := e.st.ExtendLease(bctx, c.CallID, e.owner, c.Attempt, e.lease)
+			err := e.st.ExtendLease(bctx, store.Lease{CallID: c.CallID, Owner: e.owner, Attempt: c.Attempt}, e.lease)
 			bcancel()
 			switch {
 			case err == nil:

@@ -80,7 +80,7 @@ func TestRefusedExtensionCancelsTool(t *testing.T) {
 		g, err := b.st.GetAny(ctx, c.CallID)
 		return err == nil && g.Status == store.StatusRunning
 	})
-	if err := b.st.Release(ctx, c.CallID, b.ex.Owner(), 1, "test: taken over"); err != nil {
+	if err := b.st.Release(ctx, store.Lease{CallID: c.CallID, Owner: b.ex.Owner(), Attempt: 1}, "test: taken over"); err != nil {
 		t.Fatal(err)
 	}
 	thief, err := b.st.ClaimNext(ctx, "thief", time.Hour, 1)

@@ -48,7 +48,7 @@ func (e *Executor) releaseDeadOwners(ctx context.Context) {
 		reason := fmt.Sprintf("owner process gone (%s pid %d)", o.Host, o.PID)
 		// Fenced on the owner and attempt we saw: if the call moved on
 		// meanwhile, Release refuses and nothing happens.
-		err := e.st.Release(ctx, c.CallID, *c.Owner, c.Attempt, reason)
+		err := e.st.Release(ctx, store.Lease{CallID: c.CallID, Owner: *c.Owner, Attempt: c.Attempt}, reason)
 		if errors.Is(err, store.ErrNotHeld) {
 			continue
 		}

@@ -190,7 +190,7 @@ func (e *Executor) abandon(c store.Call, log *slog.Logger) {
 	e.m.executions.WithLabelValues(c.Tool, execAbandoned).Inc()
 	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
 	defer cancel()
-	err := e.st.Release(ctx, c.CallID, e.owner, c.Attempt, "abandoned at shutdown")
+	err := e.st.Release(ctx, store.Lease{CallID: c.CallID, Owner: e.owner, Attempt: c.Attempt}, "abandoned at shutdown")
 	if err != nil && !errors.Is(err, store.ErrNotHeld) {
 		log.Warn("releasing abandoned call failed; its lease will expire", logkey.Err, err)
 		return

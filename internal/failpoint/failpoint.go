@@ -1,15 +1,19 @@
-// Package failpoint injects faults at named points around the durable
-// writes of the store: before and after each write's commit, on both
-// backends (docs/failpoints.md). It is the crash-point matrix's lever: a
-// test arms one point with crash or error, loads a real server until the
-// point is reached, and checks what survives. etcd's gofail is the model;
-// this is a few hundred lines because idemctl needs four actions and one
-// switch, not code generation.
+// Package failpoint is a registry of armed fault points: it parses a spec
+// (Parse) into named points, each with a sequence of actions (crash,
+// error, sleep, off), and runs a point's current action when asked
+// (Registry.Eval). It is the crash-point matrix's lever: a test arms one
+// point with crash or error, loads a real server until the point is
+// reached, and checks what survives (docs/failpoints.md). etcd's gofail is
+// the model; this is a few hundred lines because idemctl needs four
+// actions, not code generation.
 //
-// Points are armed from a spec (Parse) that `idemctl serve --chaos` reads
-// from IDEMCTL_FAILPOINTS, and only there: serve refuses a set
+// The package knows nothing of idemctl and imports none of it: the store
+// names its points (store.Failpoints) and runs them through hooks given to
+// it at Open and by store.Observe, so a registry is a value passed down,
+// never a process-wide switch. `idemctl serve --chaos` builds one from
+// IDEMCTL_FAILPOINTS, and only there: serve refuses a set
 // IDEMCTL_FAILPOINTS without --chaos, so a production server never runs
-// with one. Unarmed, a point costs one atomic load (Eval, Enabled).
+// with one, and an unarmed store has no hook at all.
 package failpoint
 
 import (
@@ -21,74 +25,22 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
-
-	"github.com/idemctl/idemctl/internal/store"
 )
 
-// Name is a failpoint's name: the write, a slash, and when in its
-// transaction the point sits.
+// Name is a failpoint's name. The registry gives names no meaning: the
+// code that evaluates points names them (the store's writes: store.Write's
+// BeforeCommit and AfterCommit, "create/before-commit"), and Parse accepts
+// the names it is given.
 type Name string
-
-// The failpoints: one before and one after the commit of each durable write
-// (docs/failpoints.md, "Points"). "before-commit" sits inside the write's
-// transaction, after its statements ran and before COMMIT (a crash there
-// leaves an uncommitted transaction for the database to roll back); it
-// fires only when the write changed at least one row. "after-commit" sits
-// after the commit, before the caller (a handler, a worker) learns the
-// outcome; it fires only when the write committed a change.
-const (
-	// CreateOrGet: a new call, a retry reset, an alias (dedup).
-	CreateBeforeCommit Name = "create/before-commit"
-	CreateAfterCommit  Name = "create/after-commit"
-	// ClaimNext: pending or expired calls to running.
-	ClaimBeforeCommit Name = "claim/before-commit"
-	ClaimAfterCommit  Name = "claim/after-commit"
-	// ExtendLease: a worker's heartbeat.
-	LeaseBeforeCommit Name = "lease/before-commit"
-	LeaseAfterCommit  Name = "lease/after-commit"
-	// Succeed: the success and its effect row.
-	SucceedBeforeCommit Name = "succeed/before-commit"
-	SucceedAfterCommit  Name = "succeed/after-commit"
-	// Fail: a final failure.
-	FailBeforeCommit Name = "fail/before-commit"
-	FailAfterCommit  Name = "fail/after-commit"
-	// ScheduleRetry: a server-side retry back to pending.
-	RetryBeforeCommit Name = "retry/before-commit"
-	RetryAfterCommit  Name = "retry/after-commit"
-	// RecoverExpired: expired leases back to pending.
-	RecoverBeforeCommit Name = "recover/before-commit"
-	RecoverAfterCommit  Name = "recover/after-commit"
-	// Release: a dead owner's or an abandoned call back to pending.
-	ReleaseBeforeCommit Name = "release/before-commit"
-	ReleaseAfterCommit  Name = "release/after-commit"
-	// Cancel: a pending call failed, or a running one asked to stop.
-	CancelBeforeCommit Name = "cancel/before-commit"
-	CancelAfterCommit  Name = "cancel/after-commit"
-)
-
-// Names lists every failpoint, in the order above. It is the one list:
-// Parse accepts only these, the docs and the matrix test range over it.
-var Names = []Name{
-	CreateBeforeCommit, CreateAfterCommit,
-	ClaimBeforeCommit, ClaimAfterCommit,
-	LeaseBeforeCommit, LeaseAfterCommit,
-	SucceedBeforeCommit, SucceedAfterCommit,
-	FailBeforeCommit, FailAfterCommit,
-	RetryBeforeCommit, RetryAfterCommit,
-	RecoverBeforeCommit, RecoverAfterCommit,
-	ReleaseBeforeCommit, ReleaseAfterCommit,
-	CancelBeforeCommit, CancelAfterCommit,
-}
 
 // EnvVar is the environment variable `idemctl serve --chaos` reads the spec from.
 const EnvVar = "IDEMCTL_FAILPOINTS"
 
-// ErrInjected is the error an "error" action returns. It wraps
-// store.ErrUnavailable, so the server treats it as the database failing
-// the write: 503 unavailable to a request, logged and retried by a worker.
-var ErrInjected = fmt.Errorf("failpoint: injected error: %w", store.ErrUnavailable)
+// ErrInjected is the error an "error" action returns. The code that runs a
+// point decides what it means (the store reports it as its unavailable
+// error, so the server answers 503 and a worker retries).
+var ErrInjected = errors.New("failpoint: injected error")
 
 // Kind is what an action does.
 type Kind int
@@ -164,7 +116,8 @@ func (p *point) next() term {
 // Registry is a parsed spec: the armed failpoints.
 type Registry struct {
 	points map[Name]*point
-	spec   []string // name=terms, in Names order, for String
+	known  []Name   // the names Parse accepted, in their order
+	spec   []string // name=terms, in known order, for String
 	log    *slog.Logger
 }
 
@@ -182,13 +135,14 @@ type Registry struct {
 // the point is off: "1*crash" crashes once, "2*off->crash" lets two
 // evaluations pass and crashes on the third. Blanks around the separators
 // are ignored; an empty entry (a trailing ";") is allowed. A name may
-// appear once. Errors name the entry and what is wrong, and Parse arms
-// nothing.
-func Parse(spec string) (*Registry, error) {
-	r := &Registry{points: map[Name]*point{}}
-	known := map[Name]bool{}
-	for _, n := range Names {
-		known[n] = true
+// appear once, and must be one of known. Errors name the entry and what
+// is wrong, and Parse arms nothing. A point's log lines go to slog's
+// default logger until SetLogger.
+func Parse(spec string, known []Name) (*Registry, error) {
+	r := &Registry{points: map[Name]*point{}, known: known, log: slog.Default()}
+	isKnown := map[Name]bool{}
+	for _, n := range known {
+		isKnown[n] = true
 	}
 	var errs []error
 	for _, entry := range strings.Split(spec, ";") {
@@ -202,8 +156,8 @@ func Parse(spec string) (*Registry, error) {
 		case !ok:
 			errs = append(errs, fmt.Errorf("%q: want name=action", entry))
 			continue
-		case !known[n]:
-			errs = append(errs, fmt.Errorf("%q: unknown failpoint %q (known: %s)", entry, n, knownList()))
+		case !isKnown[n]:
+			errs = append(errs, fmt.Errorf("%q: unknown failpoint %q (known: %s)", entry, n, knownList(known)))
 			continue
 		case r.points[n] != nil:
 			errs = append(errs, fmt.Errorf("%q: failpoint %s given twice", entry, n))
@@ -219,7 +173,7 @@ func Parse(spec string) (*Registry, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("%s: %w", EnvVar, err)
 	}
-	for _, n := range Names {
+	for _, n := range known {
 		if p := r.points[n]; p != nil {
 			parts := make([]string, len(p.terms))
 			for i, t := range p.terms {
@@ -231,9 +185,9 @@ func Parse(spec string) (*Registry, error) {
 	return r, nil
 }
 
-func knownList() string {
-	s := make([]string, len(Names))
-	for i, n := range Names {
+func knownList(known []Name) string {
+	s := make([]string, len(known))
+	for i, n := range known {
 		s[i] = string(n)
 	}
 	sort.Strings(s)
@@ -273,14 +227,14 @@ func parseTerms(s string) ([]term, error) {
 	return out, nil
 }
 
-// String is the spec as armed, in Names order, normalised
+// String is the spec as armed, in the order of Parse's known names, normalised
 // ("create/after-commit=crash;claim/before-commit=sleep(2s)").
 func (r *Registry) String() string { return strings.Join(r.spec, ";") }
 
-// Armed lists the armed failpoints, in Names order.
+// Armed lists the armed failpoints, in the order of Parse's known names.
 func (r *Registry) Armed() []Name {
 	var out []Name
-	for _, n := range Names {
+	for _, n := range r.known {
 		if r.points[n] != nil {
 			out = append(out, n)
 		}
@@ -288,32 +242,17 @@ func (r *Registry) Armed() []Name {
 	return out
 }
 
-// active is the armed registry; nil (the production case) means every
-// point is off.
-var active atomic.Pointer[Registry]
-
-// Enable arms r for the whole process; nil disarms. log receives a line
-// each time a point fires (nil: slog's default).
-func Enable(r *Registry, log *slog.Logger) {
-	if r != nil {
-		if log == nil {
-			log = slog.Default()
-		}
+// SetLogger sends the line logged each time a point fires to log.
+func (r *Registry) SetLogger(log *slog.Logger) {
+	if log != nil {
 		r.log = log
 	}
-	active.Store(r)
 }
 
-// Enabled reports whether any failpoint is armed: one atomic load. Code
-// that must do extra work to reach a point (read whether a transaction
-// wrote anything) asks this first.
-func Enabled() bool { return active.Load() != nil }
-
-// Eval runs failpoint n: nothing when it is not armed (one atomic load),
-// else its current action. It returns ErrInjected (wrapped with the name)
-// for an error action and nil otherwise; a crash does not return.
-func Eval(n Name) error {
-	r := active.Load()
+// Eval runs failpoint n: nothing when it is not armed (or r is nil), else
+// its current action. It returns ErrInjected (wrapped with the name) for
+// an error action and nil otherwise; a crash does not return.
+func (r *Registry) Eval(n Name) error {
 	if r == nil {
 		return nil
 	}

@@ -84,8 +84,8 @@ const toolsFile = `tools:
 // crashSkip is how many times a crash cell lets its point pass before the
 // crash, so that some keys are acknowledged before the process dies.
 var crashSkip = map[failpoint.Name]int{
-	failpoint.CreateBeforeCommit: 3, failpoint.CreateAfterCommit: 3,
-	failpoint.ClaimBeforeCommit: 2, failpoint.ClaimAfterCommit: 2,
+	store.WriteCreate.BeforeCommit(): 3, store.WriteCreate.AfterCommit(): 3,
+	store.WriteClaim.BeforeCommit(): 2, store.WriteClaim.AfterCommit(): 2,
 }
 
 // TestCrashPointMatrix: for every failpoint × {crash, error} × {SQLite,
@@ -101,7 +101,7 @@ func TestCrashPointMatrix(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, be := range []string{"sqlite", "postgres"} {
-		for _, name := range failpoint.Names {
+		for _, name := range store.Failpoints() {
 			for _, action := range []string{"crash", "error"} {
 				t.Run(be+"/"+string(name)+"="+action, func(t *testing.T) {
 					t.Parallel()

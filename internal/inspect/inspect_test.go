@@ -67,7 +67,7 @@ func setup(t *testing.T) *fixture {
 	c = claim(c.CallID)
 	amount := int64(100)
 	if f.paid, err = st.Succeed(ctx, store.Completion{
-		CallID: c.CallID, Owner: f.owner, Attempt: c.Attempt,
+		Lease:  store.Lease{CallID: c.CallID, Owner: f.owner, Attempt: c.Attempt},
 		Result: json.RawMessage(`{"charged":100,"effect_id":"eff_00000000000000a1"}`),
 		Effect: &store.Effect{EffectID: f.paidEffect, CallID: c.CallID, Tool: "charge", Amount: &amount},
 	}); err != nil {
@@ -77,7 +77,7 @@ func setup(t *testing.T) *fixture {
 	c = create("c_00000000000000b2", "k-failed", "fail", `{"retryable":false}`)
 	c = claim(c.CallID)
 	if f.failed, err = st.Fail(ctx, store.Completion{
-		CallID: c.CallID, Owner: f.owner, Attempt: c.Attempt,
+		Lease: store.Lease{CallID: c.CallID, Owner: f.owner, Attempt: c.Attempt},
 		Error: json.RawMessage(`{"code":"tool_failed","message":"boom","retryable":false}`),
 	}); err != nil {
 		t.Fatalf("Fail: %v", err)
@@ -86,7 +86,7 @@ func setup(t *testing.T) *fixture {
 	f.mailedEffect = "eff_00000000000000c3"
 	c = create("c_00000000000000c3", "k-mailed", "send_email", `{"to":"a@example.invalid"}`)
 	c = claim(c.CallID)
-	if err := st.Release(ctx, c.CallID, f.owner, c.Attempt, "owner process gone"); err != nil {
+	if err := st.Release(ctx, store.Lease{CallID: c.CallID, Owner: f.owner, Attempt: c.Attempt}, "owner process gone"); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
 	c = claim(c.CallID)
@@ -94,7 +94,7 @@ func setup(t *testing.T) *fixture {
 		t.Fatalf("second claim attempt = %d, want 2", c.Attempt)
 	}
 	if f.mailed, err = st.Succeed(ctx, store.Completion{
-		CallID: c.CallID, Owner: f.owner, Attempt: c.Attempt,
+		Lease:  store.Lease{CallID: c.CallID, Owner: f.owner, Attempt: c.Attempt},
 		Result: json.RawMessage(`{"sent":true}`),
 		Effect: &store.Effect{EffectID: f.mailedEffect, CallID: c.CallID, Tool: "send_email"},
 	}); err != nil {

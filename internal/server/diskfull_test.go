@@ -98,23 +98,23 @@ func TestWriteHealth(t *testing.T) {
 	if !h.ready() {
 		t.Fatal("not ready before any write")
 	}
-	h.note(writeCreate, fmt.Errorf("disk: %w", store.ErrUnavailable))
+	h.note(store.WriteCreate, fmt.Errorf("disk: %w", store.ErrUnavailable))
 	if h.ready() {
 		t.Fatal("ready after a failed write")
 	}
-	h.note(writeCreate, fmt.Errorf("sqlite create: %w", context.Canceled))
+	h.note(store.WriteCreate, fmt.Errorf("sqlite create: %w", context.Canceled))
 	if h.ready() {
 		t.Fatal("ready after a caller gave up (says nothing of the database)")
 	}
-	h.note(writeClaim, nil)
+	h.note(store.WriteClaim, nil)
 	if h.ready() {
 		t.Fatal("ready after a claim succeeded while creates fail")
 	}
-	h.note(writeCreate, store.ErrConflict)
+	h.note(store.WriteCreate, store.ErrConflict)
 	if !h.ready() {
 		t.Fatal("not ready after the database answered a create (conflict)")
 	}
-	h.note(writeSucceed, store.ErrUnavailable)
+	h.note(store.WriteSucceed, store.ErrUnavailable)
 	h.retest = time.Millisecond
 	eventually(t, "ready after retest without writes", h.ready)
 }

@@ -196,7 +196,7 @@ func New(cfg Config, st store.Store) (*Server, error) {
 	}
 	log := cfg.Logger
 	health := &writeHealth{log: log, retest: writeRetest}
-	st = &healthStore{Store: st, h: health} // every write's outcome, for /readyz (writehealth.go)
+	st = store.Observe(st, store.Hooks{Done: health.note}) // every write's outcome, for /readyz (writehealth.go)
 
 	s := &Server{
 		cfg:        cfg,

@@ -73,8 +73,8 @@ func DetailCanceled(errJSON json.RawMessage) string { return ErrorSummary(errJSO
 
 // DetailCancelRequested is the cancel_requested event's detail: who runs
 // the call that is asked to stop.
-func DetailCancelRequested(owner string, attempt int64) string {
-	return fmt.Sprintf("owner %s attempt %d", owner, attempt)
+func DetailCancelRequested(l Lease) string {
+	return fmt.Sprintf("owner %s attempt %d", l.Owner, l.Attempt)
 }
 
 // DetailRetryScheduled is the retry_scheduled event's detail: the delay
@@ -89,13 +89,13 @@ func DetailRetryScheduled(delay time.Duration, c Completion) string {
 func DetailRetryReset(prevErr json.RawMessage) string { return "after " + ErrorSummary(prevErr) }
 
 // DetailLeaseExpired is the recover event's detail when RecoverExpired
-// returns a call: the owner and attempt whose lease lapsed (owner "" for a
-// call that had none).
-func DetailLeaseExpired(owner string, attempt int64) string {
-	return fmt.Sprintf("lease expired (owner %s, attempt %d)", owner, attempt)
+// returns a call: the lease that lapsed (owner "" for a call that had
+// none).
+func DetailLeaseExpired(l Lease) string {
+	return fmt.Sprintf("lease expired (owner %s, attempt %d)", l.Owner, l.Attempt)
 }
 
-// DetailFenced is the fenced event's detail: the refused token and where
+// DetailFenced is the fenced event's detail: the refused lease and where
 // the call stands now (cur, read after the refusal).
 func DetailFenced(refused Completion, cur Call) string {
 	now := string(cur.Status)

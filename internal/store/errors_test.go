@@ -37,7 +37,7 @@ func TestCheckEffect(t *testing.T) {
 		{"no id", &Effect{CallID: "c_1"}, false},
 		{"another call", &Effect{EffectID: "eff_1", CallID: "c_2"}, false},
 	} {
-		err := CheckEffect(Completion{CallID: "c_1", Effect: tc.eff})
+		err := CheckEffect(Completion{Lease: Lease{CallID: "c_1"}, Effect: tc.eff})
 		if (err == nil) != tc.ok {
 			t.Errorf("%s: CheckEffect = %v, want ok=%v", tc.name, err, tc.ok)
 		}

@@ -221,13 +221,39 @@ type Effect struct {
 	CreatedAt float64 // ignored on write; the store stamps it
 }
 
-// Completion is a worker's report of how an attempt ended. Owner and Attempt
-// are the fencing token returned by the claim: the completion commits only
-// if the call is still running under exactly that owner and attempt.
-type Completion struct {
+// Lease is the fencing token of one attempt (docs/design.md): the call,
+// the owner that claimed it and the attempt of that claim. Every write a
+// worker makes about its attempt (ExtendLease, Release, Succeed, Fail,
+// ScheduleRetry) presents it, and commits only if the call is still
+// running under exactly that owner and attempt: one WHERE clause in every
+// backend. A worker whose lease was recovered or taken over holds a stale
+// token, and its writes are refused.
+type Lease struct {
 	CallID  string
 	Owner   string
 	Attempt int64
+}
+
+// LeaseOf is the lease of c as claimed: its id, owner ("" if none) and
+// attempt.
+func LeaseOf(c Call) Lease {
+	l := Lease{CallID: c.CallID, Attempt: c.Attempt}
+	if c.Owner != nil {
+		l.Owner = *c.Owner
+	}
+	return l
+}
+
+// String is the token as logs and errors show it.
+func (l Lease) String() string {
+	return fmt.Sprintf("%s (owner %s, attempt %d)", l.CallID, l.Owner, l.Attempt)
+}
+
+// Completion is a worker's report of how an attempt ended, under the
+// attempt's Lease: the completion commits only if the call is still
+// running under exactly that owner and attempt.
+type Completion struct {
+	Lease
 	// For Succeed: the result and, for tools with a side effect, the effect
 	// row written in the same transaction.
 	Result json.RawMessage
@@ -502,17 +528,16 @@ type Store interface {
 	RecoverExpired(ctx context.Context) ([]string, error)
 
 	// Release returns one running call to pending at once if it is still
-	// held by owner at attempt (audit recover, detail = reason). Used when
+	// held under l (audit recover, detail = reason). Used when
 	// the owner process is known to be dead (same host, pid gone).
 	//
 	// Errors: ErrNotHeld if the call is not running under exactly that
 	// owner and attempt (it was completed, recovered or taken over
 	// meanwhile): nothing changes. ErrNotFound if there is no such call.
-	Release(ctx context.Context, callID, owner string, attempt int64, reason string) error
+	Release(ctx context.Context, l Lease, reason string) error
 
 	// ExtendLease is a worker's heartbeat: it moves the lease of a call
-	// running under exactly owner and attempt to the database's now +
-	// lease, and writes no audit row (the completion counts the
+	// running under exactly l to the database's now + lease, and writes no audit row (the completion counts the
 	// extensions, Completion.Extensions). A lease that has lapsed but was
 	// not yet recovered or claimed by another worker is still this
 	// worker's, and is extended.
@@ -524,7 +549,7 @@ type Store interface {
 	// plain error for a lease <= 0 (nothing changes). ErrCancelRequested
 	// if the lease was extended but the call has cancel_requested set
 	// (docs/lifecycle.md, "Cancel"): the worker stops the tool.
-	ExtendLease(ctx context.Context, callID, owner string, attempt int64, lease time.Duration) error
+	ExtendLease(ctx context.Context, l Lease, lease time.Duration) error
 
 	// Queue counts the pending calls and measures the age of the oldest.
 	// It reads an index of pending calls only (its cost grows with the
@@ -613,4 +638,13 @@ type Options struct {
 	// BusyTimeout bounds how long a write waits for the lock (SQLite) before
 	// ErrUnavailable. Zero means the backend default (5s).
 	BusyTimeout time.Duration
+	// BeforeCommit, if set, runs inside each write's transaction, after
+	// its statements and before COMMIT, when the write changed at least
+	// one row; an error rolls the write back and is its answer. It is how
+	// the before-commit failpoints reach the backends (FailpointHook with
+	// Write.BeforeCommit); nil in production. The fenced audit row and
+	// Purge do not run it. PostgreSQL's one-round-trip writes run their
+	// same pipelined statements inside an explicit transaction while it
+	// is set, so that it has a place between them and the commit.
+	BeforeCommit func(w Write) error
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemctl/idemctl/internal/failpoint"
 	"github.com/idemctl/idemctl/internal/store"
 )
 
@@ -28,7 +27,7 @@ func (s *Store) Cancel(ctx context.Context, callID string, errJSON json.RawMessa
 		call store.Call
 		out  store.CancelOutcome
 	)
-	err := s.inTx(ctx, beforeCommit(failpoint.CancelBeforeCommit, func() bool { return out != store.AlreadyFinal }, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, s.beforeCommit(store.WriteCancel, func() bool { return out != store.AlreadyFinal }, func(tx pgx.Tx) error {
 		c, err := scanCall(tx.QueryRow(ctx, `SELECT `+callColumns+` FROM calls WHERE call_id = $1 FOR UPDATE`, callID))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("postgres cancel %s: %w", callID, store.ErrNotFound)
@@ -47,7 +46,7 @@ RETURNING `+callColumnsOf("calls"), callID, string(errJSON)))
 				return err
 			}
 			out = store.Canceled
-			return insertAudit(ctx, tx, call.UpdatedAt, callID, store.EventCanceled, store.DetailCanceled(errJSON))
+			return s.insertAudit(ctx, tx, call.UpdatedAt, callID, store.EventCanceled, store.DetailCanceled(errJSON))
 		case store.StatusRunning:
 			out, call = store.CancelRequested, c
 			if c.CancelRequested {
@@ -58,15 +57,11 @@ WHERE call_id = $1 AND status = 'running' RETURNING `+callColumns, callID))
 			if err != nil {
 				return err
 			}
-			owner := ""
-			if c.Owner != nil {
-				owner = *c.Owner
-			}
 			var now float64
 			if err := tx.QueryRow(ctx, `SELECT `+dbNow).Scan(&now); err != nil {
 				return err
 			}
-			return insertAudit(ctx, tx, now, callID, store.EventCancelRequested, store.DetailCancelRequested(owner, c.Attempt))
+			return s.insertAudit(ctx, tx, now, callID, store.EventCancelRequested, store.DetailCancelRequested(store.LeaseOf(c)))
 		default:
 			out, call = store.AlreadyFinal, c
 			return nil

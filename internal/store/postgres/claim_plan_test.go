@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -96,43 +95,6 @@ func TestClaimPendingPlan(t *testing.T) {
 	}
 	if want := "c_p1 c_p2 c_p3"; strings.Join(ids, " ") != want {
 		t.Fatalf("claimed %v, want the oldest pending %s", ids, want)
-	}
-}
-
-// TestClaimOldestAcrossPendingAndExpired: pending calls and running calls
-// whose lease expired, interleaved by age, are claimed oldest first across
-// both kinds, as one ORDER BY over both would.
-func TestClaimOldestAcrossPendingAndExpired(t *testing.T) {
-	s := open(t, pgtest.Schema(t), store.Options{})
-	// c_0 .. c_5, one second apart; the odd ones running under a lease
-	// that expired an hour ago, the even ones pending.
-	for i := range 6 {
-		status, lease, owner := "pending", "NULL", "NULL"
-		if i%2 == 1 {
-			status, lease, owner = "running", "extract(epoch FROM now()) - 3600", "'old'"
-		}
-		if _, err := s.pool.Exec(t.Context(), fmt.Sprintf(`INSERT INTO calls
-			(call_id, idem_key, fingerprint, tool, args_json, status, attempt, lease_until, owner, created_at, updated_at)
-			VALUES ($1, $1, 'f', 'charge', '{}', '%s', %d, %s, %s, $2, $2)`, status, i%2, lease, owner),
-			fmt.Sprintf("c_%d", i), 1000.0+float64(i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, want := range []string{"c_0 c_1 c_2 c_3", "c_4 c_5"} {
-		got, err := s.ClaimNext(t.Context(), "new", time.Minute, 4)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ids []string
-		for _, c := range got {
-			ids = append(ids, c.CallID)
-			if c.Status != store.StatusRunning || c.Owner == nil || *c.Owner != "new" {
-				t.Fatalf("claimed %+v, want running under new", c)
-			}
-		}
-		if strings.Join(ids, " ") != want {
-			t.Fatalf("claimed %v, want %s (oldest first across pending and expired)", ids, want)
-		}
 	}
 }
 

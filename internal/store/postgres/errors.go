@@ -45,6 +45,8 @@ func interpret(ctx context.Context, err error) error {
 			strings.HasPrefix(pgErr.Code, "53"),  // insufficient resources: disk full, out of memory, too many connections
 			strings.HasPrefix(pgErr.Code, "57P"), // admin/crash shutdown, cannot connect now
 			pgErr.Code == "55P03",                // lock_not_available: waited past lock_timeout
+			pgErr.Code == "57014",                // query_canceled: ran past statement_timeout
+			pgErr.Code == "25P03",                // idle_in_transaction_session_timeout: the session was ended
 			// Cannot happen with the statements of this package (see the
 			// package comment), but if a server-side setting ever produces
 			// them they are transient: a same-key retry is safe.
@@ -73,4 +75,25 @@ func interpret(ctx context.Context, err error) error {
 		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
 	return err
+}
+
+// batchWide reports whether a failed statement of a group-commit batch
+// failed for a reason that is not about the rows of the write that sent
+// it: the database is out of time (lock_timeout 55P03, statement_timeout
+// 57014), out of resources (class 53), shutting down (57P), lost (class
+// 08), or a deadlock (40P01) between the batch and another transaction.
+// Every write of the batch gets that answer at once: run again alone, each
+// would meet the same wall and wait the timeout again, in turn, so the last
+// one of a batch of 64 would be answered after 64 timeouts instead of one.
+// Any other error (a constraint, a value the column refuses) belongs to
+// one write, and the others run again without it (group.commit).
+func batchWide(pgErr *pgconn.PgError) bool {
+	switch {
+	case pgErr.Code == "55P03", pgErr.Code == "57014", pgErr.Code == "40P01",
+		strings.HasPrefix(pgErr.Code, "53"),
+		strings.HasPrefix(pgErr.Code, "57P"),
+		strings.HasPrefix(pgErr.Code, "08"):
+		return true
+	}
+	return false
 }

@@ -111,12 +111,12 @@ func TestGroupFailsOnlyTheBadWrite(t *testing.T) {
 			calls[i].CallID = taken.CallID // the bad write, mid-batch
 		}
 		ops[i] = s.createOp(calls[i], string(calls[i].ArgsJSON), nil, &answers[i].call, &answers[i].out)
-		ops[i].done = make(chan error, 1)
+		ops[i].Prepare()
 	}
 	// One batch, as a committer takes waiting writes.
 	s.creates.commit(ops)
 	for i, op := range ops {
-		answers[i].err = <-op.done
+		answers[i].err = <-op.Answered()
 	}
 	for i, a := range answers {
 		if i == 2 {
@@ -206,20 +206,21 @@ func TestGroupAlignsResults(t *testing.T) {
 			b.Queue(`SELECT 'nor this'`)
 		},
 		read: func(r *results) error { return nil }, // reads none of them
-		done: make(chan error, 1),
 	}
+	early.Prepare()
 	var (
 		call store.Call
 		out  store.Outcome
 	)
 	n := newCall(t, "k")
 	next := s.createOp(n, string(n.ArgsJSON), nil, &call, &out)
-	next.key, next.done = "z", make(chan error, 1) // after early, in key order
+	next.key = "z" // after early, in key order
+	next.Prepare()
 	s.creates.commit([]*groupOp{early, next})
-	if err := <-early.done; err != nil {
+	if err := <-early.Answered(); err != nil {
 		t.Fatalf("early write: %v", err)
 	}
-	if err := <-next.done; err != nil || out != store.Created || call.CallID != n.CallID {
+	if err := <-next.Answered(); err != nil || out != store.Created || call.CallID != n.CallID {
 		t.Fatalf("the write after it = %s %v, %v; want Created %s", call.CallID, out, err, n.CallID)
 	}
 }

@@ -61,7 +61,7 @@ func success(c store.Call) store.Completion {
 	amount := int64(100)
 	eff := "eff_" + c.CallID[2:]
 	return store.Completion{
-		CallID: c.CallID, Owner: *c.Owner, Attempt: c.Attempt,
+		Lease:  store.Lease{CallID: c.CallID, Owner: *c.Owner, Attempt: c.Attempt},
 		Result: []byte(`{"charged":100}`),
 		Effect: &store.Effect{EffectID: eff, CallID: c.CallID, Tool: c.Tool, Amount: &amount},
 	}

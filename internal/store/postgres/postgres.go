@@ -50,6 +50,22 @@ const defaultMaxConns = 16
 // Options.BusyTimeout is zero; it plays the role of SQLite's busy timeout.
 const defaultLockTimeout = 5 * time.Second
 
+// Session timeouts, set on every connection unless the URL sets them
+// (docs/operations.md, "Limits"). An instance frozen in the middle of a
+// transaction (stopped, swapped out, cut off from its clients) keeps its
+// row locks for as long as its session lives, and every other instance's
+// write to those rows waits on it, then fails at its lock timeout: the
+// server ends a transaction left idle for defaultIdleInTxTimeout, which
+// releases the locks, so a frozen instance blocks the others about one
+// lock timeout, not for as long as it is frozen. No statement of this
+// package legitimately runs for defaultStatementTimeout (a lock wait is
+// bounded by lock_timeout first); one that does is ended, rather than
+// holding a connection and its locks for ever.
+const (
+	defaultIdleInTxTimeout  = 5 * time.Second
+	defaultStatementTimeout = 30 * time.Second
+)
+
 // Store is a store.Store on a PostgreSQL database. It is safe for
 // concurrent use; several Stores (in one process or many) may share one
 // database.
@@ -57,9 +73,12 @@ type Store struct {
 	pool     *pgxpool.Pool
 	readOnly bool
 	// creates and completions commit the one-round-trip writes in groups
-	// (group.go); nil on a read-only store.
+	// (commit.go); nil on a read-only store.
 	creates, completions *group
-	closeOnce            sync.Once
+	// before is store.Options.BeforeCommit (failpoint.go); nil in
+	// production.
+	before    func(w store.Write) error
+	closeOnce sync.Once
 }
 
 // Open connects to the PostgreSQL database at url (a postgres:// URL or a
@@ -68,6 +87,12 @@ type Store struct {
 // read-only migrates nothing, requires the schema to exist, and makes every
 // transaction read-only.
 func Open(ctx context.Context, url string, opts store.Options) (*Store, error) {
+	return openWith(ctx, url, opts, nil)
+}
+
+// openWith is Open, with configure (if not nil) called on the pool's
+// configuration last: tests trace the statements sent with it.
+func openWith(ctx context.Context, url string, opts store.Options, configure func(*pgxpool.Config)) (*Store, error) {
 	url = lowerScheme(url)
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -97,6 +122,14 @@ func Open(ctx context.Context, url string, opts store.Options) (*Store, error) {
 	} else if _, ok := params["lock_timeout"]; !ok {
 		params["lock_timeout"] = fmt.Sprintf("%dms", defaultLockTimeout.Milliseconds())
 	}
+	for name, d := range map[string]time.Duration{
+		"idle_in_transaction_session_timeout": defaultIdleInTxTimeout,
+		"statement_timeout":                   defaultStatementTimeout,
+	} {
+		if _, ok := params[name]; !ok {
+			params[name] = fmt.Sprintf("%dms", d.Milliseconds())
+		}
+	}
 	if opts.ReadOnly {
 		// Sent in the startup packet, so every transaction on every pooled
 		// connection is read-only; a write that slips past the ErrReadOnly
@@ -104,11 +137,14 @@ func Open(ctx context.Context, url string, opts store.Options) (*Store, error) {
 		params["default_transaction_read_only"] = "on"
 	}
 
+	if configure != nil {
+		configure(cfg)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: open: %w", interpret(ctx, err))
 	}
-	s := &Store{pool: pool, readOnly: opts.ReadOnly}
+	s := &Store{pool: pool, readOnly: opts.ReadOnly, before: opts.BeforeCommit}
 	// pgxpool connects lazily; fail at Open, not at the first request.
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()

@@ -30,6 +30,17 @@ func TestStoreSuite(t *testing.T) {
 			return Open(ctx, db, opts)
 		},
 		Exec: func(t *testing.T, db, sql string) { pgtest.Exec(t, db, sql) },
+		SchemaBefore: func(t *testing.T, db, migration string) {
+			if migration != storetest.MigrationNotBefore {
+				t.Fatalf("SchemaBefore: unknown migration %q", migration)
+			}
+			prev := slices.Index(migrations, migrationNotBefore)
+			pgtest.Exec(t, db, `CREATE TABLE schema_version (version integer NOT NULL, applied_at double precision NOT NULL)`)
+			for v, m := range migrations[:prev] {
+				pgtest.Exec(t, db, m)
+				pgtest.Exec(t, db, `INSERT INTO schema_version (version, applied_at) VALUES ($1, 0)`, v+1)
+			}
+		},
 	})
 }
 
@@ -350,33 +361,5 @@ func TestInterpret(t *testing.T) {
 	cancel()
 	if err := interpret(ctx, fmt.Errorf("read: %w", io.ErrUnexpectedEOF)); !errors.Is(err, context.Canceled) || errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("interpret with a canceled context = %v, want context.Canceled", err)
-	}
-}
-
-// TestMigrateNotBeforeKeepsRows migrates a schema of the version before
-// not_before: its rows stay, with no not-before time, and its pending call
-// is claimable as before.
-func TestMigrateNotBeforeKeepsRows(t *testing.T) {
-	u := pgtest.Schema(t)
-	prev := slices.Index(migrations, migrationNotBefore)
-	pgtest.Exec(t, u, `CREATE TABLE schema_version (version integer NOT NULL, applied_at double precision NOT NULL)`)
-	for v, m := range migrations[:prev] {
-		pgtest.Exec(t, u, m)
-		pgtest.Exec(t, u, `INSERT INTO schema_version (version, applied_at) VALUES ($1, 0)`, v+1)
-	}
-	pgtest.Exec(t, u, `INSERT INTO calls (call_id, idem_key, fingerprint, tool, args_json, status, attempt, created_at, updated_at)
-		VALUES ('c_00000000000000aa', 'old', 'f', 'charge', '{}', 'pending', 0, 1.0, 1.0),
-		       ('c_00000000000000bb', 'done', 'f', 'charge', '{}', 'failed', 1, 2.0, 2.0)`)
-
-	s := open(t, u, store.Options{})
-	for _, key := range []string{"old", "done"} {
-		c, err := s.GetByKey(t.Context(), store.DefaultPrincipal, key)
-		if err != nil || c.NotBefore != nil {
-			t.Fatalf("GetByKey(%s) after migration = %+v, %v; want the row, without not_before", key, c, err)
-		}
-	}
-	got, err := s.ClaimNext(t.Context(), "w", time.Minute, 5)
-	if err != nil || len(got) != 1 || got[0].CallID != "c_00000000000000aa" {
-		t.Fatalf("ClaimNext after migration = %+v, %v; want the old pending call", got, err)
 	}
 }

@@ -171,6 +171,12 @@ var minReadVersion = slices.Index(migrations, migrationVia) + 1
 // existence check and one fails on the catalog's unique index.
 func (s *Store) migrate(ctx context.Context) error {
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		// A migration rewrites whole tables and builds indexes: on a large
+		// database it may run longer than the session's statement_timeout,
+		// which guards the short writes of serving (postgres.go).
+		if _, err := tx.Exec(ctx, `SET LOCAL statement_timeout = 0`); err != nil {
+			return err
+		}
 		// Transaction-scoped: released at commit or rollback, so a crashed
 		// migrator can never leave it held.
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLockKey); err != nil {

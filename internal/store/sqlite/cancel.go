@@ -28,7 +28,7 @@ func (s *Store) Cancel(ctx context.Context, callID string, errJSON json.RawMessa
 		call store.Call
 		out  store.CancelOutcome
 	)
-	err := s.writeTx(ctx, "cancel", func(ctx context.Context, tx *sql.Tx) error {
+	err := s.writeTx(ctx, store.WriteCancel, func(ctx context.Context, tx *sql.Tx) error {
 		now := s.now()
 		c, err := queryCall(ctx, tx, s.wq.callByID, callID)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -41,27 +41,23 @@ func (s *Store) Cancel(ctx context.Context, callID string, errJSON json.RawMessa
 			call, err = scanCall(tx.QueryRowContext(ctx, `UPDATE calls
 				SET status = 'failed', error_json = ?, result_json = NULL, lease_until = NULL, owner = NULL, updated_at = ?
 				WHERE call_id = ? AND status = 'pending'
-				RETURNING `+callCols, string(errJSON), now, callID))
+				RETURNING `+callColumns, string(errJSON), now, callID))
 			if err != nil {
 				return err
 			}
 			out = store.Canceled
-			return s.audit(ctx, tx, now, callID, store.EventCanceled, store.DetailCanceled(errJSON))
+			return s.insertAudit(ctx, tx, now, callID, store.EventCanceled, store.DetailCanceled(errJSON))
 		case c.Status == store.StatusRunning:
 			out, call = store.CancelRequested, c
 			if c.CancelRequested {
 				return nil // asked before: one audit row is enough
 			}
 			call, err = scanCall(tx.QueryRowContext(ctx, `UPDATE calls SET cancel_requested = 1
-				WHERE call_id = ? AND status = 'running' RETURNING `+callCols, callID))
+				WHERE call_id = ? AND status = 'running' RETURNING `+callColumns, callID))
 			if err != nil {
 				return err
 			}
-			owner := ""
-			if c.Owner != nil {
-				owner = *c.Owner
-			}
-			return s.audit(ctx, tx, now, callID, store.EventCancelRequested, store.DetailCancelRequested(owner, c.Attempt))
+			return s.insertAudit(ctx, tx, now, callID, store.EventCancelRequested, store.DetailCancelRequested(store.LeaseOf(c)))
 		default:
 			out, call = store.AlreadyFinal, c
 			return nil

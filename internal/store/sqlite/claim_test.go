@@ -98,72 +98,10 @@ func seed(t *testing.T, s *Store, n int) {
 		t.Fatal(err)
 	}
 	for _, c := range got[:len(got)/2] {
-		if _, err := s.Succeed(t.Context(), store.Completion{CallID: c.CallID, Owner: "seed", Attempt: c.Attempt}); err != nil {
+		if _, err := s.Succeed(t.Context(), store.Completion{Lease: store.Lease{CallID: c.CallID, Owner: "seed", Attempt: c.Attempt}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-}
-
-// TestClaimOldestAcrossPendingAndExpired interleaves pending calls and
-// running calls with expired leases by age: the claim must take them oldest
-// first across both kinds, exactly as one ORDER BY created_at over both
-// would, even though it reads them with two queries.
-func TestClaimOldestAcrossPendingAndExpired(t *testing.T) {
-	s := openAt(t, tempPath(t), store.Options{})
-	clock := 1000.0
-	s.now = func() float64 { return clock }
-
-	var ids []string
-	for i := range 6 {
-		clock += 1 // created_at 1001, 1002, ...: a strict age order
-		id := fmt.Sprintf("c_%016x", i)
-		if _, _, err := s.CreateOrGet(t.Context(), store.NewCall{
-			CallID: id, IdemKey: id, Fingerprint: "f", Tool: "charge", ArgsJSON: []byte(`{}`),
-		}); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
-	}
-	// Claim all six with a 10 s lease, then release the even ones by
-	// hand so they are pending again; the odd ones stay running.
-	if got, err := s.ClaimNext(t.Context(), "old", 10*time.Second, 6); err != nil || len(got) != 6 {
-		t.Fatalf("first claim = %d calls, %v", len(got), err)
-	}
-	for _, id := range []string{ids[0], ids[2], ids[4]} {
-		if err := s.Release(t.Context(), id, "old", 1, "test"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Past the odd ones' leases: they are claimable again, as expired.
-	clock += 60
-
-	got, err := s.ClaimNext(t.Context(), "new", time.Minute, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := ids[:4]; !reflect.DeepEqual(callIDs(got), want) {
-		t.Fatalf("claimed %v, want the oldest four across pending and expired %v", callIDs(got), want)
-	}
-	got, err = s.ClaimNext(t.Context(), "new", time.Minute, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := ids[4:]; !reflect.DeepEqual(callIDs(got), want) {
-		t.Fatalf("then claimed %v, want the rest %v", callIDs(got), want)
-	}
-	for _, c := range got {
-		if *c.Owner != "new" || c.Status != store.StatusRunning {
-			t.Fatalf("claimed %+v, want running under new", c)
-		}
-	}
-}
-
-func callIDs(cs []store.Call) []string {
-	out := make([]string, len(cs))
-	for i, c := range cs {
-		out[i] = c.CallID
-	}
-	return out
 }
 
 // TestOldestMerge checks the merge of the two picks: oldest first by
@@ -295,7 +233,7 @@ func BenchmarkClaimSucceedBacklog(b *testing.B) {
 				}
 				c := got[0]
 				if _, err := s.Succeed(b.Context(), store.Completion{
-					CallID: c.CallID, Owner: "w", Attempt: c.Attempt, Result: []byte(`{"ok":true}`),
+					Lease: store.Lease{CallID: c.CallID, Owner: "w", Attempt: c.Attempt}, Result: []byte(`{"ok":true}`),
 					Effect: &store.Effect{EffectID: "e" + c.CallID, Tool: "charge", Amount: &amount},
 				}); err != nil {
 					b.Fatal(err)
@@ -311,4 +249,12 @@ func BenchmarkClaimSucceedBacklog(b *testing.B) {
 func tempPathB(b *testing.B) string {
 	b.Helper()
 	return b.TempDir() + "/bench.db"
+}
+
+func callIDs(cs []store.Call) []string {
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = c.CallID
+	}
+	return out
 }

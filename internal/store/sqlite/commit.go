@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"sync/atomic"
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
@@ -37,67 +36,53 @@ import (
 // stays short even when many writers wait.
 const maxBatch = 64
 
-// States of a writeOp, changed only by compare-and-swap so that exactly one
-// of the committer (taking it) and its writer (giving up) wins.
-const (
-	opQueued int32 = iota
-	opTaken
-	opAbandoned
-)
-
 // writeOp is one write waiting for the committer.
 type writeOp struct {
-	ctx   context.Context
-	name  string
-	fn    func(ctx context.Context, tx *sql.Tx) error
-	state atomic.Int32
-	done  chan error // capacity 1: the committer never blocks on it
+	store.Queued
+	ctx  context.Context
+	name string
+	fn   func(ctx context.Context, tx *sql.Tx) error
+	// before is the write's before-commit hook (failpoint.go), nil if none.
+	before func() error
 }
 
-// writeTx runs fn as one atomic write and returns once it is committed (or
+// writeTx runs fn as the write w of store.Store (writeOp below), with
+// Options.BeforeCommit for w.
+func (s *Store) writeTx(ctx context.Context, w store.Write, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	var before func() error
+	if h := s.beforeCommit; h != nil {
+		before = func() error { return h(w) }
+	}
+	return s.commitTx(ctx, w.String(), before, fn)
+}
+
+// sideTx runs fn as a write of the store's own that is none of
+// store.Store's writes (the fenced audit row, the page limit): through the
+// committer as any write, without a before-commit hook.
+func (s *Store) sideTx(ctx context.Context, name string, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	return s.commitTx(ctx, name, nil, fn)
+}
+
+// commitTx runs fn as one atomic write and returns once it is committed (or
 // has failed). Waiting to be taken by the committer counts against the busy
 // timeout, like waiting for SQLite's lock does: a write that cannot start
 // within it is store.ErrUnavailable (503), not an unbounded queue. Once the
 // committer has taken it, the write runs to the end, under ctx without its
 // cancellation: a cancelled statement interrupts the connection, which
 // would roll back the other writes of the batch with it.
-func (s *Store) writeTx(ctx context.Context, name string, fn func(ctx context.Context, tx *sql.Tx) error) error {
+func (s *Store) commitTx(ctx context.Context, name string, before func() error, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	if s.readOnly {
 		return fmt.Errorf("sqlite %s: %w", name, store.ErrReadOnly)
 	}
 	if err := ctx.Err(); err != nil {
-		return mapErr(ctx, name, err)
+		return interpret(ctx, name, err)
 	}
-	op := &writeOp{ctx: ctx, name: name, fn: fn, done: make(chan error, 1)}
-	busy := time.NewTimer(s.busy)
-	defer busy.Stop()
-	select {
-	case s.writes <- op:
-	case <-busy.C:
-		return busyErr(name, s.busy)
-	case <-ctx.Done():
-		return mapErr(ctx, name, ctx.Err())
-	case <-s.quit:
-		return closedErr(name)
-	}
-	select {
-	case err := <-op.done:
-		return err
-	case <-busy.C:
-		if op.state.CompareAndSwap(opQueued, opAbandoned) {
-			return busyErr(name, s.busy)
-		}
-	case <-ctx.Done():
-		if op.state.CompareAndSwap(opQueued, opAbandoned) {
-			return mapErr(ctx, name, ctx.Err())
-		}
-	case <-s.quit:
-		if op.state.CompareAndSwap(opQueued, opAbandoned) {
-			return closedErr(name)
-		}
-	}
-	// Taken: it runs to the end and is answered.
-	return <-op.done
+	op := &writeOp{ctx: ctx, name: name, fn: fn, before: before}
+	return store.Submit(ctx, s.writes, op, &op.Queued, s.quit, s.busy, store.Refusals{
+		Busy:     func() error { return busyErr(name, s.busy) },
+		Closed:   func() error { return closedErr(name) },
+		Canceled: func(err error) error { return interpret(ctx, name, err) },
+	})
 }
 
 func busyErr(name string, busy time.Duration) error {
@@ -145,7 +130,7 @@ func run(op *writeOp, tx *sql.Tx) (err error) {
 			err = &panicError{name: op.name, value: v, stack: debug.Stack()}
 		}
 	}()
-	return withBeforeCommit(context.WithoutCancel(op.ctx), op, tx) // op.fn, then its failpoint (failpoint.go)
+	return withBeforeCommit(context.WithoutCancel(op.ctx), op, tx) // op.fn, then its hook (failpoint.go)
 }
 
 // runAlone runs one write in a transaction of its own on conn: the retry
@@ -170,12 +155,7 @@ func runAlone(conn *sql.Conn, op *writeOp) error {
 // write of a batch that was not committed gets an error, whatever happened
 // (a failed statement, a lost transaction, a panic).
 func (s *Store) commitBatch(ops []*writeOp) {
-	live := ops[:0:0]
-	for _, op := range ops {
-		if op.state.CompareAndSwap(opQueued, opTaken) {
-			live = append(live, op)
-		}
-	}
+	live := store.Take(ops, func(op *writeOp) *store.Queued { return &op.Queued })
 	if len(live) == 0 {
 		return
 	}
@@ -187,7 +167,7 @@ func (s *Store) commitBatch(ops []*writeOp) {
 			// that gave up meanwhile must still learn it (a fenced
 			// completion stays ErrFenced and gets its audit row), not
 			// read its own "context canceled" instead.
-			op.done <- mapErr(context.WithoutCancel(op.ctx), op.name, errs[i])
+			op.Answer(interpret(context.WithoutCancel(op.ctx), op.name, errs[i]))
 		}
 	}
 	defer answer()

@@ -17,13 +17,15 @@ import (
 // auditOp is a write that appends one audit row with event name and then
 // returns fail (nil for success).
 func auditOp(s *Store, name string, fail error) *writeOp {
-	return &writeOp{ctx: context.Background(), name: name, done: make(chan error, 1),
+	op := &writeOp{ctx: context.Background(), name: name,
 		fn: func(ctx context.Context, tx *sql.Tx) error {
-			if err := s.audit(ctx, tx, 1, "c_batch", name, ""); err != nil {
+			if err := s.insertAudit(ctx, tx, 1, "c_batch", name, ""); err != nil {
 				return err
 			}
 			return fail
 		}}
+	op.Prepare()
+	return op
 }
 
 // batchEvents returns the audit events of call c_batch, in order.
@@ -69,13 +71,10 @@ func TestBatchIsolatesFailedWrite(t *testing.T) {
 	commits := countCommits(t, s)
 	boom := errors.New("boom")
 	ops := []*writeOp{auditOp(s, "a", nil), auditOp(s, "b", boom), auditOp(s, "c", nil)}
-	for _, op := range ops {
-		op.state.Store(opQueued)
-	}
 	s.commitBatch(ops)
 
 	for i, want := range []error{nil, boom, nil} {
-		if got := <-ops[i].done; !errors.Is(got, want) || (want == nil && got != nil) {
+		if got := <-ops[i].Answered(); !errors.Is(got, want) || (want == nil && got != nil) {
 			t.Errorf("op %s answered %v, want %v", ops[i].name, got, want)
 		}
 	}
@@ -95,9 +94,9 @@ func TestBatchIsolatesFailedWrite(t *testing.T) {
 // "committed" for a write that is not in the database.
 func TestBatchLostTransactionRetriesTheOthers(t *testing.T) {
 	s := openAt(t, tempPath(t), store.Options{})
-	killer := &writeOp{ctx: context.Background(), name: "killer", done: make(chan error, 1),
+	killer := &writeOp{ctx: context.Background(), name: "killer",
 		fn: func(ctx context.Context, tx *sql.Tx) error {
-			if err := s.audit(ctx, tx, 1, "c_batch", "killer", ""); err != nil {
+			if err := s.insertAudit(ctx, tx, 1, "c_batch", "killer", ""); err != nil {
 				return err
 			}
 			if _, err := tx.ExecContext(ctx, `ROLLBACK`); err != nil {
@@ -105,10 +104,11 @@ func TestBatchLostTransactionRetriesTheOthers(t *testing.T) {
 			}
 			return errors.New("transaction lost")
 		}}
+	killer.Prepare()
 	ops := []*writeOp{auditOp(s, "before", nil), killer, auditOp(s, "after", nil)}
 	s.commitBatch(ops)
 	for _, op := range ops {
-		err := <-op.done
+		err := <-op.Answered()
 		if op == killer && err == nil {
 			t.Errorf("the write that lost the batch answered success")
 		}
@@ -162,7 +162,7 @@ func TestWriteAbandonedWhileQueuedNeverRuns(t *testing.T) {
 			var ran atomic.Bool
 			res := make(chan error, 1)
 			go func() {
-				res <- s.writeTx(ctx, "t", func(context.Context, *sql.Tx) error { ran.Store(true); return nil })
+				res <- s.sideTx(ctx, "t", func(context.Context, *sql.Tx) error { ran.Store(true); return nil })
 			}()
 			op := <-s.writes // received, not yet taken
 			if tc.cancel {
@@ -187,9 +187,9 @@ func TestWriteTakenRunsToTheEnd(t *testing.T) {
 	stopCommitter(t, s)
 	res := make(chan error, 1)
 	go func() {
-		res <- s.writeTx(t.Context(), "slow", func(ctx context.Context, tx *sql.Tx) error {
+		res <- s.sideTx(t.Context(), "slow", func(ctx context.Context, tx *sql.Tx) error {
 			time.Sleep(50 * time.Millisecond) // longer than the busy timeout
-			return s.audit(ctx, tx, 1, "c_batch", "slow", "")
+			return s.insertAudit(ctx, tx, 1, "c_batch", "slow", "")
 		})
 	}()
 	op := <-s.writes
@@ -209,13 +209,14 @@ func TestWriteTakenRunsToTheEnd(t *testing.T) {
 // store goes on: a later write commits and Close returns.
 func TestBatchPanicRollsBackAndAnswersAll(t *testing.T) {
 	s := openAt(t, tempPath(t), store.Options{})
-	bomb := &writeOp{ctx: context.Background(), name: "bomb", done: make(chan error, 1),
+	bomb := &writeOp{ctx: context.Background(), name: "bomb",
 		fn: func(ctx context.Context, tx *sql.Tx) error {
-			if err := s.audit(ctx, tx, 1, "c_batch", "bomb", ""); err != nil {
+			if err := s.insertAudit(ctx, tx, 1, "c_batch", "bomb", ""); err != nil {
 				return err
 			}
 			panic("kaboom")
 		}}
+	bomb.Prepare()
 	ops := []*writeOp{auditOp(s, "before", nil), bomb, auditOp(s, "after", nil)}
 	returned := make(chan any, 1)
 	go func() {
@@ -232,7 +233,7 @@ func TestBatchPanicRollsBackAndAnswersAll(t *testing.T) {
 	}
 	for _, op := range ops {
 		select {
-		case err := <-op.done:
+		case err := <-op.Answered():
 			if err == nil {
 				t.Errorf("op %s answered success, but its batch held a panicking write", op.name)
 			}
@@ -291,7 +292,7 @@ func TestCancelledWriterGetsItsOwnOutcome(t *testing.T) {
 	defer cancel()
 	res := make(chan error, 1)
 	go func() {
-		_, err := s.Succeed(wctx, store.Completion{CallID: stale[0].CallID, Owner: "old", Attempt: stale[0].Attempt,
+		_, err := s.Succeed(wctx, store.Completion{Lease: store.Lease{CallID: stale[0].CallID, Owner: "old", Attempt: stale[0].Attempt},
 			Result: []byte(`{}`)})
 		res <- err
 	}()

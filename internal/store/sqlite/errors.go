@@ -15,11 +15,11 @@ import (
 	"github.com/idemctl/idemctl/internal/store"
 )
 
-// mapErr translates driver errors into the seam's sentinels (river's
+// interpret translates driver errors into the seam's sentinels (river's
 // interpretError): callers branch on store.Err*, never on SQLite codes.
 // Errors that already are sentinels, and nil, pass through unchanged. The
 // driver error stays in the chain for the detail.
-func mapErr(ctx context.Context, op string, err error) error {
+func interpret(ctx context.Context, op string, err error) error {
 	if err == nil || store.IsSentinel(err) {
 		return err
 	}

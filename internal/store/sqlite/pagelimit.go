@@ -14,7 +14,7 @@ import (
 // never calls it.
 func (s *Store) SetMaxPageCount(ctx context.Context, n int64) (int64, error) {
 	var got int64
-	err := s.writeTx(ctx, "max page count", func(ctx context.Context, tx *sql.Tx) error {
+	err := s.sideTx(ctx, "max page count", func(ctx context.Context, tx *sql.Tx) error {
 		return tx.QueryRowContext(ctx, fmt.Sprintf("PRAGMA max_page_count = %d", n)).Scan(&got)
 	})
 	return got, err

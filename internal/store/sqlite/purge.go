@@ -41,7 +41,7 @@ func (s *Store) Purge(ctx context.Context, olderThan time.Duration, limit int) (
 		return 0, err
 	}
 	var purged int
-	err := s.writeTx(ctx, "purge", func(ctx context.Context, tx *sql.Tx) error {
+	err := s.writeTx(ctx, store.WritePurge, func(ctx context.Context, tx *sql.Tx) error {
 		purged = 0
 		cutoff := s.now() - olderThan.Seconds()
 		rows, err := tx.QueryContext(ctx, sqlPurgePick, cutoff, limit)

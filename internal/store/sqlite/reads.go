@@ -18,8 +18,8 @@ type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// callCols is the column list scanCall expects, in its order.
-const callCols = `call_id, principal, idem_key, fingerprint, client_id, seq, tool, args_json, status,
+// callColumns is the column list scanCall expects, in its order.
+const callColumns = `call_id, principal, idem_key, fingerprint, client_id, seq, tool, args_json, status,
 	result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at, cancel_requested, not_before, via`
 
 type scanner interface{ Scan(dest ...any) error }
@@ -94,7 +94,7 @@ func (s *Store) Get(ctx context.Context, principal, callID string) (store.Call, 
 		return store.Call{}, err
 	}
 	c, err := scanCall(s.rq.callOf.QueryRowContext(ctx, callID, principal))
-	return c, mapErr(ctx, "get "+callID, err)
+	return c, interpret(ctx, "get "+callID, err)
 }
 
 // GetAny returns the call with that id, whoever recorded it, or
@@ -104,7 +104,7 @@ func (s *Store) GetAny(ctx context.Context, callID string) (store.Call, error) {
 		return store.Call{}, err
 	}
 	c, err := scanCall(s.rq.callByID.QueryRowContext(ctx, callID))
-	return c, mapErr(ctx, "get "+callID, err)
+	return c, interpret(ctx, "get "+callID, err)
 }
 
 // GetByKey returns principal's call for an idempotency key, or
@@ -121,7 +121,7 @@ func (s *Store) GetByKey(ctx context.Context, principal, key string) (store.Call
 			c, err = scanCall(s.rq.callByID.QueryRowContext(ctx, callID))
 		}
 	}
-	return c, mapErr(ctx, "get by key", err)
+	return c, interpret(ctx, "get by key", err)
 }
 
 // limitArg turns "0 means all" into SQLite's "LIMIT -1 means no limit".
@@ -156,21 +156,21 @@ func (s *Store) ListCalls(ctx context.Context, f store.ListFilter) ([]store.Call
 		rows, err = st.QueryContext(ctx, limitArg(f.Limit))
 	} else {
 		rows, err = s.r.QueryContext(ctx,
-			`SELECT `+callCols+` FROM calls ORDER BY created_at DESC, rowid DESC LIMIT ?`, limitArg(f.Limit))
+			`SELECT `+callColumns+` FROM calls ORDER BY created_at DESC, rowid DESC LIMIT ?`, limitArg(f.Limit))
 	}
 	if err != nil {
-		return nil, mapErr(ctx, "list calls", err)
+		return nil, interpret(ctx, "list calls", err)
 	}
 	defer rows.Close()
 	out := []store.Call{}
 	for rows.Next() {
 		c, err := scanCall(rows)
 		if err != nil {
-			return nil, mapErr(ctx, "list calls", err)
+			return nil, interpret(ctx, "list calls", err)
 		}
 		out = append(out, c)
 	}
-	return out, mapErr(ctx, "list calls", rows.Err())
+	return out, interpret(ctx, "list calls", rows.Err())
 }
 
 // keysetQuery is ListCalls' statement for a keyset listing (see
@@ -203,7 +203,7 @@ func keysetQuery(f store.ListFilter) (string, []any) {
 		where = append(where, "(created_at < ? OR (created_at = ? AND call_id < ?))")
 		args = append(args, f.After.CreatedAt, f.After.CreatedAt, f.After.CallID)
 	}
-	q := `SELECT ` + callCols + ` FROM calls`
+	q := `SELECT ` + callColumns + ` FROM calls`
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, " AND ")
 	}
@@ -219,7 +219,7 @@ func (s *Store) ListEffects(ctx context.Context, limit int) ([]store.Effect, err
 		`SELECT effect_id, call_id, tool, amount, created_at FROM effects
 		 ORDER BY created_at DESC, rowid DESC LIMIT ?`, limitArg(limit))
 	if err != nil {
-		return nil, mapErr(ctx, "list effects", err)
+		return nil, interpret(ctx, "list effects", err)
 	}
 	defer rows.Close()
 	out := []store.Effect{}
@@ -229,12 +229,12 @@ func (s *Store) ListEffects(ctx context.Context, limit int) ([]store.Effect, err
 			amount sql.NullInt64
 		)
 		if err := rows.Scan(&e.EffectID, &e.CallID, &e.Tool, &amount, &e.CreatedAt); err != nil {
-			return nil, mapErr(ctx, "list effects", err)
+			return nil, interpret(ctx, "list effects", err)
 		}
 		e.Amount = nullInt(amount)
 		out = append(out, e)
 	}
-	return out, mapErr(ctx, "list effects", rows.Err())
+	return out, interpret(ctx, "list effects", rows.Err())
 }
 
 // Audit returns audit rows oldest first; callID "" means every call. With a
@@ -254,7 +254,7 @@ func (s *Store) Audit(ctx context.Context, callID string, limit int) ([]store.Au
 	}
 	rows, err := s.r.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, mapErr(ctx, "audit", err)
+		return nil, interpret(ctx, "audit", err)
 	}
 	defer rows.Close()
 	out := []store.AuditEvent{}
@@ -264,12 +264,12 @@ func (s *Store) Audit(ctx context.Context, callID string, limit int) ([]store.Au
 			call, detail sql.NullString
 		)
 		if err := rows.Scan(&e.ID, &e.TS, &call, &e.Event, &detail); err != nil {
-			return nil, mapErr(ctx, "audit", err)
+			return nil, interpret(ctx, "audit", err)
 		}
 		e.CallID, e.Detail = call.String, detail.String
 		out = append(out, e)
 	}
-	return out, mapErr(ctx, "audit", rows.Err())
+	return out, interpret(ctx, "audit", rows.Err())
 }
 
 // Dupes returns calls with more than one effect. effects.call_id is UNIQUE,
@@ -281,18 +281,18 @@ func (s *Store) Dupes(ctx context.Context) ([]store.Dupe, error) {
 	rows, err := s.r.QueryContext(ctx,
 		`SELECT call_id, count(*) FROM effects GROUP BY call_id HAVING count(*) > 1 ORDER BY call_id`)
 	if err != nil {
-		return nil, mapErr(ctx, "dupes", err)
+		return nil, interpret(ctx, "dupes", err)
 	}
 	defer rows.Close()
 	out := []store.Dupe{}
 	for rows.Next() {
 		var d store.Dupe
 		if err := rows.Scan(&d.CallID, &d.Effects); err != nil {
-			return nil, mapErr(ctx, "dupes", err)
+			return nil, interpret(ctx, "dupes", err)
 		}
 		out = append(out, d)
 	}
-	return out, mapErr(ctx, "dupes", rows.Err())
+	return out, interpret(ctx, "dupes", rows.Err())
 }
 
 // Attempts returns how many calls took how many attempts, by attempt.
@@ -303,18 +303,18 @@ func (s *Store) Attempts(ctx context.Context) ([]store.AttemptBucket, error) {
 	rows, err := s.r.QueryContext(ctx,
 		`SELECT attempt, count(*) FROM calls GROUP BY attempt ORDER BY attempt`)
 	if err != nil {
-		return nil, mapErr(ctx, "attempts", err)
+		return nil, interpret(ctx, "attempts", err)
 	}
 	defer rows.Close()
 	out := []store.AttemptBucket{}
 	for rows.Next() {
 		var b store.AttemptBucket
 		if err := rows.Scan(&b.Attempt, &b.Calls); err != nil {
-			return nil, mapErr(ctx, "attempts", err)
+			return nil, interpret(ctx, "attempts", err)
 		}
 		out = append(out, b)
 	}
-	return out, mapErr(ctx, "attempts", rows.Err())
+	return out, interpret(ctx, "attempts", rows.Err())
 }
 
 // Stats counts calls, effects and calls by status, from one snapshot so
@@ -372,7 +372,7 @@ func (s *Store) Queue(ctx context.Context) (store.Queue, error) {
 		row = s.r.QueryRowContext(ctx, sqlQueueAnyVersion)
 	}
 	if err := row.Scan(&q.Pending, &oldest); err != nil {
-		return store.Queue{}, mapErr(ctx, "queue", err)
+		return store.Queue{}, interpret(ctx, "queue", err)
 	}
 	if oldest.Valid {
 		q.OldestPendingAge = max(0, time.Duration((s.now()-oldest.Float64)*float64(time.Second)))
@@ -403,7 +403,7 @@ UNION ALL
 SELECT CAST(updated_at / 60 AS INTEGER) * 60, status, count(*) FROM calls INDEXED BY idx_calls_final_updated
 WHERE status IN ('succeeded', 'failed') AND updated_at >= ? GROUP BY 1, 2`, start, start)
 	if err != nil {
-		return store.Rates{}, mapErr(ctx, "rates", err)
+		return store.Rates{}, interpret(ctx, "rates", err)
 	}
 	defer rows.Close()
 	var sparse []store.RateBucket
@@ -414,13 +414,13 @@ WHERE status IN ('succeeded', 'failed') AND updated_at >= ? GROUP BY 1, 2`, star
 			n    int64
 		)
 		if err := rows.Scan(&b.Minute, &kind, &n); err != nil {
-			return store.Rates{}, mapErr(ctx, "rates", err)
+			return store.Rates{}, interpret(ctx, "rates", err)
 		}
 		store.AddRate(&b, kind, n)
 		sparse = append(sparse, b)
 	}
 	if err := rows.Err(); err != nil {
-		return store.Rates{}, mapErr(ctx, "rates", err)
+		return store.Rates{}, interpret(ctx, "rates", err)
 	}
 	return store.FillRates(now, minutes, sparse), nil
 }
@@ -438,5 +438,5 @@ func (s *Store) EffectOf(ctx context.Context, callID string) (store.Effect, erro
 		`SELECT effect_id, call_id, tool, amount, created_at FROM effects WHERE call_id = ?`, callID).
 		Scan(&e.EffectID, &e.CallID, &e.Tool, &amount, &e.CreatedAt)
 	e.Amount = nullInt(amount)
-	return e, mapErr(ctx, "effect of "+callID, err)
+	return e, interpret(ctx, "effect of "+callID, err)
 }

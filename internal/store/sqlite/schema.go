@@ -203,20 +203,20 @@ var minReadVersion = slices.Index(migrations, migrationVia) + 1
 func migrate(ctx context.Context, w *sql.DB, path string) error {
 	tx, err := w.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("sqlite: open %s: %w", path, mapErr(ctx, "migrate: begin", err))
+		return fmt.Errorf("sqlite: open %s: %w", path, interpret(ctx, "migrate: begin", err))
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after Commit
 
 	var v int
 	if err := tx.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
-		return fmt.Errorf("sqlite: open %s: %w", path, mapErr(ctx, "read user_version", err))
+		return fmt.Errorf("sqlite: open %s: %w", path, interpret(ctx, "read user_version", err))
 	}
 	if v > schemaVersion {
 		return fmt.Errorf("sqlite: %s has schema version %d, newer than this idemctl's %d", path, v, schemaVersion)
 	}
 	for i := v; i < schemaVersion; i++ {
 		if _, err := tx.ExecContext(ctx, migrations[i]); err != nil {
-			return fmt.Errorf("sqlite: %s: migration %d: %w", path, i+1, mapErr(ctx, "migrate", err))
+			return fmt.Errorf("sqlite: %s: migration %d: %w", path, i+1, interpret(ctx, "migrate", err))
 		}
 	}
 	if v != schemaVersion {
@@ -224,11 +224,11 @@ func migrate(ctx context.Context, w *sql.DB, path string) error {
 		// commits with the tables or not at all. PRAGMA takes no bind
 		// parameters; the value is our own integer.
 		if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, schemaVersion)); err != nil {
-			return fmt.Errorf("sqlite: %s: set user_version: %w", path, mapErr(ctx, "migrate", err))
+			return fmt.Errorf("sqlite: %s: set user_version: %w", path, interpret(ctx, "migrate", err))
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("sqlite: open %s: %w", path, mapErr(ctx, "migrate: commit", err))
+		return fmt.Errorf("sqlite: open %s: %w", path, interpret(ctx, "migrate: commit", err))
 	}
 	return nil
 }
@@ -238,7 +238,7 @@ func migrate(ctx context.Context, w *sql.DB, path string) error {
 func checkVersion(ctx context.Context, r *sql.DB, path string) error {
 	var v int
 	if err := r.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
-		return fmt.Errorf("sqlite: open %s read-only: %w", path, mapErr(ctx, "read user_version", err))
+		return fmt.Errorf("sqlite: open %s read-only: %w", path, interpret(ctx, "read user_version", err))
 	}
 	switch {
 	case v == 0:

@@ -49,6 +49,8 @@ type Store struct {
 	path     string
 	readOnly bool
 	busy     time.Duration
+	// beforeCommit is Options.BeforeCommit (nil: none).
+	beforeCommit func(w store.Write) error
 	// w is the write pool: nil when read-only. MaxOpenConns(1): SQLite
 	// admits one writer at a time anyway, and queueing writers in Go
 	// instead of letting several connections spin on SQLITE_BUSY avoids
@@ -99,7 +101,7 @@ func Open(ctx context.Context, path string, opts store.Options) (*Store, error) 
 	if busy <= 0 {
 		busy = DefaultBusyTimeout
 	}
-	s := &Store{path: path, readOnly: opts.ReadOnly, busy: busy, now: unixNow}
+	s := &Store{path: path, readOnly: opts.ReadOnly, busy: busy, now: unixNow, beforeCommit: opts.BeforeCommit}
 
 	if opts.ReadOnly {
 		r, err := openPool(path, roParams(busy), readConns)
@@ -138,7 +140,7 @@ func Open(ctx context.Context, path string, opts store.Options) (*Store, error) 
 	s.rq.withQueue = true
 	if err := r.PingContext(ctx); err != nil {
 		s.Close()
-		return nil, mapErr(ctx, "open read pool", err)
+		return nil, interpret(ctx, "open read pool", err)
 	}
 	if err := prepareAll(ctx, r, s.rq.list()); err != nil {
 		s.Close()
@@ -167,7 +169,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	// Touch the calls table, not just the connection: a deleted or
 	// unreadable file must make /readyz fail.
 	err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM calls LIMIT 1)`).Scan(&n)
-	return mapErr(ctx, "ping", err)
+	return interpret(ctx, "ping", err)
 }
 
 // Close stops the committer (a batch in progress is finished and answered;
@@ -319,8 +321,8 @@ func openPool(path string, q url.Values, n int) (*sql.DB, error) {
 func (s *Store) readTx(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
 	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
-		return mapErr(ctx, op+": begin", err)
+		return interpret(ctx, op+": begin", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // read-only: nothing to undo
-	return mapErr(ctx, op, fn(tx))
+	return interpret(ctx, op, fn(tx))
 }

@@ -56,6 +56,26 @@ func TestStore(t *testing.T) {
 				t.Fatalf("%s: %v", sql, err)
 			}
 		},
+		SchemaBefore: func(t *testing.T, path, migration string) {
+			t.Helper()
+			if migration != storetest.MigrationNotBefore {
+				t.Fatalf("SchemaBefore: unknown migration %q", migration)
+			}
+			prev := slices.Index(migrations, migrationNotBefore)
+			old, err := openPool(path, url.Values{}, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer old.Close()
+			for _, m := range migrations[:prev] {
+				if _, err := old.Exec(m); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := old.Exec(fmt.Sprintf(`PRAGMA user_version = %d`, prev)); err != nil {
+				t.Fatal(err)
+			}
+		},
 	})
 }
 
@@ -392,42 +412,6 @@ func BenchmarkCreateOrGetParallel(b *testing.B) {
 			}
 		}
 	})
-}
-
-// TestMigrateNotBeforeKeepsRows migrates a database of the version before
-// not_before (user_version 3): its rows stay, with no not-before time, and
-// its pending call is claimable as before.
-func TestMigrateNotBeforeKeepsRows(t *testing.T) {
-	path := tempPath(t)
-	prev := slices.Index(migrations, migrationNotBefore)
-	old, err := openPool(path, url.Values{}, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range migrations[:prev] {
-		if _, err := old.Exec(m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := old.Exec(fmt.Sprintf(`PRAGMA user_version = %d;
-		INSERT INTO calls (call_id, idem_key, fingerprint, tool, args_json, status, attempt, created_at, updated_at)
-		VALUES ('c_00000000000000aa', 'old', 'f', 'charge', '{}', 'pending', 0, 1.0, 1.0),
-		       ('c_00000000000000bb', 'done', 'f', 'charge', '{}', 'failed', 1, 2.0, 2.0)`, prev)); err != nil {
-		t.Fatal(err)
-	}
-	old.Close()
-
-	s := openAt(t, path, store.Options{})
-	for _, key := range []string{"old", "done"} {
-		c, err := s.GetByKey(t.Context(), store.DefaultPrincipal, key)
-		if err != nil || c.NotBefore != nil {
-			t.Fatalf("GetByKey(%s) after migration = %+v, %v; want the row, without not_before", key, c, err)
-		}
-	}
-	got, err := s.ClaimNext(t.Context(), "w", time.Minute, 5)
-	if err != nil || len(got) != 1 || got[0].CallID != "c_00000000000000aa" {
-		t.Fatalf("ClaimNext after migration = %+v, %v; want the old pending call", got, err)
-	}
 }
 
 // TestWriteConnectionPragmas: the write connection keeps synchronous=FULL

@@ -17,20 +17,20 @@ import (
 // Exec or Query prepares and finalizes every time.
 //
 // The SQL is written out here, next to the comment that says why it is
-// shaped as it is; the Go code that runs it is in calls.go and reads.go.
+// shaped as it is; the Go code that runs it is in create.go, claim.go, complete.go, lease.go and reads.go.
 const (
 	// sqlCallByID and sqlCallByKey read one call (scanCall's columns).
-	sqlCallByID  = `SELECT ` + callCols + ` FROM calls WHERE call_id = ?`
-	sqlCallByKey = `SELECT ` + callCols + ` FROM calls WHERE principal = ? AND idem_key = ?`
+	sqlCallByID  = `SELECT ` + callColumns + ` FROM calls WHERE call_id = ?`
+	sqlCallByKey = `SELECT ` + callColumns + ` FROM calls WHERE principal = ? AND idem_key = ?`
 	// sqlCallOf is Get: the call with that id if principal recorded it.
-	sqlCallOf = `SELECT ` + callCols + ` FROM calls WHERE call_id = ? AND principal = ?`
+	sqlCallOf = `SELECT ` + callColumns + ` FROM calls WHERE call_id = ? AND principal = ?`
 
 	// sqlInsertCall inserts a new pending call and returns it as stored,
 	// so CreateOrGet needs no read after its write.
 	sqlInsertCall = `INSERT INTO calls
 		(call_id, principal, idem_key, fingerprint, client_id, seq, tool, args_json, status, attempt, created_at, updated_at, intent, via)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?, ?)
-		RETURNING ` + callCols
+		RETURNING ` + callColumns
 
 	// sqlAliasByKey reads an alias key's call id and the fingerprint the
 	// alias was recorded with (intent deduplication).
@@ -38,7 +38,7 @@ const (
 
 	// sqlCallByIntent is the newest call of a principal, tool and intent
 	// created at or after a time: idx_calls_intent, then one row.
-	sqlCallByIntent = `SELECT ` + callCols + ` FROM calls
+	sqlCallByIntent = `SELECT ` + callColumns + ` FROM calls
 		WHERE principal = ? AND intent = ? AND tool = ? AND created_at >= ? AND intent IS NOT NULL
 		ORDER BY created_at DESC LIMIT 1`
 
@@ -50,7 +50,7 @@ const (
 		SET status = 'pending', error_json = NULL, result_json = NULL, lease_until = NULL, owner = NULL,
 		    cancel_requested = 0, not_before = NULL, updated_at = ?
 		WHERE call_id = ? AND status = 'failed'
-		RETURNING ` + callCols
+		RETURNING ` + callColumns
 
 	sqlInsertAudit = `INSERT INTO audit (ts, call_id, event, detail) VALUES (?, ?, ?, ?)`
 
@@ -115,18 +115,18 @@ const (
 	sqlClaim = `UPDATE calls
 		SET status = 'running', attempt = attempt + 1, lease_until = ?, owner = ?, updated_at = ?, error_json = NULL
 		WHERE call_id = ? AND ` + claimable + `
-		RETURNING ` + callCols
+		RETURNING ` + callColumns
 
 	// sqlSucceed and sqlFail are the fenced completions (see fencing);
 	// no row back means the completion is stale.
 	sqlSucceed = `UPDATE calls
 		SET status = 'succeeded', result_json = ?, error_json = NULL, lease_until = NULL, owner = NULL, updated_at = ?
 		WHERE ` + fencing + `
-		RETURNING ` + callCols
+		RETURNING ` + callColumns
 	sqlFail = `UPDATE calls
 		SET status = 'failed', error_json = ?, result_json = NULL, lease_until = NULL, owner = NULL, updated_at = ?
 		WHERE ` + fencing + `
-		RETURNING ` + callCols
+		RETURNING ` + callColumns
 
 	// sqlScheduleRetry is ScheduleRetry, fenced like a completion: back to
 	// pending, not claimable before not_before (first ?), with the failure
@@ -136,7 +136,7 @@ const (
 		SET status = 'pending', not_before = ?, error_json = ?, result_json = NULL,
 		    lease_until = NULL, owner = NULL, updated_at = ?
 		WHERE ` + fencing + `
-		RETURNING ` + callCols
+		RETURNING ` + callColumns
 
 	// sqlExtendLease is a heartbeat: the fencing token of a completion,
 	// and only lease_until changes (updated_at is the time of the last
@@ -190,7 +190,7 @@ const (
 // parameter is bound again after the driver unbinds it, so a parameter
 // would mean a parse on every call.
 func sqlListByStatus(st store.Status) string {
-	return `SELECT ` + callCols + ` FROM calls WHERE status = '` + string(st) + `'
+	return `SELECT ` + callColumns + ` FROM calls WHERE status = '` + string(st) + `'
 		ORDER BY created_at DESC, rowid DESC LIMIT ?+0`
 }
 
@@ -254,7 +254,7 @@ func prepareAll(ctx context.Context, db *sql.DB, list []prepared) error {
 		st, err := db.PrepareContext(ctx, p.query)
 		if err != nil {
 			closeAll(list[:i])
-			return mapErr(ctx, "prepare", fmt.Errorf("%w\n%s", err, p.query))
+			return interpret(ctx, "prepare", fmt.Errorf("%w\n%s", err, p.query))
 		}
 		*p.dst = st
 	}

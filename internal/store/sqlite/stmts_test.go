@@ -116,10 +116,10 @@ func TestNoReprepare(t *testing.T) {
 				t.Fatal(err)
 			}
 			if i%2 == 0 {
-				_, err = s.Succeed(ctx, store.Completion{CallID: c.CallID, Owner: owner, Attempt: c.Attempt,
+				_, err = s.Succeed(ctx, store.Completion{Lease: store.Lease{CallID: c.CallID, Owner: owner, Attempt: c.Attempt},
 					Result: []byte(`{}`), Effect: &store.Effect{EffectID: "e" + c.CallID, Tool: "charge", Amount: &amount}})
 			} else {
-				_, err = s.Fail(ctx, store.Completion{CallID: c.CallID, Owner: owner, Attempt: c.Attempt,
+				_, err = s.Fail(ctx, store.Completion{Lease: store.Lease{CallID: c.CallID, Owner: owner, Attempt: c.Attempt},
 					Error: []byte(`{"code":"x","retryable":false}`)})
 			}
 			if err != nil {

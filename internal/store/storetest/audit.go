@@ -39,7 +39,7 @@ func testAuditDetails(t *testing.T, open func(t *testing.T) store.Store) {
 	_, err = s.Fail(ctx, failure(second, false)) // the call is pending now
 	wantErr(t, "Fail of a reset call", err, store.ErrFenced)
 	third := claimOnly(t, s, "w3", longLease, c.CallID)
-	if err := s.Release(ctx, c.CallID, "w3", third.Attempt, "owner pid 42 gone"); err != nil {
+	if err := s.Release(ctx, store.Lease{CallID: c.CallID, Owner: "w3", Attempt: third.Attempt}, "owner pid 42 gone"); err != nil {
 		t.Fatal(err)
 	}
 	fourth := claimOnly(t, s, "w4", longLease, c.CallID)

@@ -258,3 +258,37 @@ func testClaimQuotas(t *testing.T, open func(t *testing.T) store.Store) {
 	}
 	claimOnly(t, s, "w", longLease, x.CallID)
 }
+
+// testClaimOldestAcrossPendingAndExpired: pending calls and running calls
+// whose lease expired, interleaved by age, are claimed oldest first across
+// both kinds, as one ORDER BY created_at over both would (SQLite reads
+// them with two queries and merges them; PostgreSQL with one statement).
+func testClaimOldestAcrossPendingAndExpired(t *testing.T, su suite) {
+	db, s := su.fresh(t)
+	var want []string
+	for i := range 6 {
+		c := create(t, s, fmt.Sprintf("k%d", i))
+		want = append(want, c.CallID)
+		// A strict age order, one second apart; the odd ones running
+		// under a lease that expired long ago, the even ones pending.
+		set := fmt.Sprintf("created_at = %d", 1001+i)
+		if i%2 == 1 {
+			set += ", status = 'running', owner = 'old', attempt = 1, lease_until = 1.0"
+		}
+		su.f.Exec(t, db, fmt.Sprintf("UPDATE calls SET %s WHERE call_id = '%s'", set, c.CallID))
+	}
+	for _, batch := range [][]string{want[:4], want[4:]} {
+		got, err := s.ClaimNext(t.Context(), "new", longLease, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(ids(got), batch) {
+			t.Fatalf("claimed %v, want %v (oldest first across pending and expired)", ids(got), batch)
+		}
+		for _, c := range got {
+			if c.Status != store.StatusRunning || c.Owner == nil || *c.Owner != "new" {
+				t.Fatalf("claimed %+v, want running under new", c)
+			}
+		}
+	}
+}

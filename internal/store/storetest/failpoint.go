@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,24 +15,22 @@ import (
 )
 
 // testBeforeCommitFailpoints: every write's before-commit failpoint
-// (docs/failpoints.md) sits inside its transaction on every backend. Armed
-// with "1*error", the write fails with the injected error (an
-// ErrUnavailable), nothing of it is committed, and the same write then
-// succeeds (the count is used up). A write that changes nothing does not
-// reach its point (the count is left for the next one). The crash-point
-// matrix (internal/failpoint) tests the crash action and the after-commit
-// points, which sit above the seam, through real processes.
-//
-// The registry is process-wide: this test must not run in parallel with
-// others (the suite runs nothing in parallel).
-func testBeforeCommitFailpoints(t *testing.T, open func(t *testing.T) store.Store) {
+// (docs/failpoints.md), given to the store as its Options.BeforeCommit
+// hook, sits inside its transaction on every backend. Armed with
+// "1*error", the write fails with the injected error (an ErrUnavailable),
+// nothing of it is committed, and the same write then succeeds (the count
+// is used up). A write that changes nothing does not reach its point (the
+// count is left for the next one). The crash-point matrix
+// (internal/failpoint) tests the crash action and the after-commit points,
+// which sit above the seam, through real processes.
+func testBeforeCommitFailpoints(t *testing.T, su suite) {
 	errJSON := json.RawMessage(`{"code":"canceled","message":"canceled by request","retryable":false}`)
-	for _, tc := range []struct {
-		point failpoint.Name
+	cases := []struct {
+		write store.Write
 		// setup makes the state the write needs and returns the write.
 		setup func(t *testing.T, s store.Store) func() error
 	}{
-		{failpoint.CreateBeforeCommit, func(t *testing.T, s store.Store) func() error {
+		{store.WriteCreate, func(t *testing.T, s store.Store) func() error {
 			old := create(t, s, "old")
 			n := newCall(t, "new", "fp-new")
 			return func() error {
@@ -42,27 +42,29 @@ func testBeforeCommitFailpoints(t *testing.T, open func(t *testing.T) store.Stor
 				return err
 			}
 		}},
-		{failpoint.ClaimBeforeCommit, func(t *testing.T, s store.Store) func() error {
+		{store.WriteClaim, func(t *testing.T, s store.Store) func() error {
 			create(t, s, "k")
 			return func() error { _, err := s.ClaimNext(t.Context(), "w", longLease, 1); return err }
 		}},
-		{failpoint.LeaseBeforeCommit, func(t *testing.T, s store.Store) func() error {
+		{store.WriteLease, func(t *testing.T, s store.Store) func() error {
 			c := createAndClaim(t, s, "k", "w", longLease)
-			return func() error { return s.ExtendLease(t.Context(), c.CallID, "w", c.Attempt, 2*longLease) }
+			return func() error {
+				return s.ExtendLease(t.Context(), store.Lease{CallID: c.CallID, Owner: "w", Attempt: c.Attempt}, 2*longLease)
+			}
 		}},
-		{failpoint.SucceedBeforeCommit, func(t *testing.T, s store.Store) func() error {
+		{store.WriteSucceed, func(t *testing.T, s store.Store) func() error {
 			c := createAndClaim(t, s, "k", "w", longLease)
 			return func() error { _, err := s.Succeed(t.Context(), completion(c)); return err }
 		}},
-		{failpoint.FailBeforeCommit, func(t *testing.T, s store.Store) func() error {
+		{store.WriteFail, func(t *testing.T, s store.Store) func() error {
 			c := createAndClaim(t, s, "k", "w", longLease)
 			return func() error { _, err := s.Fail(t.Context(), failure(c, false)); return err }
 		}},
-		{failpoint.RetryBeforeCommit, func(t *testing.T, s store.Store) func() error {
+		{store.WriteRetry, func(t *testing.T, s store.Store) func() error {
 			c := createAndClaim(t, s, "k", "w", longLease)
 			return func() error { _, err := s.ScheduleRetry(t.Context(), failure(c, true), time.Second); return err }
 		}},
-		{failpoint.RecoverBeforeCommit, func(t *testing.T, s store.Store) func() error {
+		{store.WriteRecover, func(t *testing.T, s store.Store) func() error {
 			createAndClaim(t, s, "k", "w", shortLease)
 			return func() error {
 				var err error
@@ -76,11 +78,13 @@ func testBeforeCommitFailpoints(t *testing.T, open func(t *testing.T) store.Stor
 				return err
 			}
 		}},
-		{failpoint.ReleaseBeforeCommit, func(t *testing.T, s store.Store) func() error {
+		{store.WriteRelease, func(t *testing.T, s store.Store) func() error {
 			c := createAndClaim(t, s, "k", "w", longLease)
-			return func() error { return s.Release(t.Context(), c.CallID, "w", c.Attempt, "owner gone") }
+			return func() error {
+				return s.Release(t.Context(), store.Lease{CallID: c.CallID, Owner: "w", Attempt: c.Attempt}, "owner gone")
+			}
 		}},
-		{failpoint.CancelBeforeCommit, func(t *testing.T, s store.Store) func() error {
+		{store.WriteCancel, func(t *testing.T, s store.Store) func() error {
 			done := createAndClaim(t, s, "done", "w", longLease)
 			if _, err := s.Succeed(t.Context(), completion(done)); err != nil {
 				t.Fatal(err)
@@ -95,13 +99,39 @@ func testBeforeCommitFailpoints(t *testing.T, open func(t *testing.T) store.Stor
 				return err
 			}
 		}},
-	} {
-		t.Run(string(tc.point), func(t *testing.T) {
-			s := open(t)
+	}
+	// Every write with failpoints has its case here.
+	var covered, want []failpoint.Name
+	for _, tc := range cases {
+		covered = append(covered, tc.write.BeforeCommit())
+	}
+	for _, n := range store.Failpoints() {
+		if strings.HasSuffix(string(n), "/before-commit") {
+			want = append(want, n)
+		}
+	}
+	if !reflect.DeepEqual(covered, want) {
+		t.Errorf("before-commit points tested %v, want every one: %v", covered, want)
+	}
+	for _, tc := range cases {
+		t.Run(string(tc.write.BeforeCommit()), func(t *testing.T) {
+			// The hook runs whatever registry is armed: none while the
+			// setup writes.
+			var armed atomic.Pointer[failpoint.Registry]
+			s := su.openOn(t, su.f.NewDB(t), store.Options{BeforeCommit: func(w store.Write) error {
+				if r := armed.Load(); r != nil {
+					return store.FailpointHook(r, store.Write.BeforeCommit)(w)
+				}
+				return nil
+			}})
 			write := tc.setup(t, s)
 			before := snapshot(t, s)
-			arm(t, string(tc.point)+"=1*error")
-			err := write()
+			r, err := failpoint.Parse(string(tc.write.BeforeCommit())+"=1*error", store.Failpoints())
+			if err != nil {
+				t.Fatal(err)
+			}
+			armed.Store(r)
+			err = write()
 			if !errors.Is(err, failpoint.ErrInjected) || !errors.Is(err, store.ErrUnavailable) {
 				t.Fatalf("armed write: %v, want the injected error (ErrUnavailable)", err)
 			}
@@ -116,17 +146,6 @@ func testBeforeCommitFailpoints(t *testing.T, open func(t *testing.T) store.Stor
 			}
 		})
 	}
-}
-
-// arm enables spec for the rest of the test.
-func arm(t *testing.T, spec string) {
-	t.Helper()
-	r, err := failpoint.Parse(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	failpoint.Enable(r, nil)
-	t.Cleanup(func() { failpoint.Enable(nil, nil) })
 }
 
 // dbState is everything a write may change.

@@ -81,21 +81,17 @@ func completion(c store.Call) store.Completion {
 	amount := int64(100)
 	eff := effectIDFor(c.CallID)
 	return store.Completion{
-		CallID:  c.CallID,
-		Owner:   *c.Owner,
-		Attempt: c.Attempt,
-		Result:  json.RawMessage(fmt.Sprintf(`{"charged":100,"effect_id":%q}`, eff)),
-		Effect:  &store.Effect{EffectID: eff, CallID: c.CallID, Tool: c.Tool, Amount: &amount},
+		Lease:  store.LeaseOf(c),
+		Result: json.RawMessage(fmt.Sprintf(`{"charged":100,"effect_id":%q}`, eff)),
+		Effect: &store.Effect{EffectID: eff, CallID: c.CallID, Tool: c.Tool, Amount: &amount},
 	}
 }
 
 // failure is the fencing token of a claimed call plus an error object.
 func failure(c store.Call, retryable bool) store.Completion {
 	return store.Completion{
-		CallID:  c.CallID,
-		Owner:   *c.Owner,
-		Attempt: c.Attempt,
-		Error:   json.RawMessage(fmt.Sprintf(`{"code":"tool_failed","message":"boom","retryable":%t}`, retryable)),
+		Lease: store.LeaseOf(c),
+		Error: json.RawMessage(fmt.Sprintf(`{"code":"tool_failed","message":"boom","retryable":%t}`, retryable)),
 	}
 }
 

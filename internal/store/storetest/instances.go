@@ -197,7 +197,7 @@ func testInstances(t *testing.T, su suite) {
 		if rec, err := b.RecoverExpired(ctx); err != nil || len(rec) != 0 {
 			t.Fatalf("B recovered A's live lease: %v, %v", rec, err)
 		}
-		wantErr(t, "B's Release of A's call", b.Release(ctx, held.CallID, "B", held.Attempt, "B thinks it is dead"), store.ErrNotHeld)
+		wantErr(t, "B's Release of A's call", b.Release(ctx, store.Lease{CallID: held.CallID, Owner: "B", Attempt: held.Attempt}, "B thinks it is dead"), store.ErrNotHeld)
 		forged := completion(held)
 		forged.Owner = "B"
 		_, err := b.Succeed(ctx, forged)
@@ -303,23 +303,25 @@ func testClosedStore(t *testing.T, su suite) {
 		"ClaimNext":   func() error { _, err := s.ClaimNext(ctx, "w2", longLease, 1); return err },
 		"Succeed":     func() error { _, err := s.Succeed(ctx, completion(c)); return err },
 		"Fail": func() error {
-			_, err := s.Fail(ctx, store.Completion{CallID: c.CallID, Owner: "w1", Attempt: 1, Error: json.RawMessage(`{}`)})
+			_, err := s.Fail(ctx, store.Completion{Lease: store.Lease{CallID: c.CallID, Owner: "w1", Attempt: 1}, Error: json.RawMessage(`{}`)})
 			return err
 		},
 		"RecoverExpired": func() error { _, err := s.RecoverExpired(ctx); return err },
-		"Release":        func() error { return s.Release(ctx, c.CallID, "w1", 1, "x") },
-		"ExtendLease":    func() error { return s.ExtendLease(ctx, c.CallID, "w1", 1, longLease) },
-		"Queue":          func() error { _, err := s.Queue(ctx); return err },
-		"Get":            func() error { _, err := s.Get(ctx, c.Principal, c.CallID); return err },
-		"GetAny":         func() error { _, err := s.GetAny(ctx, c.CallID); return err },
-		"GetByKey":       func() error { _, err := s.GetByKey(ctx, store.DefaultPrincipal, "k1"); return err },
-		"ListCalls":      func() error { _, err := s.ListCalls(ctx, store.ListFilter{}); return err },
-		"ListEffects":    func() error { _, err := s.ListEffects(ctx, 0); return err },
-		"Audit":          func() error { _, err := s.Audit(ctx, "", 0); return err },
-		"Dupes":          func() error { _, err := s.Dupes(ctx); return err },
-		"Attempts":       func() error { _, err := s.Attempts(ctx); return err },
-		"Stats":          func() error { _, err := s.Stats(ctx); return err },
-		"Ping":           func() error { return s.Ping(ctx) },
+		"Release":        func() error { return s.Release(ctx, store.Lease{CallID: c.CallID, Owner: "w1", Attempt: 1}, "x") },
+		"ExtendLease": func() error {
+			return s.ExtendLease(ctx, store.Lease{CallID: c.CallID, Owner: "w1", Attempt: 1}, longLease)
+		},
+		"Queue":       func() error { _, err := s.Queue(ctx); return err },
+		"Get":         func() error { _, err := s.Get(ctx, c.Principal, c.CallID); return err },
+		"GetAny":      func() error { _, err := s.GetAny(ctx, c.CallID); return err },
+		"GetByKey":    func() error { _, err := s.GetByKey(ctx, store.DefaultPrincipal, "k1"); return err },
+		"ListCalls":   func() error { _, err := s.ListCalls(ctx, store.ListFilter{}); return err },
+		"ListEffects": func() error { _, err := s.ListEffects(ctx, 0); return err },
+		"Audit":       func() error { _, err := s.Audit(ctx, "", 0); return err },
+		"Dupes":       func() error { _, err := s.Dupes(ctx); return err },
+		"Attempts":    func() error { _, err := s.Attempts(ctx); return err },
+		"Stats":       func() error { _, err := s.Stats(ctx); return err },
+		"Ping":        func() error { return s.Ping(ctx) },
 	} {
 		if err := call(); !errors.Is(err, store.ErrUnavailable) {
 			t.Errorf("%s on a closed store: err = %v, want ErrUnavailable", name, err)

@@ -19,7 +19,7 @@ func testExtendLease(t *testing.T, open func(t *testing.T) store.Store) {
 	before := len(audit(t, s, c.CallID))
 
 	// Extend for a minute, then wait well past the claim's short lease.
-	if err := s.ExtendLease(ctx, c.CallID, "w1", c.Attempt, longLease); err != nil {
+	if err := s.ExtendLease(ctx, store.Lease{CallID: c.CallID, Owner: "w1", Attempt: c.Attempt}, longLease); err != nil {
 		t.Fatalf("ExtendLease: %v", err)
 	}
 	g := get(t, s, c.CallID)
@@ -47,7 +47,7 @@ func testExtendLease(t *testing.T, open func(t *testing.T) store.Store) {
 	// A non-positive lease is refused and changes nothing.
 	e := createAndClaim(t, s, "k3", "w1", longLease)
 	for _, bad := range []time.Duration{0, -time.Second} {
-		if err := s.ExtendLease(ctx, e.CallID, "w1", e.Attempt, bad); err == nil || store.IsSentinel(err) {
+		if err := s.ExtendLease(ctx, store.Lease{CallID: e.CallID, Owner: "w1", Attempt: e.Attempt}, bad); err == nil || store.IsSentinel(err) {
 			t.Fatalf("ExtendLease(lease %v) = %v; want a plain error", bad, err)
 		}
 	}
@@ -57,7 +57,7 @@ func testExtendLease(t *testing.T, open func(t *testing.T) store.Store) {
 
 	// A short extension lapses like the claim's own lease.
 	d := createAndClaim(t, s, "k2", "w1", longLease)
-	if err := s.ExtendLease(ctx, d.CallID, "w1", d.Attempt, shortLease); err != nil {
+	if err := s.ExtendLease(ctx, store.Lease{CallID: d.CallID, Owner: "w1", Attempt: d.Attempt}, shortLease); err != nil {
 		t.Fatalf("ExtendLease: %v", err)
 	}
 	eventually(t, "the shortened lease to expire", func() bool {
@@ -95,13 +95,13 @@ func testExtendLeaseFencing(t *testing.T, open func(t *testing.T) store.Store) {
 		return len(got) == 1
 	})
 	before := get(t, s, c.CallID)
-	wantErr(t, "stale extension (old attempt)", s.ExtendLease(ctx, c.CallID, "w1", first.Attempt, longLease), store.ErrNotHeld)
-	wantErr(t, "extension by another owner", s.ExtendLease(ctx, c.CallID, "w1", second.Attempt, longLease), store.ErrNotHeld)
+	wantErr(t, "stale extension (old attempt)", s.ExtendLease(ctx, store.Lease{CallID: c.CallID, Owner: "w1", Attempt: first.Attempt}, longLease), store.ErrNotHeld)
+	wantErr(t, "extension by another owner", s.ExtendLease(ctx, store.Lease{CallID: c.CallID, Owner: "w1", Attempt: second.Attempt}, longLease), store.ErrNotHeld)
 	if after := get(t, s, c.CallID); *after.LeaseUntil != *before.LeaseUntil || *after.Owner != "w2" || after.Attempt != 2 {
 		t.Fatalf("refused extensions changed the call: %+v, was %+v", after, before)
 	}
 	// The holder's extension still works.
-	if err := s.ExtendLease(ctx, c.CallID, "w2", second.Attempt, longLease); err != nil {
+	if err := s.ExtendLease(ctx, store.Lease{CallID: c.CallID, Owner: "w2", Attempt: second.Attempt}, longLease); err != nil {
 		t.Fatalf("holder's ExtendLease: %v", err)
 	}
 
@@ -109,24 +109,24 @@ func testExtendLeaseFencing(t *testing.T, open func(t *testing.T) store.Store) {
 	if _, err := s.Succeed(ctx, completion(second)); err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, "extension of a completed call", s.ExtendLease(ctx, c.CallID, "w2", second.Attempt, longLease), store.ErrNotHeld)
+	wantErr(t, "extension of a completed call", s.ExtendLease(ctx, store.Lease{CallID: c.CallID, Owner: "w2", Attempt: second.Attempt}, longLease), store.ErrNotHeld)
 	if g := get(t, s, c.CallID); g.Status != store.StatusSucceeded || g.LeaseUntil != nil {
 		t.Fatalf("extension revived a completed call: %+v", g)
 	}
 
 	// Released (dead owner) and pending: not held either.
 	d := createAndClaim(t, s, "k2", "w1", longLease)
-	if err := s.Release(ctx, d.CallID, "w1", d.Attempt, "owner gone"); err != nil {
+	if err := s.Release(ctx, store.Lease{CallID: d.CallID, Owner: "w1", Attempt: d.Attempt}, "owner gone"); err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, "extension of a released call", s.ExtendLease(ctx, d.CallID, "w1", d.Attempt, longLease), store.ErrNotHeld)
+	wantErr(t, "extension of a released call", s.ExtendLease(ctx, store.Lease{CallID: d.CallID, Owner: "w1", Attempt: d.Attempt}, longLease), store.ErrNotHeld)
 	if g := get(t, s, d.CallID); g.Status != store.StatusPending || g.LeaseUntil != nil || g.Owner != nil {
 		t.Fatalf("extension revived a released call: %+v", g)
 	}
 
 	// No such call.
-	wantErr(t, "extension of an unknown call", s.ExtendLease(ctx, newCallID(t), "w1", 1, longLease), store.ErrNotFound)
-	if err := s.ExtendLease(ctx, newCallID(t), "w1", 1, longLease); errors.Is(err, store.ErrNotHeld) {
+	wantErr(t, "extension of an unknown call", s.ExtendLease(ctx, store.Lease{CallID: newCallID(t), Owner: "w1", Attempt: 1}, longLease), store.ErrNotFound)
+	if err := s.ExtendLease(ctx, store.Lease{CallID: newCallID(t), Owner: "w1", Attempt: 1}, longLease); errors.Is(err, store.ErrNotHeld) {
 		t.Fatalf("unknown call reported as not held: %v", err)
 	}
 }
@@ -175,7 +175,7 @@ func testExtendLeaseCancelRequested(t *testing.T, open func(t *testing.T) store.
 	s := open(t)
 	ctx := t.Context()
 	c := createAndClaim(t, s, "k", "w1", shortLease)
-	if err := s.ExtendLease(ctx, c.CallID, "w1", c.Attempt, longLease); err != nil {
+	if err := s.ExtendLease(ctx, store.Lease{CallID: c.CallID, Owner: "w1", Attempt: c.Attempt}, longLease); err != nil {
 		t.Fatalf("ExtendLease before any cancel: %v", err)
 	}
 	if _, outcome, err := s.Cancel(ctx, c.CallID, canceledErr); err != nil || outcome != store.CancelRequested {
@@ -183,11 +183,11 @@ func testExtendLeaseCancelRequested(t *testing.T, open func(t *testing.T) store.
 	}
 	before := get(t, s, c.CallID)
 	time.Sleep(10 * time.Millisecond) // the database's clock moves on
-	wantErr(t, "extension after a cancel request", s.ExtendLease(ctx, c.CallID, "w1", c.Attempt, longLease), store.ErrCancelRequested)
+	wantErr(t, "extension after a cancel request", s.ExtendLease(ctx, store.Lease{CallID: c.CallID, Owner: "w1", Attempt: c.Attempt}, longLease), store.ErrCancelRequested)
 	after := get(t, s, c.CallID)
 	if after.Status != store.StatusRunning || after.LeaseUntil == nil || *after.LeaseUntil <= *before.LeaseUntil {
 		t.Fatalf("extension with a cancel requested: %+v (lease was %v); want still running, lease extended", after, *before.LeaseUntil)
 	}
 	// A stale holder is told it lost the call, not that it was canceled.
-	wantErr(t, "stale extension of a canceled call", s.ExtendLease(ctx, c.CallID, "w2", c.Attempt, longLease), store.ErrNotHeld)
+	wantErr(t, "stale extension of a canceled call", s.ExtendLease(ctx, store.Lease{CallID: c.CallID, Owner: "w2", Attempt: c.Attempt}, longLease), store.ErrNotHeld)
 }

@@ -339,9 +339,11 @@ func testReadOnly(t *testing.T, su suite) {
 			_, err := ro.RecoverExpired(t.Context())
 			return err
 		},
-		"Release": func() error { return ro.Release(t.Context(), c.CallID, "w1", c.Attempt, "x") },
+		"Release": func() error {
+			return ro.Release(t.Context(), store.Lease{CallID: c.CallID, Owner: "w1", Attempt: c.Attempt}, "x")
+		},
 		"ExtendLease": func() error {
-			return ro.ExtendLease(t.Context(), c.CallID, "w1", c.Attempt, longLease)
+			return ro.ExtendLease(t.Context(), store.Lease{CallID: c.CallID, Owner: "w1", Attempt: c.Attempt}, longLease)
 		},
 	} {
 		wantErr(t, "read-only "+name, write(), store.ErrReadOnly)

@@ -80,13 +80,13 @@ func testRelease(t *testing.T, open func(t *testing.T) store.Store) {
 	s := open(t)
 	c := createAndClaim(t, s, "k1", "w1", longLease)
 
-	wantErr(t, "Release by another owner", s.Release(t.Context(), c.CallID, "w2", c.Attempt, "x"), store.ErrNotHeld)
-	wantErr(t, "Release of another attempt", s.Release(t.Context(), c.CallID, "w1", c.Attempt+1, "x"), store.ErrNotHeld)
+	wantErr(t, "Release by another owner", s.Release(t.Context(), store.Lease{CallID: c.CallID, Owner: "w2", Attempt: c.Attempt}, "x"), store.ErrNotHeld)
+	wantErr(t, "Release of another attempt", s.Release(t.Context(), store.Lease{CallID: c.CallID, Owner: "w1", Attempt: c.Attempt + 1}, "x"), store.ErrNotHeld)
 	if g := get(t, s, c.CallID); g.Status != store.StatusRunning || *g.Owner != "w1" {
 		t.Fatalf("refused Release changed the call: %+v", g)
 	}
 
-	if err := s.Release(t.Context(), c.CallID, "w1", c.Attempt, "owner pid 4242 gone"); err != nil {
+	if err := s.Release(t.Context(), store.Lease{CallID: c.CallID, Owner: "w1", Attempt: c.Attempt}, "owner pid 4242 gone"); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
 	g := get(t, s, c.CallID)
@@ -97,19 +97,19 @@ func testRelease(t *testing.T, open func(t *testing.T) store.Store) {
 	if last := evs[len(evs)-1]; last.Event != store.EventRecover || last.Detail != "owner pid 4242 gone" {
 		t.Fatalf("last audit = %+v, want recover with the reason", last)
 	}
-	wantErr(t, "second Release", s.Release(t.Context(), c.CallID, "w1", c.Attempt, "x"), store.ErrNotHeld)
+	wantErr(t, "second Release", s.Release(t.Context(), store.Lease{CallID: c.CallID, Owner: "w1", Attempt: c.Attempt}, "x"), store.ErrNotHeld)
 
 	// A final call cannot be released.
 	d := claimOnly(t, s, "w3", longLease, c.CallID)
 	if _, err := s.Succeed(t.Context(), completion(d)); err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, "Release of a succeeded call", s.Release(t.Context(), d.CallID, "w3", d.Attempt, "x"), store.ErrNotHeld)
+	wantErr(t, "Release of a succeeded call", s.Release(t.Context(), store.Lease{CallID: d.CallID, Owner: "w3", Attempt: d.Attempt}, "x"), store.ErrNotHeld)
 	if g := get(t, s, d.CallID); g.Status != store.StatusSucceeded {
 		t.Fatalf("Release changed a final call to %s", g.Status)
 	}
 
-	wantErr(t, "Release of an unknown call", s.Release(t.Context(), newCallID(t), "w1", 1, "x"), store.ErrNotFound)
+	wantErr(t, "Release of an unknown call", s.Release(t.Context(), store.Lease{CallID: newCallID(t), Owner: "w1", Attempt: 1}, "x"), store.ErrNotFound)
 }
 
 // testRecoverWithoutLease: a running call whose lease_until is NULL (no

@@ -98,8 +98,8 @@ func testScheduleRetry(t *testing.T, open func(t *testing.T) store.Store) {
 		s := open(t)
 		c := createAndClaim(t, s, "k1", "w1", longLease)
 		for _, stale := range []store.Completion{
-			{CallID: c.CallID, Owner: "w1", Attempt: c.Attempt + 1},
-			{CallID: c.CallID, Owner: "other", Attempt: c.Attempt},
+			{Lease: store.Lease{CallID: c.CallID, Owner: "w1", Attempt: c.Attempt + 1}},
+			{Lease: store.Lease{CallID: c.CallID, Owner: "other", Attempt: c.Attempt}},
 		} {
 			stale.Error = failure(c, true).Error
 			_, err := s.ScheduleRetry(t.Context(), stale, 0)
@@ -126,7 +126,7 @@ func testScheduleRetry(t *testing.T, open func(t *testing.T) store.Store) {
 		if g := get(t, s, c.CallID); g.Status != store.StatusFailed {
 			t.Fatalf("after fenced ScheduleRetry: %+v, want failed", g)
 		}
-		_, err = s.ScheduleRetry(t.Context(), store.Completion{CallID: "c_00000000000000ff", Owner: "w1", Attempt: 1}, 0)
+		_, err = s.ScheduleRetry(t.Context(), store.Completion{Lease: store.Lease{CallID: "c_00000000000000ff", Owner: "w1", Attempt: 1}}, 0)
 		wantErr(t, "ScheduleRetry of an unknown call", err, store.ErrNotFound)
 	})
 

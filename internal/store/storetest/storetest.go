@@ -4,11 +4,25 @@
 // own tests call Run, so SQLite and PostgreSQL are held to the same contract
 // (river's riverdrivertest pattern).
 //
-// The suite is split by concern: create.go (CreateOrGet, retry reset),
-// claim.go (ClaimNext, lease takeover), complete.go (Succeed, Fail, effect
-// uniqueness), retry.go (ScheduleRetry, not-before times), recover.go (RecoverExpired, Release), reads.go (the read
-// methods, Ping, read-only stores), audit.go (the exact detail of every
-// audit event), instances.go (two stores on one database, a closed store).
+// The suite is split by concern, one file each:
+//   - create.go: CreateOrGet, same-key retry resets, concurrent creates;
+//   - claim.go: ClaimNext, tool quotas, concurrent claims, lease-expiry
+//     takeover, the claim order across pending and expired calls;
+//   - complete.go: Succeed, Fail, effect uniqueness;
+//   - retry.go: ScheduleRetry and not-before times;
+//   - recover.go: RecoverExpired, Release;
+//   - lease.go: ExtendLease (heartbeats, cancel requests, fencing), Queue;
+//   - reads.go: the read methods, Ping, read-only stores;
+//   - audit.go: the exact detail of every audit event;
+//   - principals.go: principal scoping, Purge, keyset listing;
+//   - filters.go: the listing filters, Rates;
+//   - dedup.go: intent deduplication and alias keys;
+//   - cancel.go: Cancel;
+//   - instances.go: two stores on one database, a closed store;
+//   - failpoint.go: the before-commit hook (Options.BeforeCommit) of
+//     every write;
+//   - migrate.go: migrations that must keep a database's rows;
+//   - helpers.go: the helpers the tests share.
 //
 // Nothing in this package may assume a particular backend: it talks only to
 // the store.Store interface (and, through Factory.Exec, plain SQL that both
@@ -39,7 +53,15 @@ type Factory struct {
 	// store method can produce (a running call without a lease deadline).
 	// The statement uses no placeholders and only SQL both backends speak.
 	Exec func(t *testing.T, db, sql string)
+	// SchemaBefore creates in db, a fresh database, the schema as it was
+	// before the named migration (MigrationNotBefore), without opening a
+	// store: the migration tests fill it with Exec, then open a store.
+	SchemaBefore func(t *testing.T, db, migration string)
 }
+
+// MigrationNotBefore names the migration that added calls.not_before
+// (server-side retries), for Factory.SchemaBefore.
+const MigrationNotBefore = "not_before"
 
 // Timing used throughout. Short leases keep the suite fast; every wait for
 // one to expire polls with a generous deadline instead of sleeping a fixed
@@ -82,8 +104,8 @@ func (su suite) openOn(t *testing.T, db string, opts store.Options) store.Store 
 // Run runs the whole suite against a backend. Every field of f is required.
 func Run(t *testing.T, f Factory) {
 	t.Helper()
-	if f.NewDB == nil || f.Open == nil || f.Exec == nil {
-		t.Fatal("storetest.Run: Factory needs NewDB, Open and Exec")
+	if f.NewDB == nil || f.Open == nil || f.Exec == nil || f.SchemaBefore == nil {
+		t.Fatal("storetest.Run: Factory needs NewDB, Open, Exec and SchemaBefore")
 	}
 	su := suite{f: f}
 	open := su.open
@@ -97,6 +119,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("ClaimQuotas", func(t *testing.T) { testClaimQuotas(t, open) })
 	t.Run("ConcurrentClaimNext", func(t *testing.T) { testConcurrentClaimNext(t, open) })
 	t.Run("LeaseExpiryTakeover", func(t *testing.T) { testLeaseExpiryTakeover(t, open) })
+	t.Run("ClaimOldestAcrossPendingAndExpired", func(t *testing.T) { testClaimOldestAcrossPendingAndExpired(t, su) })
 	// complete.go
 	t.Run("Succeed", func(t *testing.T) { testSucceed(t, open) })
 	t.Run("Fail", func(t *testing.T) { testFail(t, open) })
@@ -136,5 +159,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("Instances", func(t *testing.T) { testInstances(t, su) })
 	t.Run("ClosedStore", func(t *testing.T) { testClosedStore(t, su) })
 	// failpoint.go
-	t.Run("BeforeCommitFailpoints", func(t *testing.T) { testBeforeCommitFailpoints(t, open) })
+	t.Run("BeforeCommitFailpoints", func(t *testing.T) { testBeforeCommitFailpoints(t, su) })
+	// migrate.go
+	t.Run("MigrateNotBeforeKeepsRows", func(t *testing.T) { testMigrateNotBeforeKeepsRows(t, su) })
 }

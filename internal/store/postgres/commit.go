@@ -92,39 +92,31 @@ func (w row) Scan(dest ...any) error {
 
 // groupOp is one write waiting for a committer.
 type groupOp struct {
+	store.Queued
 	// key orders the writes of a batch (see above).
 	key string
 	// queue adds the write's statements to b.
 	queue func(b *pgx.Batch)
 	// read reads their results and decides the write's answer. It must
 	// only set state that a later run sets again.
-	read  func(r *results) error
-	state atomic.Int32 // opQueued, opTaken or opAbandoned
-	done  chan error   // capacity 1
+	read func(r *results) error
 }
-
-const (
-	opQueued int32 = iota
-	opTaken
-	opAbandoned
-)
 
 // group is the committers of one kind of write.
 type group struct {
-	pool interface {
-		SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-	}
+	pool batchSender
 	// wait bounds how long a write waits to be taken by a committer: the
 	// lock timeout, as for a write waiting on a lock in the database.
 	wait time.Duration
 	ops  chan *groupOp
 	quit chan struct{}
 	wg   sync.WaitGroup
+	// reruns counts the writes run again alone after their batch failed
+	// (tests assert a batch-wide failure causes none).
+	reruns atomic.Int64
 }
 
-func newGroup(pool interface {
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-}, wait time.Duration) *group {
+func newGroup(pool batchSender, wait time.Duration) *group {
 	g := &group{pool: pool, wait: wait, ops: make(chan *groupOp), quit: make(chan struct{})}
 	g.wg.Add(committers)
 	for range committers {
@@ -140,37 +132,17 @@ func (g *group) stop() {
 	g.wg.Wait()
 }
 
-// run submits op and waits for its answer. A write not yet taken by a
-// committer gives up with its ctx, or with ErrUnavailable after g.wait;
-// once taken, it runs to its end and is answered (its statements run under
-// a context without the cancellation: cancelling one statement would abort
-// the whole batch's transaction).
+// run submits op and waits for its answer (store.Submit): a write not yet
+// taken by a committer gives up with its ctx, or with ErrUnavailable after
+// g.wait; once taken, it runs to its end and is answered (its statements
+// run under a context without the cancellation: cancelling one statement
+// would abort the whole batch's transaction).
 func (g *group) run(ctx context.Context, op *groupOp) error {
-	op.done = make(chan error, 1)
-	busy := time.NewTimer(g.wait)
-	defer busy.Stop()
-	select {
-	case g.ops <- op:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-busy.C:
-		return g.busyErr()
-	case <-g.quit:
-		return fmt.Errorf("postgres: %w: store closed", store.ErrUnavailable)
-	}
-	select {
-	case err := <-op.done:
-		return err
-	case <-ctx.Done():
-		if op.state.CompareAndSwap(opQueued, opAbandoned) {
-			return ctx.Err()
-		}
-	case <-busy.C:
-		if op.state.CompareAndSwap(opQueued, opAbandoned) {
-			return g.busyErr()
-		}
-	}
-	return <-op.done
+	return store.Submit(ctx, g.ops, op, &op.Queued, g.quit, g.wait, store.Refusals{
+		Busy:     g.busyErr,
+		Closed:   func() error { return fmt.Errorf("postgres: %w: store closed", store.ErrUnavailable) },
+		Canceled: func(err error) error { return err },
+	})
 }
 
 // busyErr is a write's answer when no committer took it within g.wait
@@ -193,36 +165,41 @@ func (g *group) loop() {
 
 // commit sends ops as one batch and answers each of them.
 func (g *group) commit(ops []*groupOp) {
-	live := ops[:0:0]
-	for _, op := range ops {
-		if op.state.CompareAndSwap(opQueued, opTaken) {
-			live = append(live, op)
-		}
-	}
+	live := store.Take(ops, func(op *groupOp) *store.Queued { return &op.Queued })
 	if len(live) == 0 {
 		return
 	}
 	slices.SortStableFunc(live, func(a, b *groupOp) int { return strings.Compare(a.key, b.key) })
-	errs, failed := g.send(live)
+	errs, failed := sendBatch(g.pool, live)
 	var pgErr *pgconn.PgError
-	if len(live) > 1 && errors.As(failed, &pgErr) {
+	if len(live) > 1 && errors.As(failed, &pgErr) && !batchWide(pgErr) {
 		// A statement failed, so PostgreSQL rolled the whole batch back:
 		// each write runs again on its own. (A failure below SQL, such as
 		// a lost connection, leaves the outcome unknown, as it does for a
-		// write sent alone: every write of the batch reports it.)
+		// write sent alone: every write of the batch reports it.) A
+		// failure that is not about one write's rows (batchWide) is every
+		// write's answer as it stands: run alone, each would meet it again
+		// and wait for it again, one after another.
 		for i, op := range live {
-			alone, _ := g.send([]*groupOp{op})
+			g.reruns.Add(1)
+			alone, _ := sendBatch(g.pool, []*groupOp{op})
 			errs[i] = alone[0]
 		}
 	}
 	for i, op := range live {
-		op.done <- errs[i]
+		op.Answer(errs[i])
 	}
 }
 
-// send runs ops in one batch and returns each one's answer and, if the
-// batch did not commit, why.
-func (g *group) send(ops []*groupOp) (errs []error, failed error) {
+// batchSender sends a pipelined batch: the pool (one implicit
+// transaction), or an explicit transaction (sendInTx).
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// sendBatch runs ops in one batch on q and returns each one's answer and,
+// if the batch failed, why (on the pool: then it did not commit).
+func sendBatch(q batchSender, ops []*groupOp) (errs []error, failed error) {
 	errs = make([]error, len(ops))
 	b := &pgx.Batch{}
 	stmts := make([]int, len(ops))
@@ -231,7 +208,7 @@ func (g *group) send(ops []*groupOp) (errs []error, failed error) {
 		op.queue(b)
 		stmts[i] = b.Len() - n
 	}
-	r := &results{br: g.pool.SendBatch(context.Background(), b)}
+	r := &results{br: q.SendBatch(context.Background(), b)}
 	for i, op := range ops {
 		r.read = 0
 		errs[i] = read(op, r)

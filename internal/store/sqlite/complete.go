@@ -1,0 +1,143 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemctl/idemctl/internal/store"
+)
+
+// fencing is the WHERE clause of every completion: the call must still be
+// running under exactly the (owner, attempt) the worker claimed. A worker
+// whose lease expired and was taken over holds an old attempt number (or
+// another owner name) and matches nothing, so its commit, and its effect,
+// never land (docs/lifecycle.md, "Completion and fencing").
+const fencing = `call_id = ? AND status = 'running' AND owner = ? AND attempt = ?`
+
+// Succeed marks the call succeeded and writes its effect in one
+// transaction, fenced on (owner, attempt). See store.Store.
+func (s *Store) Succeed(ctx context.Context, c store.Completion) (store.Call, error) {
+	if s.readOnly {
+		return store.Call{}, fmt.Errorf("sqlite succeed: %w", store.ErrReadOnly)
+	}
+	if err := store.CheckEffect(c); err != nil {
+		return store.Call{}, fmt.Errorf("sqlite %w", err)
+	}
+	var call store.Call
+	err := s.writeTx(ctx, store.WriteSucceed, func(ctx context.Context, tx *sql.Tx) error {
+		now := s.now()
+		var err error
+		call, err = queryCall(ctx, tx, s.wq.succeed, jsonArg(c.Result), now, c.CallID, c.Owner, c.Attempt)
+		if errors.Is(err, sql.ErrNoRows) {
+			return whyFenced(ctx, tx, s.wq.callByID, c)
+		} else if err != nil {
+			return err
+		}
+		if e := c.Effect; e != nil {
+			if _, err := tx.StmtContext(ctx, s.wq.insertEffect).ExecContext(ctx,
+				e.EffectID, e.Tool, e.Amount, now, c.CallID); err != nil {
+				return err
+			}
+			var linked string
+			if err := tx.StmtContext(ctx, s.wq.linkEffect).QueryRowContext(ctx, c.CallID, c.CallID).
+				Scan(&linked); err != nil {
+				return err
+			}
+			call.EffectID = &linked
+		}
+		return s.insertAudit(ctx, tx, now, c.CallID, store.EventSucceeded, store.DetailSucceeded(call.EffectID, c))
+	})
+	if err != nil {
+		return store.Call{}, s.auditFenced(ctx, c, err)
+	}
+	return call, nil
+}
+
+// Fail marks the call failed with c.Error, fenced like Succeed.
+func (s *Store) Fail(ctx context.Context, c store.Completion) (store.Call, error) {
+	if s.readOnly {
+		return store.Call{}, fmt.Errorf("sqlite fail: %w", store.ErrReadOnly)
+	}
+	errJSON := store.FailureJSON(c)
+	var call store.Call
+	err := s.writeTx(ctx, store.WriteFail, func(ctx context.Context, tx *sql.Tx) error {
+		now := s.now()
+		var err error
+		call, err = queryCall(ctx, tx, s.wq.fail, string(errJSON), now, c.CallID, c.Owner, c.Attempt)
+		if errors.Is(err, sql.ErrNoRows) {
+			return whyFenced(ctx, tx, s.wq.callByID, c)
+		} else if err != nil {
+			return err
+		}
+		return s.insertAudit(ctx, tx, now, c.CallID, store.EventFailed, store.DetailFailed(c))
+	})
+	if err != nil {
+		return store.Call{}, s.auditFenced(ctx, c, err)
+	}
+	return call, nil
+}
+
+// ScheduleRetry returns the call to pending with a not-before time, fenced
+// like Fail. See store.Store.
+func (s *Store) ScheduleRetry(ctx context.Context, c store.Completion, delay time.Duration) (store.Call, error) {
+	if s.readOnly {
+		return store.Call{}, fmt.Errorf("sqlite schedule retry: %w", store.ErrReadOnly)
+	}
+	if delay < 0 {
+		return store.Call{}, fmt.Errorf("sqlite schedule retry: negative delay %v", delay)
+	}
+	var call store.Call
+	err := s.writeTx(ctx, store.WriteRetry, func(ctx context.Context, tx *sql.Tx) error {
+		now := s.now()
+		var err error
+		call, err = queryCall(ctx, tx, s.wq.scheduleRetry, now+delay.Seconds(), string(store.FailureJSON(c)), now,
+			c.CallID, c.Owner, c.Attempt)
+		if errors.Is(err, sql.ErrNoRows) {
+			return whyFenced(ctx, tx, s.wq.callByID, c)
+		} else if err != nil {
+			return err
+		}
+		return s.insertAudit(ctx, tx, now, c.CallID, store.EventRetryScheduled, store.DetailRetryScheduled(delay, c))
+	})
+	if err != nil {
+		return store.Call{}, s.auditFenced(ctx, c, err)
+	}
+	return call, nil
+}
+
+// whyFenced is called when a fencing UPDATE matched no row: the completion
+// is stale (or the call does not exist). It reads why, for the audit, and
+// returns a *fencedError (or sql.ErrNoRows for an unknown call).
+func whyFenced(ctx context.Context, tx *sql.Tx, callByID *sql.Stmt, c store.Completion) error {
+	cur, err := queryCall(ctx, tx, callByID, c.CallID)
+	if err != nil {
+		return err // sql.ErrNoRows: no such call, nothing to fence
+	}
+	return &fencedError{detail: store.DetailFenced(c, cur)}
+}
+
+// auditFenced turns a completion's failure into its result. A fenced
+// completion was rolled back whole; the refusal is then audited in a
+// transaction of its own (so nothing of the stale attempt can ride along)
+// and reported as store.ErrFenced. Other errors pass through.
+//
+// The audit runs under ctx without its cancellation: the refusal already
+// happened, and a caller that gave up meanwhile must not make it vanish
+// from the audit (the busy timeout still bounds the wait).
+func (s *Store) auditFenced(ctx context.Context, c store.Completion, err error) error {
+	var fe *fencedError
+	if !errors.As(err, &fe) {
+		return err
+	}
+	fencedErr := fmt.Errorf("sqlite complete %s: %w: %s", c.CallID, store.ErrFenced, fe.detail)
+	aerr := s.sideTx(context.WithoutCancel(ctx), "audit fenced", func(ctx context.Context, tx *sql.Tx) error {
+		return s.insertAudit(ctx, tx, s.now(), c.CallID, store.EventFenced, fe.detail)
+	})
+	if aerr != nil {
+		return errors.Join(fencedErr, aerr)
+	}
+	return fencedErr
+}

@@ -1,0 +1,126 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/idemctl/idemctl/internal/store"
+)
+
+// CreateOrGet records a new call for n.IdemKey or returns the existing one
+// (docs/lifecycle.md, "Create or get"). See store.Store.
+func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, store.Outcome, error) {
+	if s.readOnly {
+		return store.Call{}, 0, fmt.Errorf("sqlite create: %w", store.ErrReadOnly)
+	}
+	// Fast path without the write lock: a replay of a known key whose call
+	// needs no reset only reads. The key→call binding and the fingerprint
+	// never change once inserted, so answering Existing or ErrConflict
+	// from a read snapshot is exact; a retryable failure (which would need
+	// a reset) or an absent key falls through to the serialised path below.
+	if err := s.closedErr("create"); err != nil {
+		return store.Call{}, 0, err
+	}
+	if c, err := scanCall(s.rq.callByKey.QueryRowContext(ctx, n.Principal, n.IdemKey)); err == nil {
+		if c.Fingerprint != n.Fingerprint {
+			return store.Call{}, 0, conflict(c)
+		}
+		if !(c.Status == store.StatusFailed && store.Retryable(c.ErrorJSON)) {
+			return c, store.Existing, nil
+		}
+	} else if !errors.Is(err, sql.ErrNoRows) {
+		return store.Call{}, 0, interpret(ctx, "create: lookup", err)
+	}
+
+	var (
+		call store.Call
+		out  store.Outcome
+	)
+	// One IMMEDIATE transaction: select by key, then insert or reset. No
+	// other writer can slip in between the select and the insert, so two
+	// requests with one key cannot both see it absent; the UNIQUE
+	// idem_key is the backstop.
+	err := s.writeTx(ctx, store.WriteCreate, func(ctx context.Context, tx *sql.Tx) error {
+		now := s.now()
+		c, err := queryCall(ctx, tx, s.wq.callByKey, n.Principal, n.IdemKey)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			// Not a call's own key. An alias? The same transaction
+			// decides, so a key is never both (store.Store.CreateOrGet).
+			var aliasOf, aliasFP string
+			err = tx.StmtContext(ctx, s.wq.aliasByKey).QueryRowContext(ctx, n.Principal, n.IdemKey).Scan(&aliasOf, &aliasFP)
+			switch {
+			case err == nil:
+				if aliasFP != n.Fingerprint {
+					return fmt.Errorf("sqlite create: %w", &store.ConflictError{CallID: aliasOf, Key: n.IdemKey})
+				}
+				call, err = queryCall(ctx, tx, s.wq.callByID, aliasOf)
+				out = store.Existing
+				return err
+			case !errors.Is(err, sql.ErrNoRows):
+				return err
+			}
+			if n.DedupWindow > 0 && n.Intent != "" {
+				c, err := queryCall(ctx, tx, s.wq.callByIntent, n.Principal, n.Intent, n.Tool, now-n.DedupWindow.Seconds())
+				switch {
+				case err == nil:
+					if _, err := tx.StmtContext(ctx, s.wq.insertAlias).ExecContext(ctx,
+						n.Principal, n.IdemKey, c.CallID, n.Fingerprint, now); err != nil {
+						return err
+					}
+					call, out = c, store.Deduplicated
+					return s.insertAudit(ctx, tx, now, c.CallID, store.EventDeduplicated, n.IdemKey)
+				case !errors.Is(err, sql.ErrNoRows):
+					return err
+				}
+			}
+			args := string(n.ArgsJSON)
+			if args == "" {
+				args = "{}"
+			}
+			var intent *string
+			if n.Intent != "" {
+				intent = &n.Intent
+			}
+			call, err = queryCall(ctx, tx, s.wq.insertCall,
+				n.CallID, n.Principal, n.IdemKey, n.Fingerprint, n.ClientID, n.Seq, n.Tool, args, now, now, intent, store.ViaOf(n.Via))
+			if err != nil {
+				return err
+			}
+			out = store.Created
+			return s.insertAudit(ctx, tx, now, n.CallID, store.EventCreated, store.DetailCreated(n.Tool))
+		case err != nil:
+			return err
+		case c.Fingerprint != n.Fingerprint:
+			// Same key, different request: refuse, write nothing (409).
+			return conflict(c)
+		case c.Status == store.StatusFailed && store.Retryable(c.ErrorJSON):
+			// Only a same-key request resets a retryable failure; the
+			// server never retries on its own. attempt is kept:
+			// it counts physical tries.
+			call, err = queryCall(ctx, tx, s.wq.retryReset, now, c.CallID)
+			if errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("retry reset %s: no row changed", c.CallID)
+			} else if err != nil {
+				return err
+			}
+			out = store.RetryReset
+			return s.insertAudit(ctx, tx, now, c.CallID, store.EventRetryReset, store.DetailRetryReset(c.ErrorJSON))
+		default:
+			call, out = c, store.Existing
+			return nil
+		}
+	})
+	if err != nil {
+		return store.Call{}, 0, err
+	}
+	return call, out, nil
+}
+
+// conflict is CreateOrGet's ErrConflict, naming existing, the call that
+// holds the key.
+func conflict(existing store.Call) error {
+	return fmt.Errorf("sqlite create: %w", &store.ConflictError{CallID: existing.CallID, Key: existing.IdemKey})
+}
