@@ -121,7 +121,7 @@ func (c *console) allowAttempt(w http.ResponseWriter, r *http.Request) bool {
 	if ok {
 		return true
 	}
-	w.Header().Set("Retry-After", strconv.Itoa(int(wait.Round(time.Second)/time.Second)))
+	w.Header().Set(wire.HeaderRetryAfter, strconv.Itoa(int(wait.Round(time.Second)/time.Second)))
 	c.fail(w, r, http.StatusTooManyRequests, "Too many failed sign-ins from your address; try again in "+
 		wait.Round(time.Second).String()+".")
 	return false

@@ -333,7 +333,7 @@ func (t *Tool) outcome(resp *http.Response, data []byte, callID, effectID string
 	case code == http.StatusRequestTimeout, code == http.StatusTooEarly, code == http.StatusTooManyRequests,
 		code >= 500 && code <= 599:
 		out := failure(CodeDownstreamError, true, code, fmt.Sprintf("downstream answered %d", code))
-		if asked := RetryAfter(resp.Header.Get("Retry-After"), now); asked > 0 {
+		if asked := RetryAfter(resp.Header.Get(wire.HeaderRetryAfter), now); asked > 0 {
 			// Kept for the server-side retry, at most MaxRetryAfter; the
 			// message says why the call waits (a pending call shows it).
 			out.Err.RetryAfter = min(asked, t.cfg.MaxRetryAfter)

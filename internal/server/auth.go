@@ -231,7 +231,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		if wait, ok := s.authLimit.Check(r); !ok {
 			s.m.authFailures.WithLabelValues(authThrottled).Inc()
 			secs := int(wait.Round(time.Second) / time.Second)
-			w.Header().Set("Retry-After", strconv.Itoa(secs))
+			w.Header().Set(wire.HeaderRetryAfter, strconv.Itoa(secs))
 			writeError(w, s.log, http.StatusTooManyRequests, codeAuthThrottled,
 				fmt.Sprintf("too many failed authentications from this address; retry in %d s", secs))
 			return

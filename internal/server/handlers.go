@@ -521,7 +521,7 @@ func (s *Server) storeError(w http.ResponseWriter, r *http.Request, err error, a
 	switch {
 	case errors.Is(err, store.ErrUnavailable):
 		s.log.Warn("database unavailable", append(attrs, logkey.Err, err)...)
-		w.Header().Set("Retry-After", "1")
+		w.Header().Set(wire.HeaderRetryAfter, "1")
 		writeError(w, s.log, http.StatusServiceUnavailable, wire.CodeUnavailable, "database unavailable, retry with the same key")
 	case r.Context().Err() != nil:
 		// The client is gone; whatever we write goes nowhere.
