@@ -34,8 +34,8 @@ func (e *Executor) schedule(ctx context.Context) {
 // audited recover before it is claimed again. The dead-owner pass runs at
 // most once per interval, however often the scheduler is woken: wake-ups
 // come with every new call and every finished run (thousands a second
-// under load), and the pass lists every running call (BENCHMARKS.md §14:
-// that listing on every wake-up was a tenth of the server's allocations).
+// under load), and the pass lists every running call (listed on every
+// wake-up, it was a tenth of the server's allocations in a profile).
 // It is for crashed processes, where one interval more changes nothing.
 func (e *Executor) tick(ctx context.Context) {
 	if ctx.Err() != nil {

@@ -214,7 +214,7 @@ func (s *Server) submit(ctx context.Context, principal, key string, req createRe
 		s.m.calls.WithLabelValues(callsReplayed).Inc()
 	}
 	// Debug, not info: one line per request costs about a tenth of the
-	// accepted rate (BENCHMARKS.md §11); idemctl_calls_total counts them.
+	// accepted rate (measured with scripts/perf); idemctl_calls_total counts them.
 	s.log.Debug("tool call "+outcome.String(), logkey.CallID, call.CallID, logkey.Key, key,
 		logkey.Tool, call.Tool, logkey.Status, call.Status, logkey.Principal, principal)
 	if outcome == store.Created || outcome == store.RetryReset {
@@ -543,7 +543,7 @@ func (s *Server) internalError(w http.ResponseWriter, r *http.Request, err error
 // after another get ids that sort together. Every index keyed by call_id
 // (the calls table's own, the audit's, the effects') then takes its inserts
 // at one place instead of at a random page: on a large SQLite file a random
-// page is a cache miss and a WAL frame per insert (BENCHMARKS.md §14).
+// page is a cache miss and a WAL frame per insert.
 //
 // Two calls created within the same 4 ms share the time part, so 32
 // bits are left to tell them apart: at 5,000 new calls a second about one

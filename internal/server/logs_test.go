@@ -71,7 +71,7 @@ func TestDurationsLoggedAsText(t *testing.T) {
 
 // TestCallStepsNotLoggedAtInfo: an ordinary call's steps (created, claimed,
 // succeeded) are debug lines, so at info a call that simply succeeds writes
-// nothing (BENCHMARKS.md §11: a tenth of the accepted rate); at debug each
+// nothing (a line per call costs about a tenth of the accepted rate); at debug each
 // step has its line.
 func TestCallStepsNotLoggedAtInfo(t *testing.T) {
 	for _, level := range []slog.Level{slog.LevelInfo, slog.LevelDebug} {

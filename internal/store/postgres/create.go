@@ -83,8 +83,9 @@ var errSlowPath = errors.New("postgres: create needs the full transaction")
 // failed call that may be reset, a vanished winner) is errSlowPath, and
 // then nothing was written.
 //
-// Before this, a create was six round trips (BEGIN, lock, alias lookup,
-// INSERT, audit INSERT, COMMIT): BENCHMARKS.md, section 15.
+// The slow path costs six round trips (BEGIN, lock, alias lookup, INSERT,
+// audit INSERT, COMMIT); this one batch is one (BENCHMARKS.md, "PostgreSQL:
+// one round trip per write, group commit").
 func (s *Store) createFast(ctx context.Context, n store.NewCall, args string, intent *string) (store.Call, store.Outcome, error) {
 	var (
 		call store.Call

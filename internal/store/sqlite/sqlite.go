@@ -232,7 +232,7 @@ func rwParams(busy time.Duration) url.Values {
 	// copies every page a write first changes into a sub-journal, to roll
 	// that write back alone. With the default temp_store that sub-journal is
 	// a temporary file: a pwrite per page, the largest cost of a commit in a
-	// CPU profile (BENCHMARKS.md §14). In memory it costs a copy. Durability
+	// CPU profile. In memory it costs a copy. Durability
 	// is unchanged: the sub-journal only ever serves ROLLBACK TO inside an
 	// open transaction; crash recovery uses the WAL.
 	q.Add("_pragma", "temp_store(MEMORY)")

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"net/url"
@@ -417,7 +418,7 @@ func BenchmarkCreateOrGetParallel(b *testing.B) {
 // TestWriteConnectionPragmas: the write connection keeps synchronous=FULL
 // (every commit fsynced) and holds the savepoints' sub-journal in memory
 // (temp_store=MEMORY) with its larger page cache: the settings the group
-// commit's cost depends on (BENCHMARKS.md §14).
+// commit's cost depends on.
 func TestWriteConnectionPragmas(t *testing.T) {
 	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "p.db"), store.Options{})
 	if err != nil {
@@ -436,4 +437,10 @@ func TestWriteConnectionPragmas(t *testing.T) {
 			t.Errorf("write connection: PRAGMA %s = %d, want %d", p.pragma, got, p.want)
 		}
 	}
+}
+
+// querier is what *sql.DB and *sql.Conn have in common, for the pragma
+// checks above.
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
