@@ -79,7 +79,7 @@ func (s *Server) routes() http.Handler {
 	// the principal in its context), and instrument must see the copy the
 	// mux sets the route pattern on. Its 401s are counted in
 	// idemctl_auth_failures_total.
-	return s.authenticate(s.instrument(s.recoverer(mux)))
+	return lingerUnread(s.authenticate(s.instrument(s.recoverer(mux))))
 }
 
 // varyPrefer marks every response of a route that honours "Prefer: wait"
