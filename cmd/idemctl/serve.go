@@ -37,6 +37,10 @@ type serveOptions struct {
 	// "" means off.
 	Pprof        string
 	MaxHeldWaits int
+	// MaxPendingPerPrincipal and MaxHeldWaitsPerPrincipal are the
+	// per-principal limits (0: none); they apply with --auth-tokens.
+	MaxPendingPerPrincipal   int
+	MaxHeldWaitsPerPrincipal int
 	// AuthTokens is the token file (--auth-tokens); "" means no auth.
 	AuthTokens     string
 	InsecureNoAuth bool
@@ -102,6 +106,10 @@ func (o *serveOptions) Validate() error {
 	}
 	if o.MaxHeldWaits < 1 {
 		errs = append(errs, fmt.Errorf("--max-held-waits must be at least 1, got %d", o.MaxHeldWaits))
+	}
+	if o.MaxPendingPerPrincipal < 0 || o.MaxHeldWaitsPerPrincipal < 0 {
+		errs = append(errs, fmt.Errorf("--max-pending-per-principal and --max-held-waits-per-principal must not be negative (0 = no per-principal limit), got %d and %d",
+			o.MaxPendingPerPrincipal, o.MaxHeldWaitsPerPrincipal))
 	}
 	if o.MCPWait < 0 {
 		errs = append(errs, fmt.Errorf("--mcp-wait must not be negative (0 means the default, %s), got %s", mcpdoor.DefaultWait, o.MCPWait))
@@ -181,6 +189,8 @@ Passwords in --db are never printed. See docs/cli.md, "serve".`,
 	f.StringVar(&opts.Pprof, "pprof", "", "serve Go's profiles (/debug/pprof/) on this loopback address, e.g. 127.0.0.1:6060; off when empty")
 	f.IntVar(&opts.MaxBodies, "max-concurrent-bodies", server.DefaultMaxConcurrentBodies, "request bodies read at once; beyond, 503 overloaded (bounds memory: up to 1 MiB each)")
 	f.IntVar(&opts.MaxHeldWaits, "max-held-waits", server.DefaultMaxHeldWaits, "Prefer: wait answers held at once; beyond, answered at once with the current state")
+	f.IntVar(&opts.MaxPendingPerPrincipal, "max-pending-per-principal", server.DefaultMaxPendingPerPrincipal, "pending calls of one principal beyond which its new keys get 503 overloaded (with --auth-tokens; at most --max-pending); 0 = no per-principal limit")
+	f.IntVar(&opts.MaxHeldWaitsPerPrincipal, "max-held-waits-per-principal", server.DefaultMaxHeldWaitsPerPrincipal, "Prefer: wait answers (and MCP waits) one principal may hold at once (with --auth-tokens; at most --max-held-waits); 0 = no per-principal limit")
 	f.StringVar(&opts.AuthTokens, "auth-tokens", "", "token file: one PRINCIPAL:SHA256HEX per line (idemctl token new prints them); requests then need Authorization: Bearer TOKEN and see only their principal's calls; re-read on SIGHUP")
 	f.BoolVar(&opts.InsecureNoAuth, "insecure-no-auth", false, "allow a non-loopback --addr without --auth-tokens (anyone who reaches the port can read and replay every call)")
 	f.DurationVar(&opts.Retention, "retention", server.DefaultRetention, "how long a final call is kept after its last update; then it is purged (its effect row stays) and its key is new again; 0 keeps calls forever")
@@ -259,6 +269,9 @@ func runServe(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 
 		MaxConcurrentBodies: o.MaxBodies,
 		MaxHeldWaits:        o.MaxHeldWaits,
+
+		MaxPendingPerPrincipal:   perPrincipal(o.MaxPendingPerPrincipal),
+		MaxHeldWaitsPerPrincipal: perPrincipal(o.MaxHeldWaitsPerPrincipal),
 	}, st)
 	if err != nil {
 		return err
@@ -286,6 +299,15 @@ func runServe(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 func maxPending(n int) int {
 	if n == 0 {
 		return server.NoPendingLimit
+	}
+	return n
+}
+
+// perPrincipal maps a per-principal limit flag (0 = none) to
+// server.Config, where zero means the default and negative none.
+func perPrincipal(n int) int {
+	if n == 0 {
+		return -1
 	}
 	return n
 }

@@ -60,6 +60,7 @@ func TestServeFlagDefaults(t *testing.T) {
 		"addr": "127.0.0.1:8081", "db": "idem.db", "workers": "256", "lease": "30s", "max-pending": "100000", "chaos": "false",
 		"log-format": "text", "log-level": "info", "shutdown-grace": "15s",
 		"max-concurrent-bodies": "64", "max-held-waits": "512",
+		"max-pending-per-principal": "50000", "max-held-waits-per-principal": "128",
 	}
 	for name, def := range want {
 		f := cmd.Flags().Lookup(name)

@@ -181,8 +181,10 @@ const HeaderDeduplicatedBy = "Idemctl-Deduplicated-By"
 // checked completely (parseCreate, checkToolCall). A refusal stores
 // nothing; a conflict carries the call the key names.
 func (s *Server) submit(ctx context.Context, principal, key string, req createRequest) (store.Call, store.Outcome, *apiError) {
-	if s.exec.queue.full() {
-		if aerr := s.refuseNewKey(ctx, principal, key); aerr != nil {
+	full := s.exec.queue.full()
+	principalFull := !full && s.pendingOf.full(ctx, principal)
+	if full || principalFull {
+		if aerr := s.refuseNewKey(ctx, principal, key, principalFull); aerr != nil {
 			return store.Call{}, 0, aerr
 		}
 	}
@@ -218,6 +220,7 @@ func (s *Server) submit(ctx context.Context, principal, key string, req createRe
 		attrTool, call.Tool, attrStatus, call.Status, attrPrincipal, principal)
 	if outcome == store.Created || outcome == store.RetryReset {
 		s.exec.queue.added()
+		s.pendingOf.added(principal)
 		s.exec.Wake() // start now, not at the next tick
 	}
 	return call, outcome, nil
@@ -267,13 +270,24 @@ func (s *Server) submitStoreError(ctx context.Context, err error, key string) *a
 // storing nothing, so the client's retry with the same key is safe. A key
 // already recorded is served as always (a replay, a retry reset): it adds
 // nothing to the queue a client is not already owed. nil means go on.
-func (s *Server) refuseNewKey(ctx context.Context, principal, key string) *apiError {
+//
+// principalFull says the refusal is for principal's own limit
+// (MaxPendingPerPrincipal), not for the whole queue's.
+func (s *Server) refuseNewKey(ctx context.Context, principal, key string, principalFull bool) *apiError {
 	_, err := s.st.GetByKey(ctx, principal, key)
 	switch {
 	case err == nil:
 		return nil
 	case !errors.Is(err, store.ErrNotFound):
 		return s.submitStoreError(ctx, err, key)
+	}
+	if principalFull {
+		s.m.limitRefusals.WithLabelValues(limitPendingPrincipal).Inc()
+		s.exec.queue.refused.Add(1)
+		s.log.Info("new key refused: too many calls pending for this principal", attrKey, key, attrPrincipal, principal,
+			"max_pending_per_principal", s.pendingOf.limit)
+		return &apiError{status: http.StatusServiceUnavailable, code: codeOverloaded,
+			message: fmt.Sprintf("too many calls pending for this principal (at most %d); nothing was recorded, retry with the same key", s.pendingOf.limit)}
 	}
 	s.m.limitRefusals.WithLabelValues(limitPending).Inc()
 	s.exec.queue.refused.Add(1)
@@ -389,6 +403,11 @@ func (s *Server) respondCall(w http.ResponseWriter, r *http.Request, call store.
 // slot it does not wait: the call is returned as it is and applied is
 // false, so the response goes out at once without Preference-Applied.
 func (s *Server) holdWait(ctx context.Context, call store.Call, d time.Duration) (store.Call, bool) {
+	if !s.waitsOf.take(call.Principal) {
+		s.m.limitRefusals.WithLabelValues(limitWaitsPrincipal).Inc()
+		return call, false
+	}
+	defer s.waitsOf.give(call.Principal)
 	select {
 	case s.waitSlots <- struct{}{}:
 	default:

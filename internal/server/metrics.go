@@ -40,6 +40,9 @@ const (
 	limitBodies  = "bodies"  // MaxConcurrentBodies: 503 overloaded
 	limitWaits   = "waits"   // MaxHeldWaits: answered without waiting
 	limitPending = "pending" // MaxPending: a new key answered 503 overloaded
+
+	limitPendingPrincipal = "pending_principal" // MaxPendingPerPrincipal: 503 overloaded
+	limitWaitsPrincipal   = "waits_principal"   // MaxHeldWaitsPerPrincipal: answered without waiting
 )
 
 // Label values of idemctl_lease_extensions_total{outcome}.
@@ -213,7 +216,7 @@ func newMetrics(st store.Store, maxPending int64, extra prometheus.Registerer) (
 	for _, r := range []string{authMissing, authUnknown} {
 		m.authFailures.WithLabelValues(r)
 	}
-	for _, l := range []string{limitBodies, limitWaits, limitPending} {
+	for _, l := range []string{limitBodies, limitWaits, limitPending, limitPendingPrincipal, limitWaitsPrincipal} {
 		m.limitRefusals.WithLabelValues(l)
 	}
 	for _, o := range []string{beatExtended, beatLost, beatError} {

@@ -126,6 +126,19 @@ type Config struct {
 	// at once. Beyond it the request is answered at once with the call's
 	// current state, without Preference-Applied (poll, or wait later).
 	MaxHeldWaits int
+	// MaxPendingPerPrincipal is how many calls one principal may have
+	// pending before its new keys are refused with 503 overloaded, as
+	// for MaxPending (fairness.go). It applies with Auth only. Zero means
+	// DefaultMaxPendingPerPrincipal, capped at MaxPending; negative, no
+	// per-principal limit.
+	MaxPendingPerPrincipal int
+	// MaxHeldWaitsPerPrincipal is how many of MaxHeldWaits one principal
+	// may hold at once (API and MCP waits together); beyond it the
+	// principal's requests are answered at once, as beyond MaxHeldWaits.
+	// It applies with Auth only. Zero means
+	// DefaultMaxHeldWaitsPerPrincipal, capped at MaxHeldWaits; negative,
+	// no per-principal limit.
+	MaxHeldWaitsPerPrincipal int
 	// MaxResultBytes is the largest tool result stored; a larger one
 	// fails the call with result_too_large (not retryable) and no effect.
 	// Zero means DefaultMaxResultBytes.
@@ -203,6 +216,9 @@ type Server struct {
 	// (MaxConcurrentBodies, MaxHeldWaits), a receive gives it back.
 	bodySlots chan struct{}
 	waitSlots chan struct{}
+	// pendingOf and waitsOf are the per-principal limits (fairness.go).
+	pendingOf *principalPending
+	waitsOf   *heldWaits
 	handler   http.Handler
 	mcp       http.Handler // the MCP door at MCPPath
 	owner     string
@@ -296,6 +312,9 @@ func New(cfg Config, st store.Store) (*Server, error) {
 		log:          log,
 		m:            s.m,
 	}
+	s.pendingOf = &principalPending{limit: int64(cfg.MaxPendingPerPrincipal), every: cfg.RecoverInterval,
+		st: st, queueLen: s.exec.queue.pending}
+	s.waitsOf = &heldWaits{limit: cfg.MaxHeldWaitsPerPrincipal}
 	if s.mcp, err = s.mcpHandler(); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
@@ -338,6 +357,7 @@ func (c *Config) fill() error {
 	if c.MaxResultBytes == 0 {
 		c.MaxResultBytes = DefaultMaxResultBytes
 	}
+	c.fillPerPrincipal()
 	if c.Tools == nil {
 		c.Tools = toolreg.Builtins()
 	}
