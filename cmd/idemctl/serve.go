@@ -41,6 +41,10 @@ type serveOptions struct {
 	// per-principal limits (0: none); they apply with --auth-tokens.
 	MaxPendingPerPrincipal   int
 	MaxHeldWaitsPerPrincipal int
+	// MaxConns is --max-connections (0: derived from the open files
+	// limit); MaxIdlePerClient is --max-idle-per-client (0: no limit).
+	MaxConns         int
+	MaxIdlePerClient int
 	// AuthTokens is the token file (--auth-tokens); "" means no auth.
 	AuthTokens     string
 	InsecureNoAuth bool
@@ -110,6 +114,10 @@ func (o *serveOptions) Validate() error {
 	if o.MaxPendingPerPrincipal < 0 || o.MaxHeldWaitsPerPrincipal < 0 {
 		errs = append(errs, fmt.Errorf("--max-pending-per-principal and --max-held-waits-per-principal must not be negative (0 = no per-principal limit), got %d and %d",
 			o.MaxPendingPerPrincipal, o.MaxHeldWaitsPerPrincipal))
+	}
+	if o.MaxConns < 0 || o.MaxIdlePerClient < 0 {
+		errs = append(errs, fmt.Errorf("--max-connections and --max-idle-per-client must not be negative, got %d and %d",
+			o.MaxConns, o.MaxIdlePerClient))
 	}
 	if o.MCPWait < 0 {
 		errs = append(errs, fmt.Errorf("--mcp-wait must not be negative (0 means the default, %s), got %s", mcpdoor.DefaultWait, o.MCPWait))
@@ -191,6 +199,8 @@ Passwords in --db are never printed. See docs/cli.md, "serve".`,
 	f.IntVar(&opts.MaxHeldWaits, "max-held-waits", server.DefaultMaxHeldWaits, "Prefer: wait answers held at once; beyond, answered at once with the current state")
 	f.IntVar(&opts.MaxPendingPerPrincipal, "max-pending-per-principal", server.DefaultMaxPendingPerPrincipal, "pending calls of one principal beyond which its new keys get 503 overloaded (with --auth-tokens; at most --max-pending); 0 = no per-principal limit")
 	f.IntVar(&opts.MaxHeldWaitsPerPrincipal, "max-held-waits-per-principal", server.DefaultMaxHeldWaitsPerPrincipal, "Prefer: wait answers (and MCP waits) one principal may hold at once (with --auth-tokens; at most --max-held-waits); 0 = no per-principal limit")
+	f.IntVar(&opts.MaxConns, "max-connections", 0, "connections kept open at once; at the limit a new one replaces the one idle the longest (0: the open files limit, raised to its hard limit, less --workers + 256, at most 10000)")
+	f.IntVar(&opts.MaxIdlePerClient, "max-idle-per-client", server.DefaultMaxIdlePerClient, "idle keep-alive connections kept per client IP address; beyond, its oldest idle one is closed; 0 = no limit")
 	f.StringVar(&opts.AuthTokens, "auth-tokens", "", "token file: one PRINCIPAL:SHA256HEX per line (idemctl token new prints them); requests then need Authorization: Bearer TOKEN and see only their principal's calls; re-read on SIGHUP")
 	f.BoolVar(&opts.InsecureNoAuth, "insecure-no-auth", false, "allow a non-loopback --addr without --auth-tokens (anyone who reaches the port can read and replay every call)")
 	f.DurationVar(&opts.Retention, "retention", server.DefaultRetention, "how long a final call is kept after its last update; then it is purged (its effect row stays) and its key is new again; 0 keeps calls forever")
@@ -270,6 +280,8 @@ func runServe(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 		MaxConcurrentBodies: o.MaxBodies,
 		MaxHeldWaits:        o.MaxHeldWaits,
 
+		MaxConns:                 o.MaxConns,
+		MaxIdlePerClient:         perPrincipal(o.MaxIdlePerClient),
 		MaxPendingPerPrincipal:   perPrincipal(o.MaxPendingPerPrincipal),
 		MaxHeldWaitsPerPrincipal: perPrincipal(o.MaxHeldWaitsPerPrincipal),
 	}, st)
@@ -303,8 +315,9 @@ func maxPending(n int) int {
 	return n
 }
 
-// perPrincipal maps a per-principal limit flag (0 = none) to
-// server.Config, where zero means the default and negative none.
+// perPrincipal maps a limit flag where 0 means none (the per-principal
+// limits, --max-idle-per-client) to server.Config, where zero means the
+// default and negative none.
 func perPrincipal(n int) int {
 	if n == 0 {
 		return -1

@@ -61,6 +61,7 @@ func TestServeFlagDefaults(t *testing.T) {
 		"log-format": "text", "log-level": "info", "shutdown-grace": "15s",
 		"max-concurrent-bodies": "64", "max-held-waits": "512",
 		"max-pending-per-principal": "50000", "max-held-waits-per-principal": "128",
+		"max-connections": "0", "max-idle-per-client": "256",
 	}
 	for name, def := range want {
 		f := cmd.Flags().Lookup(name)

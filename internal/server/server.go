@@ -40,6 +40,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/idemctl/idemctl/internal/connlimit"
 	"github.com/idemctl/idemctl/internal/mcpdoor"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/toolreg"
@@ -74,6 +75,11 @@ const (
 	// DefaultMaxHeldWaits bounds "Prefer: wait" requests held at once
 	// (each costs a goroutine pair and some 50 KB).
 	DefaultMaxHeldWaits = 512
+	// DefaultMaxIdlePerClient is Config.MaxIdlePerClient's default.
+	DefaultMaxIdlePerClient = 256
+	// fileReserve is how many open files the connection limit leaves to
+	// the process besides Workers (database, logs, listeners).
+	fileReserve = 256
 	// DefaultRetention is idemctl serve's --retention: how long a final
 	// call is kept after its last update (docs/operations.md, "Retention").
 	// Config's zero Retention keeps calls forever.
@@ -139,6 +145,17 @@ type Config struct {
 	// DefaultMaxHeldWaitsPerPrincipal, capped at MaxHeldWaits; negative,
 	// no per-principal limit.
 	MaxHeldWaitsPerPrincipal int
+	// MaxConns bounds the connections Run keeps open (connlimit): at the
+	// limit a new connection replaces the one idle the longest, or is
+	// closed at once if none is idle. Zero derives it from the open files
+	// limit (raised to its hard limit): what is left after Workers + 256
+	// descriptors for the executor's tools and the database, at most
+	// 10,000. Negative: no limit.
+	MaxConns int
+	// MaxIdlePerClient bounds the idle keep-alive connections of one
+	// client IP address; beyond it, its connection idle the longest is
+	// closed. Zero means DefaultMaxIdlePerClient, negative no limit.
+	MaxIdlePerClient int
 	// MaxResultBytes is the largest tool result stored; a larger one
 	// fails the call with result_too_large (not retryable) and no effect.
 	// Zero means DefaultMaxResultBytes.
@@ -358,6 +375,7 @@ func (c *Config) fill() error {
 		c.MaxResultBytes = DefaultMaxResultBytes
 	}
 	c.fillPerPrincipal()
+	c.fillConns()
 	if c.Tools == nil {
 		c.Tools = toolreg.Builtins()
 	}
@@ -513,9 +531,12 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 		return err
 	}
 	hs := s.httpServer()
+	lim := connlimit.New(ln, max(s.cfg.MaxConns, 0), max(s.cfg.MaxIdlePerClient, 0))
+	hs.ConnState = lim.ConnState
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	s.log.Info("serving", attrAddr, ln.Addr().String())
+	go func() { errc <- hs.Serve(lim) }()
+	s.log.Info("serving", attrAddr, ln.Addr().String(), "max_connections", max(s.cfg.MaxConns, 0),
+		"max_idle_per_client", max(s.cfg.MaxIdlePerClient, 0))
 
 	var serveErr error
 	select {
@@ -558,5 +579,26 @@ func (s *Server) httpServer() *http.Server {
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+}
+
+// fillConns applies the connection limits' defaults (Config.MaxConns,
+// Config.MaxIdlePerClient). After it, 0 means no limit.
+func (c *Config) fillConns() {
+	switch {
+	case c.MaxConns < 0:
+		c.MaxConns = 0
+	case c.MaxConns == 0:
+		files, err := connlimit.RaiseFileLimit()
+		if err != nil {
+			files = 1024 // the usual soft limit: the derived default stays small
+		}
+		c.MaxConns = connlimit.DefaultMaxConns(files, c.Workers+fileReserve)
+	}
+	switch {
+	case c.MaxIdlePerClient < 0:
+		c.MaxIdlePerClient = 0
+	case c.MaxIdlePerClient == 0:
+		c.MaxIdlePerClient = DefaultMaxIdlePerClient
 	}
 }
