@@ -31,10 +31,12 @@ type Listener struct {
 	max        int
 	maxIdleper int
 
-	mu    sync.Mutex
-	seq   uint64
+	mu sync.Mutex
+	// tick orders the moments connections became idle.
+	tick  uint64
 	conns map[*conn]struct{}
-	// idle is every idle connection by address (oldest first).
+	// idle is every idle connection by address, in the order they
+	// became idle (the one idle the longest first).
 	idle map[string][]*conn
 
 	// Refused counts connections closed at once (the total limit reached
@@ -56,7 +58,9 @@ type conn struct {
 	net.Conn
 	l    *Listener
 	addr string // the client's IP address
-	seq  uint64
+	// idleSince is the Listener's tick when the connection last became
+	// idle.
+	idleSince uint64
 	// gone is set by whoever forgets the connection first: its Close, or
 	// an eviction (which holds the Listener's lock, so Close must not
 	// wait for the eviction under that lock).
@@ -97,8 +101,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 			}
 			l.evictLocked(victim)
 		}
-		l.seq++
-		c := &conn{Conn: nc, l: l, addr: host, seq: l.seq}
+		c := &conn{Conn: nc, l: l, addr: host}
 		l.conns[c] = struct{}{}
 		// A new connection counts as idle until its first request.
 		l.idleLocked(c)
@@ -127,6 +130,17 @@ func (l *Listener) ConnState(nc net.Conn, state http.ConnState) {
 	}
 }
 
+// idleLen is the number of idle connections now (tests).
+func (l *Listener) idleLen() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, list := range l.idle {
+		n += len(list)
+	}
+	return n
+}
+
 // Len is the number of connections open now.
 func (l *Listener) Len() int {
 	l.mu.Lock()
@@ -137,6 +151,8 @@ func (l *Listener) Len() int {
 // idleLocked marks c idle, then enforces its address's idle limit.
 func (l *Listener) idleLocked(c *conn) {
 	l.unidleLocked(c) // idempotent: a connection is listed once
+	l.tick++
+	c.idleSince = l.tick
 	l.idle[c.addr] = append(l.idle[c.addr], c)
 	if l.maxIdleper > 0 && len(l.idle[c.addr]) > l.maxIdleper {
 		l.evictLocked(l.idle[c.addr][0])
@@ -163,7 +179,7 @@ func (l *Listener) unidleLocked(c *conn) {
 func (l *Listener) oldestIdleLocked(addr string) *conn {
 	var best *conn
 	for a, list := range l.idle {
-		if (addr == "" || a == addr) && len(list) > 0 && (best == nil || list[0].seq < best.seq) {
+		if (addr == "" || a == addr) && len(list) > 0 && (best == nil || list[0].idleSince < best.idleSince) {
 			best = list[0]
 		}
 	}

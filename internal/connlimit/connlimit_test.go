@@ -143,7 +143,9 @@ func TestIdlePerAddress(t *testing.T) {
 	l := serve(t, 0, 2, ok)
 	addr := l.Addr().String()
 	first, _ := keepAlive(t, addr)
+	waitIdle(t, l, 1)
 	second, _ := keepAlive(t, addr)
+	waitIdle(t, l, 2)
 	if _, status := keepAlive(t, addr); status != http.StatusOK {
 		t.Fatalf("third connection: %d, want 200", status)
 	}
@@ -167,5 +169,18 @@ func TestDefaultMaxConns(t *testing.T) {
 		if got := DefaultMaxConns(c.files, c.reserve); got != c.want {
 			t.Errorf("DefaultMaxConns(%d, %d) = %d, want %d", c.files, c.reserve, got, c.want)
 		}
+	}
+}
+
+// waitIdle waits until the server has marked n connections idle (it does
+// so just after the answer went out, so the client may be faster).
+func waitIdle(t *testing.T, l *Listener, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for l.idleLen() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d idle connections, want %d", l.idleLen(), n)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
