@@ -45,6 +45,10 @@ type serveOptions struct {
 	// limit); MaxIdlePerClient is --max-idle-per-client (0: no limit).
 	MaxConns         int
 	MaxIdlePerClient int
+	// MaxMCPSessions and MaxMCPSessionsPerPrincipal cap the sessions at
+	// /mcp (0: no cap).
+	MaxMCPSessions             int
+	MaxMCPSessionsPerPrincipal int
 	// AuthTokens is the token file (--auth-tokens); "" means no auth.
 	AuthTokens     string
 	InsecureNoAuth bool
@@ -114,6 +118,10 @@ func (o *serveOptions) Validate() error {
 	if o.MaxPendingPerPrincipal < 0 || o.MaxHeldWaitsPerPrincipal < 0 {
 		errs = append(errs, fmt.Errorf("--max-pending-per-principal and --max-held-waits-per-principal must not be negative (0 = no per-principal limit), got %d and %d",
 			o.MaxPendingPerPrincipal, o.MaxHeldWaitsPerPrincipal))
+	}
+	if o.MaxMCPSessions < 0 || o.MaxMCPSessionsPerPrincipal < 0 {
+		errs = append(errs, fmt.Errorf("--max-mcp-sessions and --max-mcp-sessions-per-principal must not be negative (0 = no cap), got %d and %d",
+			o.MaxMCPSessions, o.MaxMCPSessionsPerPrincipal))
 	}
 	if o.MaxConns < 0 || o.MaxIdlePerClient < 0 {
 		errs = append(errs, fmt.Errorf("--max-connections and --max-idle-per-client must not be negative, got %d and %d",
@@ -201,6 +209,8 @@ Passwords in --db are never printed. See docs/cli.md, "serve".`,
 	f.IntVar(&opts.MaxHeldWaitsPerPrincipal, "max-held-waits-per-principal", server.DefaultMaxHeldWaitsPerPrincipal, "Prefer: wait answers (and MCP waits) one principal may hold at once (with --auth-tokens; at most --max-held-waits); 0 = no per-principal limit")
 	f.IntVar(&opts.MaxConns, "max-connections", 0, "connections kept open at once; at the limit a new one replaces the one idle the longest (0: the open files limit, raised to its hard limit, less --workers + 256, at most 10000)")
 	f.IntVar(&opts.MaxIdlePerClient, "max-idle-per-client", server.DefaultMaxIdlePerClient, "idle keep-alive connections kept per client IP address; beyond, its oldest idle one is closed; 0 = no limit")
+	f.IntVar(&opts.MaxMCPSessions, "max-mcp-sessions", server.DefaultMaxMCPSessions, "live MCP sessions at /mcp; beyond, opening one gets 503 overloaded; 0 = no cap")
+	f.IntVar(&opts.MaxMCPSessionsPerPrincipal, "max-mcp-sessions-per-principal", server.DefaultMaxMCPSessionsPerPrincipal, "live MCP sessions of one principal; beyond, opening one gets 503 overloaded; 0 = no cap")
 	f.StringVar(&opts.AuthTokens, "auth-tokens", "", "token file: one PRINCIPAL:SHA256HEX per line (idemctl token new prints them); requests then need Authorization: Bearer TOKEN and see only their principal's calls; re-read on SIGHUP")
 	f.BoolVar(&opts.InsecureNoAuth, "insecure-no-auth", false, "allow a non-loopback --addr without --auth-tokens (anyone who reaches the port can read and replay every call)")
 	f.DurationVar(&opts.Retention, "retention", server.DefaultRetention, "how long a final call is kept after its last update; then it is purged (its effect row stays) and its key is new again; 0 keeps calls forever")
@@ -280,10 +290,12 @@ func runServe(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 		MaxConcurrentBodies: o.MaxBodies,
 		MaxHeldWaits:        o.MaxHeldWaits,
 
-		MaxConns:                 o.MaxConns,
-		MaxIdlePerClient:         perPrincipal(o.MaxIdlePerClient),
-		MaxPendingPerPrincipal:   perPrincipal(o.MaxPendingPerPrincipal),
-		MaxHeldWaitsPerPrincipal: perPrincipal(o.MaxHeldWaitsPerPrincipal),
+		MaxConns:                   o.MaxConns,
+		MaxMCPSessions:             perPrincipal(o.MaxMCPSessions),
+		MaxMCPSessionsPerPrincipal: perPrincipal(o.MaxMCPSessionsPerPrincipal),
+		MaxIdlePerClient:           perPrincipal(o.MaxIdlePerClient),
+		MaxPendingPerPrincipal:     perPrincipal(o.MaxPendingPerPrincipal),
+		MaxHeldWaitsPerPrincipal:   perPrincipal(o.MaxHeldWaitsPerPrincipal),
 	}, st)
 	if err != nil {
 		return err
@@ -316,7 +328,7 @@ func maxPending(n int) int {
 }
 
 // perPrincipal maps a limit flag where 0 means none (the per-principal
-// limits, --max-idle-per-client) to server.Config, where zero means the
+// limits, --max-idle-per-client, the MCP session caps) to server.Config, where zero means the
 // default and negative none.
 func perPrincipal(n int) int {
 	if n == 0 {

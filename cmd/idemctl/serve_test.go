@@ -62,6 +62,7 @@ func TestServeFlagDefaults(t *testing.T) {
 		"max-concurrent-bodies": "64", "max-held-waits": "512",
 		"max-pending-per-principal": "50000", "max-held-waits-per-principal": "128",
 		"max-connections": "0", "max-idle-per-client": "256",
+		"max-mcp-sessions": "1000", "max-mcp-sessions-per-principal": "100",
 	}
 	for name, def := range want {
 		f := cmd.Flags().Lookup(name)

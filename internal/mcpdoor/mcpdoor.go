@@ -128,6 +128,10 @@ type Options struct {
 	// TokenInfo's UserID (the streamable HTTP handler's bearer auth), or ""
 	// without one.
 	Principal func(req *mcp.CallToolRequest) string
+	// Initialized, if set, is told the id of each session whose client
+	// finished initializing (sent notifications/initialized): the server
+	// closes sessions that never do sooner than idle ones.
+	Initialized func(sessionID string)
 }
 
 // New builds an MCP server whose tools are c's tools plus the two helper
@@ -147,6 +151,11 @@ func New(ctx context.Context, c Caller, opts Options) (*mcp.Server, error) {
 		Instructions: "Every tool call is recorded under an idempotency key: pass one (the idempotency_key argument, " +
 			"or params._meta[\"" + MetaKey + "\"]) and reuse it on every retry of the same call; a retry then " +
 			"returns the first call's result and never repeats its effect.",
+		InitializedHandler: func(_ context.Context, req *mcp.InitializedRequest) {
+			if opts.Initialized != nil && req.Session != nil {
+				opts.Initialized(req.Session.ID())
+			}
+		},
 	})
 	d := &door{c: c, opts: opts}
 	for _, info := range infos {

@@ -156,6 +156,13 @@ type Config struct {
 	// client IP address; beyond it, its connection idle the longest is
 	// closed. Zero means DefaultMaxIdlePerClient, negative no limit.
 	MaxIdlePerClient int
+	// MaxMCPSessions caps the live MCP sessions at /mcp, and
+	// MaxMCPSessionsPerPrincipal one principal's (mcpsessions.go): beyond,
+	// a request opening a session gets 503 overloaded. Zero means
+	// DefaultMaxMCPSessions and DefaultMaxMCPSessionsPerPrincipal,
+	// negative no limit.
+	MaxMCPSessions             int
+	MaxMCPSessionsPerPrincipal int
 	// MaxResultBytes is the largest tool result stored; a larger one
 	// fails the call with result_too_large (not retryable) and no effect.
 	// Zero means DefaultMaxResultBytes.
@@ -238,7 +245,9 @@ type Server struct {
 	waitsOf   *heldWaits
 	handler   http.Handler
 	mcp       http.Handler // the MCP door at MCPPath
-	owner     string
+	// mcpSessions counts the MCP door's sessions (mcpsessions.go).
+	mcpSessions *mcpSessions
+	owner       string
 	// whyNoDeadOwners says why dead-owner recovery is off ("" when on).
 	whyNoDeadOwners string
 
@@ -376,6 +385,8 @@ func (c *Config) fill() error {
 	}
 	c.fillPerPrincipal()
 	c.fillConns()
+	c.MaxMCPSessions = limitOrNone(c.MaxMCPSessions, DefaultMaxMCPSessions)
+	c.MaxMCPSessionsPerPrincipal = limitOrNone(c.MaxMCPSessionsPerPrincipal, DefaultMaxMCPSessionsPerPrincipal)
 	if c.Tools == nil {
 		c.Tools = toolreg.Builtins()
 	}
@@ -601,4 +612,16 @@ func (c *Config) fillConns() {
 	case c.MaxIdlePerClient == 0:
 		c.MaxIdlePerClient = DefaultMaxIdlePerClient
 	}
+}
+
+// limitOrNone fills a limit whose zero means def and negative none; after
+// it, 0 means none.
+func limitOrNone(n, def int) int {
+	switch {
+	case n < 0:
+		return 0
+	case n == 0:
+		return def
+	}
+	return n
 }
