@@ -33,6 +33,8 @@ type serveOptions struct {
 	DBWait        time.Duration
 	InstanceHost  string
 	MaxBodies     int
+	// MaxBodyBytes is --max-body-bytes-in-flight.
+	MaxBodyBytes int64
 	// Pprof is the loopback address of the profiling server (--pprof);
 	// "" means off.
 	Pprof        string
@@ -111,6 +113,9 @@ func (o *serveOptions) Validate() error {
 	}
 	if o.MaxBodies < 1 {
 		errs = append(errs, fmt.Errorf("--max-concurrent-bodies must be at least 1, got %d", o.MaxBodies))
+	}
+	if o.MaxBodyBytes < server.MaxBodyBytes {
+		errs = append(errs, fmt.Errorf("--max-body-bytes-in-flight must be at least %d (one body of the largest size), got %d", server.MaxBodyBytes, o.MaxBodyBytes))
 	}
 	if o.MaxHeldWaits < 1 {
 		errs = append(errs, fmt.Errorf("--max-held-waits must be at least 1, got %d", o.MaxHeldWaits))
@@ -204,6 +209,7 @@ Passwords in --db are never printed. See docs/cli.md, "serve".`,
 	f.DurationVar(&opts.ShutdownGrace, "shutdown-grace", server.DefaultShutdownGrace, "on SIGINT/SIGTERM, how long running tools may take to finish")
 	f.StringVar(&opts.Pprof, "pprof", "", "serve Go's profiles (/debug/pprof/) on this loopback address, e.g. 127.0.0.1:6060; off when empty")
 	f.IntVar(&opts.MaxBodies, "max-concurrent-bodies", server.DefaultMaxConcurrentBodies, "request bodies read at once; beyond, 503 overloaded (bounds memory: up to 1 MiB each)")
+	f.Int64Var(&opts.MaxBodyBytes, "max-body-bytes-in-flight", server.DefaultMaxBodyBytesInFlight, "bytes of POST bodies handled at once, from the read to the answer (by Content-Length); beyond, 503 overloaded; bounds the memory of large bodies")
 	f.IntVar(&opts.MaxHeldWaits, "max-held-waits", server.DefaultMaxHeldWaits, "Prefer: wait answers held at once; beyond, answered at once with the current state")
 	f.IntVar(&opts.MaxPendingPerPrincipal, "max-pending-per-principal", server.DefaultMaxPendingPerPrincipal, "pending calls of one principal beyond which its new keys get 503 overloaded (with --auth-tokens; at most --max-pending); 0 = no per-principal limit")
 	f.IntVar(&opts.MaxHeldWaitsPerPrincipal, "max-held-waits-per-principal", server.DefaultMaxHeldWaitsPerPrincipal, "Prefer: wait answers (and MCP waits) one principal may hold at once (with --auth-tokens; at most --max-held-waits); 0 = no per-principal limit")
@@ -287,8 +293,9 @@ func runServe(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 		MCPWait:        o.MCPWait,
 		NoUI:           !o.uiEnabled(),
 
-		MaxConcurrentBodies: o.MaxBodies,
-		MaxHeldWaits:        o.MaxHeldWaits,
+		MaxConcurrentBodies:  o.MaxBodies,
+		MaxHeldWaits:         o.MaxHeldWaits,
+		MaxBodyBytesInFlight: o.MaxBodyBytes,
 
 		MaxConns:                   o.MaxConns,
 		MaxMCPSessions:             perPrincipal(o.MaxMCPSessions),

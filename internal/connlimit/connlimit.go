@@ -6,8 +6,8 @@
 // connections that need no token (/healthz).
 //
 // A Listener counts the connections it accepted; its ConnState method,
-// set as the http.Server's ConnState, tells it which are idle (between
-// requests, or not yet sent one). At the total limit a new connection
+// set as the http.Server's ConnState, tells it which are idle (kept alive
+// between requests). At the total limit a new connection
 // takes the place of the connection idle the longest, as nginx reuses
 // keep-alive connections when it runs short; with none idle, the new
 // connection is closed at once. Beyond the idle limit of one address, its
@@ -102,9 +102,11 @@ func (l *Listener) Accept() (net.Conn, error) {
 			l.evictLocked(victim)
 		}
 		c := &conn{Conn: nc, l: l, addr: host}
+		// A new connection is not idle: its client is about to send a
+		// request (a burst of them from one address, behind a proxy,
+		// must not evict each other). One that sends nothing is closed
+		// by the server's header timeout.
 		l.conns[c] = struct{}{}
-		// A new connection counts as idle until its first request.
-		l.idleLocked(c)
 		l.mu.Unlock()
 		return c, nil
 	}

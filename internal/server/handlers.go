@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -12,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -102,10 +104,13 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, s.log, aerr)
 		return
 	}
-	req, ok := s.readCreate(w, r)
+	req, release, ok := s.readCreate(w, r)
 	if !ok {
 		return
 	}
+	// The body's bytes stay reserved until the answer is written: its
+	// copies (parsed, canonical, stored, echoed) live until then.
+	defer release()
 	// idemctl mcp forwards an agent's calls over this API and says so; any
 	// other value is the API's own door.
 	if r.Header.Get(wire.ViaHeader) == store.ViaMCP {
@@ -130,12 +135,31 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 // Without a free slot it answers 503 overloaded before reading: the
 // request stores nothing, so a retry with the same key is safe. ok false
 // means the answer has been written.
-func (s *Server) readCreate(w http.ResponseWriter, r *http.Request) (req createRequest, ok bool) {
+func (s *Server) readCreate(w http.ResponseWriter, r *http.Request) (req createRequest, release func(), ok bool) {
 	if r.ContentLength > MaxBodyBytes {
 		writeError(w, s.log, http.StatusRequestEntityTooLarge, codePayloadTooLarge,
 			fmt.Sprintf("body is %d bytes; at most %d are accepted", r.ContentLength, MaxBodyBytes))
-		return req, false
+		return req, nil, false
 	}
+	// The byte budget (MaxBodyBytesInFlight) is taken for the declared
+	// length, or the most a body may be when it is not declared.
+	weight := r.ContentLength
+	if weight < 0 {
+		weight = MaxBodyBytes
+	}
+	if !s.bodyBytes.take(weight) {
+		s.m.limitRefusals.WithLabelValues(limitBodyBytes).Inc()
+		w.Header().Set("Retry-After", "1")
+		writeError(w, s.log, http.StatusServiceUnavailable, codeOverloaded,
+			fmt.Sprintf("too many request body bytes in flight (at most %d); retry with the same key", s.bodyBytes.max))
+		return req, nil, false
+	}
+	give := sync.OnceFunc(func() { s.bodyBytes.give(weight) })
+	defer func() {
+		if !ok {
+			give() // refused: the answer is written, nothing else holds the body
+		}
+	}()
 	select {
 	case s.bodySlots <- struct{}{}:
 	default:
@@ -143,7 +167,7 @@ func (s *Server) readCreate(w http.ResponseWriter, r *http.Request) (req createR
 		w.Header().Set("Retry-After", "1")
 		writeError(w, s.log, http.StatusServiceUnavailable, codeOverloaded,
 			fmt.Sprintf("too many requests being read at once (at most %d); retry with the same key", cap(s.bodySlots)))
-		return req, false
+		return req, nil, false
 	}
 	s.m.bodiesInFlight.Inc()
 	defer func() {
@@ -151,23 +175,23 @@ func (s *Server) readCreate(w http.ResponseWriter, r *http.Request) (req createR
 		s.m.bodiesInFlight.Dec()
 	}()
 
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	body, err := readBody(http.MaxBytesReader(w, r.Body, MaxBodyBytes), r.ContentLength)
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
 			writeError(w, s.log, http.StatusRequestEntityTooLarge, codePayloadTooLarge,
 				fmt.Sprintf("body exceeds %d bytes", MaxBodyBytes))
-			return req, false
+			return req, nil, false
 		}
 		s.bodyReadError(w, r, err)
-		return req, false
+		return req, nil, false
 	}
 	req, aerr := parseCreate(body, s.cfg.Chaos, s.cfg.Tools)
 	if aerr != nil {
 		writeAPIError(w, s.log, aerr)
-		return req, false
+		return req, nil, false
 	}
-	return req, true
+	return req, give, true
 }
 
 // HeaderDeduplicatedBy is set, to "intent", on the answer to a new key
@@ -571,4 +595,16 @@ func newCallID() (string, error) {
 	}
 	binary.BigEndian.PutUint32(b[:4], uint32(time.Now().UnixNano()>>22))
 	return "c_" + hex.EncodeToString(b[:]), nil
+}
+
+// readBody reads a body of declared length size (-1: unknown) into one
+// buffer of that size: io.ReadAll would grow its buffer by doubling, and
+// allocate about twice a large body's size on the way.
+func readBody(rd io.Reader, size int64) ([]byte, error) {
+	if size <= 0 {
+		return io.ReadAll(rd)
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, size+bytes.MinRead)) // ReadFrom wants MinRead free to read EOF
+	_, err := buf.ReadFrom(rd)
+	return buf.Bytes(), err
 }

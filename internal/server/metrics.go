@@ -44,6 +44,7 @@ const (
 	limitPendingPrincipal = "pending_principal" // MaxPendingPerPrincipal: 503 overloaded
 	limitWaitsPrincipal   = "waits_principal"   // MaxHeldWaitsPerPrincipal: answered without waiting
 	limitMCPSessions      = "mcp_sessions"      // MaxMCPSessions(PerPrincipal): 503 overloaded
+	limitBodyBytes        = "body_bytes"        // MaxBodyBytesInFlight: 503 overloaded
 )
 
 // Label values of idemctl_lease_extensions_total{outcome}.
@@ -217,7 +218,7 @@ func newMetrics(st store.Store, maxPending int64, extra prometheus.Registerer) (
 	for _, r := range []string{authMissing, authUnknown} {
 		m.authFailures.WithLabelValues(r)
 	}
-	for _, l := range []string{limitBodies, limitWaits, limitPending, limitPendingPrincipal, limitWaitsPrincipal, limitMCPSessions} {
+	for _, l := range []string{limitBodies, limitWaits, limitPending, limitPendingPrincipal, limitWaitsPrincipal, limitMCPSessions, limitBodyBytes} {
 		m.limitRefusals.WithLabelValues(l)
 	}
 	for _, o := range []string{beatExtended, beatLost, beatError} {

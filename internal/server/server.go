@@ -69,9 +69,14 @@ const (
 	DefaultRecoverInterval = 200 * time.Millisecond
 	DefaultShutdownGrace   = 15 * time.Second
 	DefaultMaxWait         = 30 * time.Second
-	// DefaultMaxConcurrentBodies bounds the memory of bodies in flight:
-	// at most 64 × MaxBodyBytes (64 MiB) plus their parsed form.
+	// DefaultMaxConcurrentBodies bounds how many bodies are read at once
+	// (their bytes are bounded by DefaultMaxBodyBytesInFlight).
 	DefaultMaxConcurrentBodies = 64
+	// DefaultMaxBodyBytesInFlight bounds the bytes of bodies being
+	// handled at once (Config.MaxBodyBytesInFlight): 8 MiB, 8 bodies
+	// of the largest size, each held several times over
+	// (BENCHMARKS.md §17).
+	DefaultMaxBodyBytesInFlight = 8 << 20
 	// DefaultMaxHeldWaits bounds "Prefer: wait" requests held at once
 	// (each costs a goroutine pair and some 50 KB).
 	DefaultMaxHeldWaits = 512
@@ -128,6 +133,14 @@ type Config struct {
 	// Retry-After before its body is read; nothing is recorded, so a
 	// retry with the same key is safe.
 	MaxConcurrentBodies int
+	// MaxBodyBytesInFlight is how many bytes of POST bodies may be in
+	// flight at once, from the read until the answer is written (each
+	// accepted body is held several times over meanwhile: parsed,
+	// canonical, stored, echoed). A POST that would pass it is refused
+	// with 503 overloaded before its body is read, by its declared length
+	// (MaxBodyBytes for a chunked one). Zero means
+	// DefaultMaxBodyBytesInFlight; it must be at least MaxBodyBytes.
+	MaxBodyBytesInFlight int64
 	// MaxHeldWaits is how many requests may be held under "Prefer: wait"
 	// at once. Beyond it the request is answered at once with the call's
 	// current state, without Preference-Applied (poll, or wait later).
@@ -240,6 +253,9 @@ type Server struct {
 	// (MaxConcurrentBodies, MaxHeldWaits), a receive gives it back.
 	bodySlots chan struct{}
 	waitSlots chan struct{}
+	// bodyBytes is the byte budget of bodies in flight
+	// (MaxBodyBytesInFlight).
+	bodyBytes *byteBudget
 	// pendingOf and waitsOf are the per-principal limits (fairness.go).
 	pendingOf *principalPending
 	waitsOf   *heldWaits
@@ -303,6 +319,7 @@ func New(cfg Config, st store.Store) (*Server, error) {
 		waiters:         newWaiters(),
 		bodySlots:       make(chan struct{}, cfg.MaxConcurrentBodies),
 		waitSlots:       make(chan struct{}, cfg.MaxHeldWaits),
+		bodyBytes:       &byteBudget{max: cfg.MaxBodyBytesInFlight},
 		owner:           owner,
 		closing:         make(chan struct{}),
 		whyNoDeadOwners: why,
@@ -380,6 +397,9 @@ func (c *Config) fill() error {
 	if c.MaxHeldWaits == 0 {
 		c.MaxHeldWaits = DefaultMaxHeldWaits
 	}
+	if c.MaxBodyBytesInFlight == 0 {
+		c.MaxBodyBytesInFlight = DefaultMaxBodyBytesInFlight
+	}
 	if c.MaxResultBytes == 0 {
 		c.MaxResultBytes = DefaultMaxResultBytes
 	}
@@ -423,6 +443,10 @@ func (c *Config) fill() error {
 	if c.MaxConcurrentBodies < 0 || c.MaxHeldWaits < 0 {
 		errs = append(errs, fmt.Errorf("max concurrent bodies and max held waits must not be negative, got %d and %d",
 			c.MaxConcurrentBodies, c.MaxHeldWaits))
+	}
+	if c.MaxBodyBytesInFlight < MaxBodyBytes {
+		errs = append(errs, fmt.Errorf("max body bytes in flight must be at least %d (one body of the largest size), got %d",
+			MaxBodyBytes, c.MaxBodyBytesInFlight))
 	}
 	if c.InstanceHost != "" {
 		if err := checkInstanceHost(c.InstanceHost); err != nil {
