@@ -79,6 +79,15 @@ func (c *conn) Close() error {
 	return err
 }
 
+// CloseWrite half-closes the connection when the inner one can (a TCP
+// connection): the server's graceful close of a refused request needs it.
+func (c *conn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
+}
+
 // Accept waits for a connection that fits the limits.
 func (l *Listener) Accept() (net.Conn, error) {
 	for {
