@@ -37,10 +37,24 @@ type serveOptions struct {
 	DBWait        time.Duration
 	InstanceHost  string
 	MaxBodies     int
+	// MaxBodyBytes is --max-body-bytes-in-flight.
+	MaxBodyBytes int64
 	// Pprof is the loopback address of the profiling server (--pprof);
 	// "" means off.
 	Pprof        string
 	MaxHeldWaits int
+	// MaxPendingPerPrincipal and MaxHeldWaitsPerPrincipal are the
+	// per-principal limits (0: none); they apply with --auth-tokens.
+	MaxPendingPerPrincipal   int
+	MaxHeldWaitsPerPrincipal int
+	// MaxConns is --max-connections (0: derived from the open files
+	// limit); MaxIdlePerClient is --max-idle-per-client (0: no limit).
+	MaxConns         int
+	MaxIdlePerClient int
+	// MaxMCPSessions and MaxMCPSessionsPerPrincipal cap the sessions at
+	// /mcp (0: no cap).
+	MaxMCPSessions             int
+	MaxMCPSessionsPerPrincipal int
 	// AuthTokens is the token file (--auth-tokens); "" means no auth.
 	AuthTokens     string
 	InsecureNoAuth bool
@@ -86,6 +100,18 @@ func (o *serveOptions) Validate() error {
 		if err := netutil.CheckLoopback(o.Pprof); err != nil {
 			errs = append(errs, fmt.Errorf("--pprof serves the process's profiles, so it is only allowed on a loopback address: %w", err))
 		}
+	}
+	if o.MaxPendingPerPrincipal < 0 || o.MaxHeldWaitsPerPrincipal < 0 {
+		errs = append(errs, fmt.Errorf("--max-pending-per-principal and --max-held-waits-per-principal must not be negative (0 = no per-principal limit), got %d and %d",
+			o.MaxPendingPerPrincipal, o.MaxHeldWaitsPerPrincipal))
+	}
+	if o.MaxMCPSessions < 0 || o.MaxMCPSessionsPerPrincipal < 0 {
+		errs = append(errs, fmt.Errorf("--max-mcp-sessions and --max-mcp-sessions-per-principal must not be negative (0 = no cap), got %d and %d",
+			o.MaxMCPSessions, o.MaxMCPSessionsPerPrincipal))
+	}
+	if o.MaxConns < 0 || o.MaxIdlePerClient < 0 {
+		errs = append(errs, fmt.Errorf("--max-connections and --max-idle-per-client must not be negative, got %d and %d",
+			o.MaxConns, o.MaxIdlePerClient))
 	}
 	if o.DBWait < 0 {
 		errs = append(errs, fmt.Errorf("--db-wait must not be negative, got %s", o.DBWait))
@@ -144,8 +170,16 @@ func (o *serveOptions) serverConfig() server.Config {
 		AllowedHosts:   o.AllowedHosts,
 		TrustedProxies: o.TrustedProxies,
 
-		MaxConcurrentBodies: o.MaxBodies,
-		MaxHeldWaits:        o.MaxHeldWaits,
+		MaxConcurrentBodies:  o.MaxBodies,
+		MaxHeldWaits:         o.MaxHeldWaits,
+		MaxBodyBytesInFlight: o.MaxBodyBytes,
+
+		MaxConns:                   o.MaxConns,
+		MaxMCPSessions:             perPrincipal(o.MaxMCPSessions),
+		MaxMCPSessionsPerPrincipal: perPrincipal(o.MaxMCPSessionsPerPrincipal),
+		MaxIdlePerClient:           perPrincipal(o.MaxIdlePerClient),
+		MaxPendingPerPrincipal:     perPrincipal(o.MaxPendingPerPrincipal),
+		MaxHeldWaitsPerPrincipal:   perPrincipal(o.MaxHeldWaitsPerPrincipal),
 	}
 	if o.AuthTokens != "" {
 		cfg.Auth = server.NewAuth(o.AuthTokens)
@@ -200,7 +234,14 @@ Passwords in --db are never printed. See docs/cli.md, "serve".`,
 	f.DurationVar(&opts.ShutdownGrace, "shutdown-grace", executor.DefaultShutdownGrace, "on SIGINT/SIGTERM, how long running tools may take to finish")
 	f.StringVar(&opts.Pprof, "pprof", "", "serve Go's profiles (/debug/pprof/) on this loopback address, e.g. 127.0.0.1:6060; off when empty")
 	f.IntVar(&opts.MaxBodies, "max-concurrent-bodies", server.DefaultMaxConcurrentBodies, "request bodies read at once; beyond, 503 overloaded (bounds memory: up to 1 MiB each)")
+	f.Int64Var(&opts.MaxBodyBytes, "max-body-bytes-in-flight", server.DefaultMaxBodyBytesInFlight, "bytes of POST bodies handled at once, from the read to the answer (by Content-Length); beyond, 503 overloaded; bounds the memory of large bodies")
 	f.IntVar(&opts.MaxHeldWaits, "max-held-waits", server.DefaultMaxHeldWaits, "Prefer: wait answers held at once; beyond, answered at once with the current state")
+	f.IntVar(&opts.MaxPendingPerPrincipal, "max-pending-per-principal", server.DefaultMaxPendingPerPrincipal, "pending calls of one principal beyond which its new keys get 503 overloaded (with --auth-tokens; at most --max-pending); 0 = no per-principal limit")
+	f.IntVar(&opts.MaxHeldWaitsPerPrincipal, "max-held-waits-per-principal", server.DefaultMaxHeldWaitsPerPrincipal, "Prefer: wait answers (and MCP waits) one principal may hold at once (with --auth-tokens; at most --max-held-waits); 0 = no per-principal limit")
+	f.IntVar(&opts.MaxConns, "max-connections", 0, "connections kept open at once; at the limit a new one replaces the one idle the longest (0: the open files limit, raised to its hard limit, less --workers + 256, at most 10000)")
+	f.IntVar(&opts.MaxIdlePerClient, "max-idle-per-client", server.DefaultMaxIdlePerClient, "idle keep-alive connections kept per client IP address; beyond, its oldest idle one is closed; 0 = no limit")
+	f.IntVar(&opts.MaxMCPSessions, "max-mcp-sessions", server.DefaultMaxMCPSessions, "live MCP sessions at /mcp; beyond, opening one gets 503 overloaded; 0 = no cap")
+	f.IntVar(&opts.MaxMCPSessionsPerPrincipal, "max-mcp-sessions-per-principal", server.DefaultMaxMCPSessionsPerPrincipal, "live MCP sessions of one principal; beyond, opening one gets 503 overloaded; 0 = no cap")
 	f.StringVar(&opts.AuthTokens, "auth-tokens", "", "token file: one PRINCIPAL:SHA256HEX per line (idemctl token new prints them); requests then need Authorization: Bearer TOKEN and see only their principal's calls; re-read on SIGHUP")
 	f.BoolVar(&opts.InsecureNoAuth, "insecure-no-auth", false, "allow a non-loopback --addr without --auth-tokens (anyone who reaches the port can read and replay every call)")
 	f.DurationVar(&opts.Retention, "retention", server.DefaultRetention, "how long a final call is kept after its last update; then it is purged (its effect row stays) and its key is new again; 0 keeps calls forever")
@@ -291,6 +332,16 @@ func runServe(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 func maxPending(n int) int {
 	if n == 0 {
 		return server.NoPendingLimit
+	}
+	return n
+}
+
+// perPrincipal maps a limit flag where 0 means none (the per-principal
+// limits, --max-idle-per-client, the MCP session caps) to server.Config, where zero means the
+// default and negative none.
+func perPrincipal(n int) int {
+	if n == 0 {
+		return -1
 	}
 	return n
 }

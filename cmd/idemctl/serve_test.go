@@ -18,7 +18,7 @@ func TestServeOptionsValidate(t *testing.T) {
 	good := func() serveOptions {
 		return serveOptions{Addr: "127.0.0.1:0", DB: "x.db", Workers: 1, Lease: time.Second,
 			LogFormat: "text", LogLevel: "info", ShutdownGrace: time.Second, MaxBodies: 1, MaxHeldWaits: 1,
-			MaxResultBytes: 1}
+			MaxResultBytes: 1, MaxBodyBytes: 1 << 20}
 	}
 	if o := good(); o.Validate() != nil {
 		t.Fatalf("good options refused: %v", o.Validate())
@@ -60,6 +60,9 @@ func TestServeFlagDefaults(t *testing.T) {
 		"addr": "127.0.0.1:8081", "db": "idem.db", "workers": "256", "lease": "30s", "max-pending": "100000", "chaos": "false",
 		"log-format": "text", "log-level": "info", "shutdown-grace": "15s",
 		"max-concurrent-bodies": "64", "max-held-waits": "512",
+		"max-pending-per-principal": "50000", "max-held-waits-per-principal": "128",
+		"max-connections": "0", "max-idle-per-client": "256",
+		"max-body-bytes-in-flight": "8388608", "max-mcp-sessions": "1000", "max-mcp-sessions-per-principal": "100",
 	}
 	for name, def := range want {
 		f := cmd.Flags().Lookup(name)

@@ -47,7 +47,7 @@ func TestTokenNew(t *testing.T) {
 
 func TestServeOptionsAuth(t *testing.T) {
 	o := serveOptions{Addr: "0.0.0.0:8081", DB: "x.db", Workers: 1, Lease: time.Second,
-		LogFormat: "text", LogLevel: "info", MaxResultBytes: 1, MaxBodies: 1, MaxHeldWaits: 1}
+		LogFormat: "text", LogLevel: "info", MaxResultBytes: 1, MaxBodies: 1, MaxHeldWaits: 1, MaxBodyBytes: 1 << 20}
 	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "--auth-tokens") {
 		t.Fatalf("non-loopback without auth: %v, want a refusal naming --auth-tokens", err)
 	}

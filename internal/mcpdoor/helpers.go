@@ -7,8 +7,9 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/idemctl/idemctl/internal/wire"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // readOnly is the annotation of the helper tools: they read, never record.

@@ -111,6 +111,10 @@ type Options struct {
 	// a principal only those. nil: every tool is everyone's. (A call of
 	// another is the Caller's to refuse.)
 	Allowed func(principal, tool string) bool
+	// Initialized, if set, is told the id of each session whose client
+	// finished initializing (sent notifications/initialized): the server
+	// closes sessions that never do sooner than idle ones.
+	Initialized func(sessionID string)
 }
 
 // New builds an MCP server whose tools are c's tools plus the two helper
@@ -130,6 +134,11 @@ func New(ctx context.Context, c Caller, opts Options) (*mcp.Server, error) {
 		Instructions: "Every tool call is recorded under an idempotency key: pass one (the idempotency_key argument, " +
 			"or params._meta[\"" + MetaKey + "\"]) and reuse it on every retry of the same call; a retry then " +
 			"returns the first call's result and never repeats its effect.",
+		InitializedHandler: func(_ context.Context, req *mcp.InitializedRequest) {
+			if opts.Initialized != nil && req.Session != nil {
+				opts.Initialized(req.Session.ID())
+			}
+		},
 	})
 	d := &door{c: c, opts: opts}
 	for _, info := range infos {

@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemctl/idemctl/internal/wire"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // fakeCaller answers Submit with a fixed call or error.

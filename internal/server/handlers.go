@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -12,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -84,7 +86,7 @@ func (s *Server) routes() http.Handler {
 	// the principal in its context), and instrument must see the copy the
 	// mux sets the route pattern on. Its 401s are counted in
 	// idemctl_auth_failures_total.
-	return s.authenticate(s.instrument(s.recoverer(mux)))
+	return lingerUnread(s.authenticate(s.instrument(s.recoverer(mux))))
 }
 
 // varyPrefer marks every response of a route that honours "Prefer: wait"
@@ -107,10 +109,13 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, s.log, aerr)
 		return
 	}
-	req, ok := s.readCreate(w, r)
+	req, release, ok := s.readCreate(w, r)
 	if !ok {
 		return
 	}
+	// The body's bytes stay reserved until the answer is written: its
+	// copies (parsed, canonical, stored, echoed) live until then.
+	defer release()
 	// idemctl mcp forwards an agent's calls over this API and says so; any
 	// other value is the API's own door.
 	if r.Header.Get(wire.HeaderVia) == store.ViaMCP {
@@ -135,12 +140,31 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 // Without a free slot it answers 503 overloaded before reading: the
 // request stores nothing, so a retry with the same key is safe. ok false
 // means the answer has been written.
-func (s *Server) readCreate(w http.ResponseWriter, r *http.Request) (req createRequest, ok bool) {
+func (s *Server) readCreate(w http.ResponseWriter, r *http.Request) (req createRequest, release func(), ok bool) {
 	if r.ContentLength > MaxBodyBytes {
 		writeError(w, s.log, http.StatusRequestEntityTooLarge, wire.CodePayloadTooLarge,
 			fmt.Sprintf("body is %d bytes; at most %d are accepted", r.ContentLength, MaxBodyBytes))
-		return req, false
+		return req, nil, false
 	}
+	// The byte budget (MaxBodyBytesInFlight) is taken for the declared
+	// length, or the most a body may be when it is not declared.
+	weight := r.ContentLength
+	if weight < 0 {
+		weight = MaxBodyBytes
+	}
+	if !s.bodyBytes.take(weight) {
+		s.m.limitRefusals.WithLabelValues(limitBodyBytes).Inc()
+		w.Header().Set("Retry-After", "1")
+		writeError(w, s.log, http.StatusServiceUnavailable, wire.CodeOverloaded,
+			fmt.Sprintf("too many request body bytes in flight (at most %d); retry with the same key", s.bodyBytes.max))
+		return req, nil, false
+	}
+	give := sync.OnceFunc(func() { s.bodyBytes.give(weight) })
+	defer func() {
+		if !ok {
+			give() // refused: the answer is written, nothing else holds the body
+		}
+	}()
 	select {
 	case s.bodySlots <- struct{}{}:
 	default:
@@ -148,7 +172,7 @@ func (s *Server) readCreate(w http.ResponseWriter, r *http.Request) (req createR
 		w.Header().Set(wire.HeaderRetryAfter, "1")
 		writeError(w, s.log, http.StatusServiceUnavailable, wire.CodeOverloaded,
 			fmt.Sprintf("too many requests being read at once (at most %d); retry with the same key", cap(s.bodySlots)))
-		return req, false
+		return req, nil, false
 	}
 	s.m.bodiesInFlight.Inc()
 	defer func() {
@@ -156,23 +180,23 @@ func (s *Server) readCreate(w http.ResponseWriter, r *http.Request) (req createR
 		s.m.bodiesInFlight.Dec()
 	}()
 
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	body, err := readBody(http.MaxBytesReader(w, r.Body, MaxBodyBytes), r.ContentLength)
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
 			writeError(w, s.log, http.StatusRequestEntityTooLarge, wire.CodePayloadTooLarge,
 				fmt.Sprintf("body exceeds %d bytes", MaxBodyBytes))
-			return req, false
+			return req, nil, false
 		}
 		s.bodyReadError(w, r, err)
-		return req, false
+		return req, nil, false
 	}
 	req, aerr := parseCreate(body, s.cfg.Chaos, s.cfg.Tools, principalOf(r.Context()))
 	if aerr != nil {
 		writeAPIError(w, s.log, aerr)
-		return req, false
+		return req, nil, false
 	}
-	return req, true
+	return req, give, true
 }
 
 // submit is the create-or-get path of every door (POST /v1/tool-calls,
@@ -182,8 +206,10 @@ func (s *Server) readCreate(w http.ResponseWriter, r *http.Request) (req createR
 // checked completely (parseCreate, checkToolCall). A refusal stores
 // nothing; a conflict carries the call the key names.
 func (s *Server) submit(ctx context.Context, principal, key string, req createRequest) (store.Call, store.Outcome, *apiError) {
-	if s.queueFull() {
-		if aerr := s.refuseNewKey(ctx, principal, key); aerr != nil {
+	full := s.queueFull()
+	principalFull := !full && s.pendingOf.full(ctx, principal)
+	if full || principalFull {
+		if aerr := s.refuseNewKey(ctx, principal, key, principalFull); aerr != nil {
 			return store.Call{}, 0, aerr
 		}
 	}
@@ -219,6 +245,7 @@ func (s *Server) submit(ctx context.Context, principal, key string, req createRe
 		logkey.Tool, call.Tool, logkey.Status, call.Status, logkey.Principal, principal)
 	if outcome == store.Created || outcome == store.RetryReset {
 		s.exec.Added()
+		s.pendingOf.added(principal)
 		s.exec.Wake() // start now, not at the next tick
 	}
 	return call, outcome, nil
@@ -268,13 +295,24 @@ func (s *Server) submitStoreError(ctx context.Context, err error, key string) *a
 // storing nothing, so the client's retry with the same key is safe. A key
 // already recorded is served as always (a replay, a retry reset): it adds
 // nothing to the queue a client is not already owed. nil means go on.
-func (s *Server) refuseNewKey(ctx context.Context, principal, key string) *apiError {
+//
+// principalFull says the refusal is for principal's own limit
+// (MaxPendingPerPrincipal), not for the whole queue's.
+func (s *Server) refuseNewKey(ctx context.Context, principal, key string, principalFull bool) *apiError {
 	_, err := s.st.GetByKey(ctx, principal, key)
 	switch {
 	case err == nil:
 		return nil
 	case !errors.Is(err, store.ErrNotFound):
 		return s.submitStoreError(ctx, err, key)
+	}
+	if principalFull {
+		s.m.limitRefusals.WithLabelValues(limitPendingPrincipal).Inc()
+		s.refused.Add(1)
+		s.log.Info("new key refused: too many calls pending for this principal", logkey.Key, key, logkey.Principal, principal,
+			"max_pending_per_principal", s.pendingOf.limit)
+		return &apiError{status: http.StatusServiceUnavailable, code: wire.CodeOverloaded,
+			message: fmt.Sprintf("too many calls pending for this principal (at most %d); nothing was recorded, retry with the same key", s.pendingOf.limit)}
 	}
 	s.m.limitRefusals.WithLabelValues(limitPending).Inc()
 	s.refused.Add(1)
@@ -394,6 +432,11 @@ func (s *Server) respondCall(w http.ResponseWriter, r *http.Request, call store.
 // slot it does not wait: the call is returned as it is and applied is
 // false, so the response goes out at once without Preference-Applied.
 func (s *Server) holdWait(ctx context.Context, call store.Call, d time.Duration) (store.Call, bool) {
+	if !s.waitsOf.take(call.Principal) {
+		s.m.limitRefusals.WithLabelValues(limitWaitsPrincipal).Inc()
+		return call, false
+	}
+	defer s.waitsOf.give(call.Principal)
 	select {
 	case s.waitSlots <- struct{}{}:
 	default:
@@ -557,4 +600,16 @@ func newCallID() (string, error) {
 	}
 	binary.BigEndian.PutUint32(b[:4], uint32(time.Now().UnixNano()>>22))
 	return "c_" + hex.EncodeToString(b[:]), nil
+}
+
+// readBody reads a body of declared length size (-1: unknown) into one
+// buffer of that size: io.ReadAll would grow its buffer by doubling, and
+// allocate about twice a large body's size on the way.
+func readBody(rd io.Reader, size int64) ([]byte, error) {
+	if size <= 0 {
+		return io.ReadAll(rd)
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, size+bytes.MinRead)) // ReadFrom wants MinRead free to read EOF
+	_, err := buf.ReadFrom(rd)
+	return buf.Bytes(), err
 }

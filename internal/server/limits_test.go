@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -108,4 +109,61 @@ func TestWaitLimitAnswersAtOnce(t *testing.T) {
 	if v := b.metricValue("idemctl_http_waits_held"); v != 0 {
 		t.Fatalf("waits held after release: %v, want 0", v)
 	}
+}
+
+// TestBodyBytesBudget: with MaxBodyBytesInFlight bytes of bodies in
+// flight, a POST whose declared length would pass the budget is refused
+// with 503 overloaded before its body is read, stores nothing and is
+// counted; a small body that fits is accepted; the bytes come back when
+// the answer is written.
+func TestBodyBytesBudget(t *testing.T) {
+	b := setup(t, func(c *Config) { c.MaxBodyBytesInFlight = MaxBodyBytes })
+	big := `{"tool":"send_email","args":{"to":"a@example.com","body":"` + strings.Repeat("x", 600<<10) + `"}}`
+
+	// A POST whose body arrives only in part holds its 600 KiB.
+	conn, err := net.Dial("tcp", b.ts.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	head := "POST /v1/tool-calls HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
+		"Idempotency-Key: k-slow-big\r\nContent-Length: " + strconv.Itoa(len(big)) + "\r\n\r\n"
+	if _, err := io.WriteString(conn, head+big[:10]); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the slow body is being read", func() bool {
+		return b.metricValue("idemctl_http_bodies_in_flight") == 1
+	})
+
+	before := b.snapshot()
+	r := b.post("k-big-2", big)
+	if r.status != http.StatusServiceUnavailable || r.errCode(t) != wire.CodeOverloaded || r.header.Get("Retry-After") != "1" {
+		t.Fatalf("a second 600 KiB body with 1 MiB in flight: %d (%d bytes), want 503 overloaded", r.status, len(r.body))
+	}
+	if !b.snapshot().equal(before) {
+		t.Fatal("a request refused for the byte budget changed the database")
+	}
+	if v := b.metricValue(`idemctl_limit_refusals_total{limit="body_bytes"}`); v != 1 {
+		t.Fatalf("body_bytes refusals = %v, want 1", v)
+	}
+	if r := b.post("k-small", `{"tool":"charge","args":{"amount":1}}`); r.status != http.StatusAccepted {
+		t.Fatalf("a small body that fits: %d %s, want 202", r.status, r.body)
+	}
+
+	if _, err := io.WriteString(conn, big[10:]); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(waitDeadline))
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusAccepted {
+		t.Fatalf("slow big body: %d, want 202", res.StatusCode)
+	}
+	// The handler gives the bytes back just after its answer went out.
+	eventually(t, "the same big body is accepted once the first was answered", func() bool {
+		return b.post("k-big-2", big).status == http.StatusAccepted
+	})
 }

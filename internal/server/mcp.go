@@ -28,8 +28,10 @@ const mcpSessionTimeout = 30 * time.Minute
 // middleware then hands the principal to the tool handlers (as the
 // TokenInfo's UserID, which also ties an MCP session to its principal).
 func (s *Server) mcpHandler() (http.Handler, error) {
+	var sessions *mcpSessions // set below, before any request can arrive
 	srv, err := mcpdoor.New(context.Background(), localCaller{s}, mcpdoor.Options{
-		Wait: s.cfg.MCPWait, Version: s.serviceVersion(), Allowed: s.toolAllowed})
+		Wait: s.cfg.MCPWait, Version: s.serviceVersion(), Allowed: s.toolAllowed,
+		Initialized: func(id string) { sessions.initialized(id) }})
 	if err != nil {
 		return nil, err
 	}
@@ -62,7 +64,10 @@ func (s *Server) mcpHandler() (http.Handler, error) {
 		}
 		h = auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h)
 	}
-	return h, nil
+	sessions = newMCPSessions(srv, s.cfg.MaxMCPSessions, s.cfg.MaxMCPSessionsPerPrincipal, s.cfg.Auth)
+	s.mcpSessions = sessions
+	go sessions.watchRevocations(s.closing)
+	return sessions.handler(s, h), nil
 }
 
 // localCaller is the door's Caller inside the server: the create-or-get

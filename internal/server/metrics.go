@@ -27,6 +27,11 @@ const (
 	limitBodies  = "bodies"  // MaxConcurrentBodies: 503 overloaded
 	limitWaits   = "waits"   // MaxHeldWaits: answered without waiting
 	limitPending = "pending" // MaxPending: a new key answered 503 overloaded
+
+	limitPendingPrincipal = "pending_principal" // MaxPendingPerPrincipal: 503 overloaded
+	limitWaitsPrincipal   = "waits_principal"   // MaxHeldWaitsPerPrincipal: answered without waiting
+	limitMCPSessions      = "mcp_sessions"      // MaxMCPSessions(PerPrincipal): 503 overloaded
+	limitBodyBytes        = "body_bytes"        // MaxBodyBytesInFlight: 503 overloaded
 )
 
 // Label values of idemctl_auth_failures_total{reason}.
@@ -139,7 +144,7 @@ func newMetrics(st store.Store, maxPending int64, exec prometheus.Collector, ext
 	for _, r := range []string{authMissing, authUnknown, authThrottled} {
 		m.authFailures.WithLabelValues(r)
 	}
-	for _, l := range []string{limitBodies, limitWaits, limitPending} {
+	for _, l := range []string{limitBodies, limitWaits, limitPending, limitPendingPrincipal, limitWaitsPrincipal, limitMCPSessions, limitBodyBytes} {
 		m.limitRefusals.WithLabelValues(l)
 	}
 	return m, nil

@@ -40,6 +40,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemctl/idemctl/internal/authlimit"
+	"github.com/idemctl/idemctl/internal/connlimit"
 	"github.com/idemctl/idemctl/internal/executor"
 	"github.com/idemctl/idemctl/internal/logkey"
 	"github.com/idemctl/idemctl/internal/mcpdoor"
@@ -59,12 +60,22 @@ const (
 	// NoPendingLimit as Config.MaxPending turns the queue limit off.
 	NoPendingLimit = -1
 	DefaultMaxWait = 30 * time.Second
-	// DefaultMaxConcurrentBodies bounds the memory of bodies in flight:
-	// at most 64 × MaxBodyBytes (64 MiB) plus their parsed form.
+	// DefaultMaxConcurrentBodies bounds how many bodies are read at once
+	// (their bytes are bounded by DefaultMaxBodyBytesInFlight).
 	DefaultMaxConcurrentBodies = 64
+	// DefaultMaxBodyBytesInFlight bounds the bytes of bodies being
+	// handled at once (Config.MaxBodyBytesInFlight): 8 MiB, 8 bodies
+	// of the largest size, each held several times over
+	// (BENCHMARKS.md §17).
+	DefaultMaxBodyBytesInFlight = 8 << 20
 	// DefaultMaxHeldWaits bounds "Prefer: wait" requests held at once
 	// (each costs a goroutine pair and some 50 KB).
 	DefaultMaxHeldWaits = 512
+	// DefaultMaxIdlePerClient is Config.MaxIdlePerClient's default.
+	DefaultMaxIdlePerClient = 256
+	// fileReserve is how many open files the connection limit leaves to
+	// the process besides Workers (database, logs, listeners).
+	fileReserve = 256
 	// DefaultRetention is idemctl serve's --retention: how long a final
 	// call is kept after its last update (docs/operations.md, "Retention").
 	// Config's zero Retention keeps calls forever.
@@ -102,10 +113,49 @@ type Config struct {
 	// Retry-After before its body is read; nothing is recorded, so a
 	// retry with the same key is safe.
 	MaxConcurrentBodies int
+	// MaxBodyBytesInFlight is how many bytes of POST bodies may be in
+	// flight at once, from the read until the answer is written (each
+	// accepted body is held several times over meanwhile: parsed,
+	// canonical, stored, echoed). A POST that would pass it is refused
+	// with 503 overloaded before its body is read, by its declared length
+	// (MaxBodyBytes for a chunked one). Zero means
+	// DefaultMaxBodyBytesInFlight; it must be at least MaxBodyBytes.
+	MaxBodyBytesInFlight int64
 	// MaxHeldWaits is how many requests may be held under "Prefer: wait"
 	// at once. Beyond it the request is answered at once with the call's
 	// current state, without Preference-Applied (poll, or wait later).
 	MaxHeldWaits int
+	// MaxPendingPerPrincipal is how many calls one principal may have
+	// pending before its new keys are refused with 503 overloaded, as
+	// for MaxPending (fairness.go). It applies with Auth only. Zero means
+	// DefaultMaxPendingPerPrincipal, capped at MaxPending; negative, no
+	// per-principal limit.
+	MaxPendingPerPrincipal int
+	// MaxHeldWaitsPerPrincipal is how many of MaxHeldWaits one principal
+	// may hold at once (API and MCP waits together); beyond it the
+	// principal's requests are answered at once, as beyond MaxHeldWaits.
+	// It applies with Auth only. Zero means
+	// DefaultMaxHeldWaitsPerPrincipal, capped at MaxHeldWaits; negative,
+	// no per-principal limit.
+	MaxHeldWaitsPerPrincipal int
+	// MaxConns bounds the connections Run keeps open (connlimit): at the
+	// limit a new connection replaces the one idle the longest, or is
+	// closed at once if none is idle. Zero derives it from the open files
+	// limit (raised to its hard limit): what is left after Workers + 256
+	// descriptors for the executor's tools and the database, at most
+	// 10,000. Negative: no limit.
+	MaxConns int
+	// MaxIdlePerClient bounds the idle keep-alive connections of one
+	// client IP address; beyond it, its connection idle the longest is
+	// closed. Zero means DefaultMaxIdlePerClient, negative no limit.
+	MaxIdlePerClient int
+	// MaxMCPSessions caps the live MCP sessions at /mcp, and
+	// MaxMCPSessionsPerPrincipal one principal's (mcpsessions.go): beyond,
+	// a request opening a session gets 503 overloaded. Zero means
+	// DefaultMaxMCPSessions and DefaultMaxMCPSessionsPerPrincipal,
+	// negative no limit.
+	MaxMCPSessions             int
+	MaxMCPSessionsPerPrincipal int
 	// Auth, if set, requires a bearer token from its token file on every
 	// request but /healthz and /readyz, and scopes calls to the token's
 	// principal (docs/api.md, "Authentication"). Nil: no authentication;
@@ -166,6 +216,12 @@ type Server struct {
 	// (MaxConcurrentBodies, MaxHeldWaits), a receive gives it back.
 	bodySlots chan struct{}
 	waitSlots chan struct{}
+	// bodyBytes is the byte budget of bodies in flight
+	// (MaxBodyBytesInFlight).
+	bodyBytes *byteBudget
+	// pendingOf and waitsOf are the per-principal limits (fairness.go).
+	pendingOf *principalPending
+	waitsOf   *heldWaits
 	handler   http.Handler
 	mcp       http.Handler // the MCP door at wire.PathMCP
 	// maxPending is Config.MaxPending, 0 for no limit; refused counts the
@@ -176,6 +232,8 @@ type Server struct {
 	// failed-authentication throttle (clients.go).
 	proxies   *trustproxy.Proxies
 	authLimit *authlimit.Limiter
+	// mcpSessions counts the MCP door's sessions (mcpsessions.go).
+	mcpSessions *mcpSessions
 
 	started   atomic.Bool
 	closing   chan struct{} // closed when a stop begins: waits return, readyz fails
@@ -209,6 +267,7 @@ func New(cfg Config, st store.Store) (*Server, error) {
 		maxPending: int64(max(cfg.MaxPending, 0)),
 		closing:    make(chan struct{}),
 		health:     health,
+		bodyBytes:  &byteBudget{max: cfg.MaxBodyBytesInFlight},
 	}
 	var err error
 	s.exec, err = executor.New(cfg.Config, executor.Deps{Store: st, Tools: cfg.Tools, Logger: log, OnFinal: s.waiters.notify})
@@ -222,6 +281,9 @@ func New(cfg Config, st store.Store) (*Server, error) {
 	if err := s.setupClients(); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
+	s.pendingOf = &principalPending{limit: int64(cfg.MaxPendingPerPrincipal), every: cfg.RecoverInterval,
+		st: st, queueLen: s.exec.Pending}
+	s.waitsOf = &heldWaits{limit: cfg.MaxHeldWaitsPerPrincipal}
 	if s.mcp, err = s.mcpHandler(); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
@@ -252,6 +314,13 @@ func (c *Config) fill() {
 	if c.MaxHeldWaits == 0 {
 		c.MaxHeldWaits = DefaultMaxHeldWaits
 	}
+	if c.MaxBodyBytesInFlight == 0 {
+		c.MaxBodyBytesInFlight = DefaultMaxBodyBytesInFlight
+	}
+	c.fillPerPrincipal()
+	c.fillConns()
+	c.MaxMCPSessions = limitOrNone(c.MaxMCPSessions, DefaultMaxMCPSessions)
+	c.MaxMCPSessionsPerPrincipal = limitOrNone(c.MaxMCPSessionsPerPrincipal, DefaultMaxMCPSessionsPerPrincipal)
 	if c.Tools == nil {
 		c.Tools = toolreg.Builtins()
 	}
@@ -297,6 +366,10 @@ func (c *Config) Validate() error {
 		if err := CheckToolAccess(c.Tools, c.Auth != nil); err != nil {
 			errs = append(errs, fmt.Errorf("--tools: %w", err))
 		}
+	}
+	if c.MaxBodyBytesInFlight < MaxBodyBytes {
+		errs = append(errs, fmt.Errorf("--max-body-bytes-in-flight must be at least %d (one body of the largest size), got %d",
+			MaxBodyBytes, c.MaxBodyBytesInFlight))
 	}
 	return errors.Join(errs...)
 }
@@ -388,9 +461,12 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 		return err
 	}
 	hs := s.httpServer()
+	lim := connlimit.New(ln, max(s.cfg.MaxConns, 0), max(s.cfg.MaxIdlePerClient, 0))
+	hs.ConnState = lim.ConnState
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	s.log.Info("serving", logkey.Addr, ln.Addr().String())
+	go func() { errc <- hs.Serve(lim) }()
+	s.log.Info("serving", logkey.Addr, ln.Addr().String(), "max_connections", max(s.cfg.MaxConns, 0),
+		"max_idle_per_client", max(s.cfg.MaxIdlePerClient, 0))
 
 	var serveErr error
 	select {
@@ -434,4 +510,37 @@ func (s *Server) httpServer() *http.Server {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
+}
+
+// fillConns applies the connection limits' defaults (Config.MaxConns,
+// Config.MaxIdlePerClient). After it, 0 means no limit.
+func (c *Config) fillConns() {
+	switch {
+	case c.MaxConns < 0:
+		c.MaxConns = 0
+	case c.MaxConns == 0:
+		files, err := connlimit.RaiseFileLimit()
+		if err != nil {
+			files = 1024 // the usual soft limit: the derived default stays small
+		}
+		c.MaxConns = connlimit.DefaultMaxConns(files, c.Workers+fileReserve)
+	}
+	switch {
+	case c.MaxIdlePerClient < 0:
+		c.MaxIdlePerClient = 0
+	case c.MaxIdlePerClient == 0:
+		c.MaxIdlePerClient = DefaultMaxIdlePerClient
+	}
+}
+
+// limitOrNone fills a limit whose zero means def and negative none; after
+// it, 0 means none.
+func limitOrNone(n, def int) int {
+	switch {
+	case n < 0:
+		return 0
+	case n == 0:
+		return def
+	}
+	return n
 }

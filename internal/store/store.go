@@ -556,6 +556,13 @@ type Store interface {
 	// number pending, not with the table).
 	Queue(ctx context.Context) (Queue, error)
 
+	// PendingByPrincipal counts the pending calls of every principal that
+	// has at least atLeast of them (atLeast < 1 counts 1), for the
+	// per-principal back-pressure of new keys. It reads every pending
+	// call, so the caller asks only when the queue is long enough for a
+	// principal to reach its limit.
+	PendingByPrincipal(ctx context.Context, atLeast int64) (map[string]int64, error)
+
 	// Cancel stops a call (docs/lifecycle.md, "Cancel"): a pending one is
 	// failed with errJSON at once, a running one gets cancel_requested (its
 	// worker stops it), a final one is left as it is (AlreadyFinal). The

@@ -32,7 +32,7 @@ var (
 		"Purge":          store.WritePurge,
 	}
 	readMethods = map[string]bool{
-		"Queue": true, "Get": true, "GetAny": true, "GetByKey": true, "ListCalls": true, "ListEffects": true, "EffectOf": true,
+		"Queue": true, "PendingByPrincipal": true, "Get": true, "GetAny": true, "GetByKey": true, "ListCalls": true, "ListEffects": true, "EffectOf": true,
 		"Audit": true, "Dupes": true, "Attempts": true, "Rates": true, "Stats": true, "Ping": true, "Close": true,
 	}
 )
@@ -207,17 +207,18 @@ func (unchanging) Cancel(context.Context, string, json.RawMessage) (store.Call, 
 // reads are store.Store's reads, answering nothing.
 type reads struct{}
 
-func (reads) Queue(context.Context) (store.Queue, error)                        { return store.Queue{}, nil }
-func (reads) Get(context.Context, string, string) (store.Call, error)           { return store.Call{}, nil }
-func (reads) GetAny(context.Context, string) (store.Call, error)                { return store.Call{}, nil }
-func (reads) GetByKey(context.Context, string, string) (store.Call, error)      { return store.Call{}, nil }
-func (reads) ListCalls(context.Context, store.ListFilter) ([]store.Call, error) { return nil, nil }
-func (reads) ListEffects(context.Context, int) ([]store.Effect, error)          { return nil, nil }
-func (reads) EffectOf(context.Context, string) (store.Effect, error)            { return store.Effect{}, nil }
-func (reads) Audit(context.Context, string, int) ([]store.AuditEvent, error)    { return nil, nil }
-func (reads) Dupes(context.Context) ([]store.Dupe, error)                       { return nil, nil }
-func (reads) Attempts(context.Context) ([]store.AttemptBucket, error)           { return nil, nil }
-func (reads) Rates(context.Context, int) (store.Rates, error)                   { return store.Rates{}, nil }
-func (reads) Stats(context.Context) (store.Stats, error)                        { return store.Stats{}, nil }
-func (reads) Ping(context.Context) error                                        { return nil }
-func (reads) Close() error                                                      { return nil }
+func (reads) Queue(context.Context) (store.Queue, error)                          { return store.Queue{}, nil }
+func (reads) PendingByPrincipal(context.Context, int64) (map[string]int64, error) { return nil, nil }
+func (reads) Get(context.Context, string, string) (store.Call, error)             { return store.Call{}, nil }
+func (reads) GetAny(context.Context, string) (store.Call, error)                  { return store.Call{}, nil }
+func (reads) GetByKey(context.Context, string, string) (store.Call, error)        { return store.Call{}, nil }
+func (reads) ListCalls(context.Context, store.ListFilter) ([]store.Call, error)   { return nil, nil }
+func (reads) ListEffects(context.Context, int) ([]store.Effect, error)            { return nil, nil }
+func (reads) EffectOf(context.Context, string) (store.Effect, error)              { return store.Effect{}, nil }
+func (reads) Audit(context.Context, string, int) ([]store.AuditEvent, error)      { return nil, nil }
+func (reads) Dupes(context.Context) ([]store.Dupe, error)                         { return nil, nil }
+func (reads) Attempts(context.Context) ([]store.AttemptBucket, error)             { return nil, nil }
+func (reads) Rates(context.Context, int) (store.Rates, error)                     { return store.Rates{}, nil }
+func (reads) Stats(context.Context) (store.Stats, error)                          { return store.Stats{}, nil }
+func (reads) Ping(context.Context) error                                          { return nil }
+func (reads) Close() error                                                        { return nil }

@@ -134,6 +134,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("ExtendLeaseCancelRequested", func(t *testing.T) { testExtendLeaseCancelRequested(t, open) })
 	t.Run("ExtendLeaseFencing", func(t *testing.T) { testExtendLeaseFencing(t, open) })
 	t.Run("Queue", func(t *testing.T) { testQueue(t, open) })
+	t.Run("PendingByPrincipal", func(t *testing.T) { testPendingByPrincipal(t, open) })
 	// reads.go
 	t.Run("Get", func(t *testing.T) { testGet(t, open) })
 	t.Run("ListCalls", func(t *testing.T) { testListCalls(t, open) })
