@@ -30,8 +30,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemctl/idemctl/internal/blackhole"
 	"github.com/idemctl/idemctl/client"
+	"github.com/idemctl/idemctl/internal/blackhole"
 	"github.com/idemctl/idemctl/internal/ctxutil"
 	"github.com/idemctl/idemctl/internal/downstream"
 	"github.com/idemctl/idemctl/internal/store/backend"
