@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -208,3 +209,36 @@ func TestNewKey(t *testing.T) {
 		seen[k] = true
 	}
 }
+
+// TestHeldAttemptOutlastsTheHold: a hold of a fraction of a second asks
+// the server for a whole second (Prefer: wait=1), and the attempt's
+// deadline covers that second on top of the attempt timeout; else a
+// server holding the answer the full second would see the attempt timed
+// out and retried.
+func TestHeldAttemptOutlastsTheHold(t *testing.T) {
+	var prefer string
+	var left time.Duration
+	rt := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		prefer = r.Header.Get("Prefer")
+		if d, ok := r.Context().Deadline(); ok {
+			left = time.Until(d)
+		}
+		rec := httptest.NewRecorder()
+		respond(200, callJSON("c_1", "K", "running"))(rec, r)
+		return rec.Result(), nil
+	})
+	c, _ := setup(t, "http://127.0.0.1:1", WithAttemptTimeout(500*time.Millisecond),
+		WithHTTPClient(&http.Client{Transport: rt}))
+	if _, err := c.Submit(t.Context(), "sleep", nil, WithKey("K"), WithCallPreferWait(time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	// The deadline was set just before the request: it has all of the
+	// second and most of the 500ms left.
+	if prefer != "wait=1" || left <= time.Second {
+		t.Fatalf("Prefer = %q, time left = %s; want wait=1 and more than the 1s hold", prefer, left)
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

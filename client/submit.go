@@ -156,6 +156,9 @@ func (c *Client) Submit(ctx context.Context, tool string, args any, opts ...Call
 	if cc.preferWait != nil {
 		hold = max(0, *cc.preferWait)
 	}
+	// Prefer: wait counts whole seconds: the server holds the rounded-up
+	// time, and the attempt's timeout must cover that, not the asked one.
+	hold = (hold + time.Second - 1) / time.Second * time.Second
 	newKeyOnRetry := clientknob.NewKeyOnRetry(ctx)
 
 	res := Submission{Key: key}
@@ -218,7 +221,7 @@ func (c *Client) Submit(ctx context.Context, tool string, args any, opts ...Call
 }
 
 // post sends one attempt, bounded by the attempt timeout plus the hold it
-// asks the server for.
+// asks the server for (whole seconds).
 func (c *Client) post(ctx context.Context, key string, body []byte, hold time.Duration) (AttemptRecord, reply, error) {
 	rec := AttemptRecord{Key: key}
 	actx, cancel := context.WithTimeout(ctx, c.cfg.attemptTimeout+hold)
@@ -238,8 +241,7 @@ func (c *Client) post(ctx context.Context, key string, body []byte, hold time.Du
 		hreq.Header.Set(wire.HeaderVia, via)
 	}
 	if hold > 0 {
-		secs := int64((hold + time.Second - 1) / time.Second)
-		hreq.Header.Set(wire.HeaderPrefer, wire.PreferWait+"="+strconv.FormatInt(secs, 10))
+		hreq.Header.Set(wire.HeaderPrefer, wire.PreferWait+"="+strconv.FormatInt(int64(hold/time.Second), 10))
 	}
 	rep, err := c.doCall(hreq)
 	rec.HTTP = rep.status // 0 when no answer came
