@@ -50,6 +50,11 @@ func (o *callOptions) Validate() error {
 	if o.Key == "" {
 		return errors.New("--key is required: the client chooses the idempotency key, once, and reuses it on every retry")
 	}
+	// The client would refuse it before sending anything; say so as the
+	// usage error it is, as poll --key does.
+	if err := client.CheckKey(o.Key); err != nil {
+		return fmt.Errorf("--key: %w", err)
+	}
 	if o.Tool == "" {
 		return errors.New("--tool must not be empty")
 	}
