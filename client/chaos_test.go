@@ -161,3 +161,42 @@ func TestListEndsWithTheError(t *testing.T) {
 		t.Fatalf("List with a bad status yielded %d pairs %v, want one bad_request error", n, errs)
 	}
 }
+
+// TestListFilters: KeyPrefix, Since and Until reach the server as its
+// filters: a prefix keeps its keys' calls, a window after every call keeps
+// none, and one before none of them keeps all.
+func TestListFilters(t *testing.T) {
+	base := apitest.Start(t, server.Config{})
+	c, err := client.New(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"order-1", "order-2", "other-1"} {
+		if _, err := c.Call(t.Context(), "charge", map[string]any{"amount": 1}, client.WithKey(key)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys := func(o client.ListOptions) []string {
+		var got []string
+		for call, err := range c.List(t.Context(), o) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, call.IdemKey)
+		}
+		return got
+	}
+	if got := keys(client.ListOptions{KeyPrefix: "order-"}); !slices.Equal(got, []string{"order-2", "order-1"}) {
+		t.Errorf("KeyPrefix order-: %v", got)
+	}
+	later := time.Now().Add(time.Hour)
+	if got := keys(client.ListOptions{Since: later}); len(got) != 0 {
+		t.Errorf("Since an hour from now: %v, want none", got)
+	}
+	if got := keys(client.ListOptions{Since: later.Add(-48 * time.Hour), Until: later}); len(got) != 3 {
+		t.Errorf("a window around now: %v, want all 3", got)
+	}
+	if got := keys(client.ListOptions{Until: later.Add(-48 * time.Hour)}); len(got) != 0 {
+		t.Errorf("Until yesterday: %v, want none", got)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/idemctl/idemctl/internal/wire"
 )
@@ -19,6 +20,12 @@ type ListOptions struct {
 	Status Status
 	// Tool keeps only calls of this tool.
 	Tool string
+	// KeyPrefix keeps only calls whose idempotency key starts with it
+	// (byte for byte).
+	KeyPrefix string
+	// Since and Until keep only calls created at or after Since and
+	// before Until, by the database's clock; zero means no bound.
+	Since, Until time.Time
 	// Limit is the number of calls per page.
 	Limit int
 	// After is the Next of a previous page; "" starts at the newest call.
@@ -74,6 +81,15 @@ func (c *Client) ListPage(ctx context.Context, o ListOptions) (Page, error) {
 	}
 	if o.Tool != "" {
 		q.Set("tool", o.Tool)
+	}
+	if o.KeyPrefix != "" {
+		q.Set("key_prefix", o.KeyPrefix)
+	}
+	if !o.Since.IsZero() {
+		q.Set("since", o.Since.Format(time.RFC3339Nano))
+	}
+	if !o.Until.IsZero() {
+		q.Set("until", o.Until.Format(time.RFC3339Nano))
 	}
 	if o.Limit > 0 {
 		q.Set("limit", strconv.Itoa(o.Limit))
