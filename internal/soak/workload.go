@@ -1,8 +1,8 @@
 package soak
 
 // The workload: client goroutines, each drawing its operations from its own
-// generator and sending them through internal/client, one HTTP request per
-// client.Call (Retries -1), so that every physical request is in the
+// generator and sending them through the public client, one HTTP request
+// per client.Submit (WithRetries(0)), so that every physical request is in the
 // history with its start, end and answer. The soak does the same-key
 // retrying itself, the way the client package would.
 
