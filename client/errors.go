@@ -85,6 +85,7 @@ type APIError struct {
 	Err error
 }
 
+// Error says the code, the HTTP status if there was one, and the message.
 func (e *APIError) Error() string {
 	if e.Status > 0 {
 		return fmt.Sprintf("%s (HTTP %d): %s", e.Code, e.Status, e.Message)
@@ -120,6 +121,7 @@ type CallError struct {
 	Call Call
 }
 
+// Error names the call, its error code and message.
 func (e *CallError) Error() string {
 	return fmt.Sprintf("call %s failed: %s: %s", e.Call.CallID, e.Code, e.Message)
 }
