@@ -11,7 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/idemctl/idemctl/internal/client"
+	"github.com/idemctl/idemctl/client"
+	"github.com/idemctl/idemctl/internal/clientknob"
 	"github.com/idemctl/idemctl/internal/exitcode"
 	"github.com/idemctl/idemctl/internal/wire"
 )
@@ -48,6 +49,11 @@ func (o *callOptions) Validate() error {
 	}
 	if o.Key == "" {
 		return errors.New("--key is required: the client chooses the idempotency key, once, and reuses it on every retry")
+	}
+	// The client would refuse it before sending anything; say so as the
+	// usage error it is, as poll --key does.
+	if err := client.CheckKey(o.Key); err != nil {
+		return fmt.Errorf("--key: %w", err)
 	}
 	if o.Tool == "" {
 		return errors.New("--tool must not be empty")
@@ -127,7 +133,7 @@ See docs/cli.md, "call".`,
 	f.StringVar(&opts.Tool, "tool", "charge", "tool: charge, send_email, sleep, fail")
 	f.Int64Var(&opts.Amount, "amount", 0, "sets args.amount (charge; 100 when --tool charge has neither --amount nor --args)")
 	f.StringVar(&opts.Args, "args", "", `the whole args object as JSON, e.g. '{"to":"a@example.com"}'`)
-	f.DurationVar(&opts.AttemptTimeout, "attempt-timeout", client.DefaultTimeout, "timeout of one attempt (each retry gets its own)")
+	f.DurationVar(&opts.AttemptTimeout, "attempt-timeout", client.DefaultAttemptTimeout, "timeout of one attempt (each retry gets its own)")
 	addDeprecatedAlias(f, "attempt-timeout", "timeout")
 	f.IntVar(&opts.Retries, "retries", client.DefaultRetries, "retries after the first attempt (0 = none)")
 	f.BoolVar(&opts.NewKeyOnRetry, "new-key-on-retry", false, "use K-0, K-1, ... per attempt (demonstrates the duplicate-effect bug)")
@@ -140,28 +146,31 @@ See docs/cli.md, "call".`,
 // runCall makes the call, prints the attempt lines and the final call, and
 // maps the outcome to an exit status.
 func runCall(ctx context.Context, opts *callOptions, streams *IOStreams) error {
-	retries := opts.Retries
-	if retries == 0 {
-		retries = -1 // client.Client: zero means the default, negative means none
+	waitTimeout := opts.PollTimeout
+	if waitTimeout == 0 { // --poll-timeout 0: no poll, the wait is never used
+		waitTimeout = client.DefaultWaitTimeout
 	}
 	var printErr error
-	c := &client.Client{
-		HTTP:          client.WithToken(nil, opts.Token),
-		Base:          opts.Base,
-		Timeout:       opts.AttemptTimeout,
-		Retries:       retries,
-		NewKeyOnRetry: opts.NewKeyOnRetry,
-		OnAttempt: func(r client.AttemptRecord) {
+	// No Prefer: wait: the POST answers at once and the poll that follows
+	// is bounded by --poll-timeout (docs/cli.md, "call").
+	c, err := client.New(opts.Base, client.WithToken(opts.Token), client.WithAttemptTimeout(opts.AttemptTimeout),
+		client.WithRetries(opts.Retries), client.WithPreferWait(0), client.WithWaitTimeout(waitTimeout),
+		client.WithOnAttempt(func(r client.AttemptRecord) {
 			if err := cliWriteJSONLine(streams.Out, r); err != nil && printErr == nil {
 				printErr = err
 			}
-		},
+		}))
+	if err != nil {
+		return err
 	}
-	req := client.Request{Tool: opts.Tool, Args: opts.args, ClientID: opts.ClientID}
+	callOpts := []client.CallOption{client.WithKey(opts.Key), client.WithClientID(opts.ClientID)}
 	if opts.seqSet {
-		req.Seq = &opts.Seq
+		callOpts = append(callOpts, client.WithSeq(opts.Seq))
 	}
-	res, err := c.Call(ctx, opts.Key, req)
+	if opts.NewKeyOnRetry {
+		ctx = clientknob.WithNewKeyOnRetry(ctx)
+	}
+	res, err := c.Submit(ctx, opts.Tool, opts.args, callOpts...)
 	if printErr != nil {
 		return printErr
 	}
@@ -171,8 +180,8 @@ func runCall(ctx context.Context, opts *callOptions, streams *IOStreams) error {
 	}
 	call := res.Call
 	if !call.Final() && opts.PollTimeout > 0 {
-		call, err = c.Poll(ctx, call.CallID, opts.PollTimeout)
-		if err != nil {
+		call, err = c.Wait(ctx, call.CallID)
+		if err != nil && !errors.Is(err, client.ErrCallFailed) { // a failed call is printed below
 			if call.CallID != "" {
 				_ = cliWriteJSONLine(streams.Out, call) // the last state seen
 			}

@@ -205,3 +205,20 @@ func TestCallOptionsValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestCallRefusesImpossibleKey: a key the server could never accept is a
+// usage error of call, as of poll --key: nothing is sent.
+func TestCallRefusesImpossibleKey(t *testing.T) {
+	fs := newCLIFakeServer(t, []func(http.ResponseWriter){
+		cliAnswer(400, `{"error":{"code":"bad_request","message":"bad key"}}`),
+	}, nil)
+	out, errOut, code := cliRun(t, "call", "--key", "a b", "--base", fs.URL)
+	if code != exitcode.Usage || !strings.Contains(errOut, "--key: invalid_key") {
+		t.Fatalf("exit %d, output:\n%s%s", code, out, errOut)
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if len(fs.posts) != 0 {
+		t.Fatalf("posts = %v, want none", fs.posts)
+	}
+}

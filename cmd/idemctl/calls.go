@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/idemctl/idemctl/internal/client"
+	"github.com/idemctl/idemctl/client"
 )
 
 // callsOptions are the flags of idemctl calls.
@@ -50,25 +50,34 @@ as "next: CURSOR" (pass it to --after).`,
 // runCalls prints one page of the principal's calls, or every page with
 // --all.
 func runCalls(ctx context.Context, opts *callsOptions, streams *IOStreams) error {
-	c := &client.Client{Base: opts.Base, HTTP: client.WithToken(nil, opts.Token)}
-	lo := client.ListOptions{Status: opts.Status, Tool: opts.Tool, Limit: opts.Limit, After: opts.After}
-	for {
-		page, err := c.List(ctx, lo)
-		if err != nil {
-			return answerError(err)
-		}
-		for _, call := range page.Calls {
+	c, err := client.New(opts.Base, client.WithToken(opts.Token))
+	if err != nil {
+		return err
+	}
+	lo := client.ListOptions{Status: client.Status(opts.Status), Tool: opts.Tool, Limit: opts.Limit, After: opts.After}
+	if opts.All {
+		for call, err := range c.List(ctx, lo) {
+			if err != nil {
+				return answerError(err)
+			}
 			if err := cliWriteJSONLine(streams.Out, call); err != nil {
 				return err
 			}
 		}
-		if page.Next == "" {
-			return nil
-		}
-		if !opts.All {
-			_, err := fmt.Fprintf(streams.ErrOut, "next: %s\n", page.Next)
+		return nil
+	}
+	page, err := c.ListPage(ctx, lo)
+	if err != nil {
+		return answerError(err)
+	}
+	for _, call := range page.Calls {
+		if err := cliWriteJSONLine(streams.Out, call); err != nil {
 			return err
 		}
-		lo.After = page.Next
 	}
+	if page.Next == "" {
+		return nil
+	}
+	_, err = fmt.Fprintf(streams.ErrOut, "next: %s\n", page.Next)
+	return err
 }

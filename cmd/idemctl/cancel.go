@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/idemctl/idemctl/internal/client"
+	"github.com/idemctl/idemctl/client"
 	"github.com/idemctl/idemctl/internal/exitcode"
 )
 
@@ -54,7 +54,10 @@ an effect that committed.`,
 // opts.Key) and prints it. An answer of the server (not found, already
 // final) exits 1; a server that cannot be reached is a runtime error.
 func runCancel(ctx context.Context, opts *cancelOptions, id string, streams *IOStreams) error {
-	c := &client.Client{Base: opts.Base, HTTP: client.WithToken(nil, opts.Token)}
+	c, err := client.New(opts.Base, client.WithToken(opts.Token))
+	if err != nil {
+		return err
+	}
 	if id == "" {
 		call, err := c.GetByKey(ctx, opts.Key)
 		if err != nil {

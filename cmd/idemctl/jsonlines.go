@@ -6,7 +6,7 @@ import (
 	"errors"
 	"io"
 
-	"github.com/idemctl/idemctl/internal/client"
+	"github.com/idemctl/idemctl/client"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 

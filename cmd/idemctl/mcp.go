@@ -10,10 +10,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 
-	"github.com/idemctl/idemctl/internal/client"
+	"github.com/idemctl/idemctl/client"
 	"github.com/idemctl/idemctl/internal/mcpdoor"
 	"github.com/idemctl/idemctl/internal/mcpdoor/remote"
-	"github.com/idemctl/idemctl/internal/store"
 )
 
 // mcpOptions are the flags of idemctl mcp.
@@ -67,7 +66,10 @@ See docs/mcp.md and docs/cli.md, "mcp".`,
 // runMCP serves MCP on the streams until the client closes stdin or ctx
 // ends.
 func runMCP(ctx context.Context, opts *mcpOptions, streams *IOStreams) error {
-	c := &client.Client{Base: opts.Base, HTTP: client.WithToken(nil, opts.Token), Via: store.ViaMCP}
+	c, err := client.New(opts.Base, client.WithToken(opts.Token))
+	if err != nil {
+		return err
+	}
 	srv, err := mcpdoor.New(ctx, remote.Caller{Client: c}, mcpdoor.Options{Wait: opts.Wait, Version: buildVersion()})
 	if err != nil {
 		return err

@@ -10,7 +10,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/idemctl/idemctl/internal/client"
+	"github.com/idemctl/idemctl/client"
 	"github.com/idemctl/idemctl/internal/exitcode"
 	"github.com/idemctl/idemctl/internal/mcpdoor"
 	"github.com/idemctl/idemctl/internal/server/servertest"
@@ -57,7 +57,7 @@ func TestMCPStdio(t *testing.T) {
 	if r2.Meta["io.idemctl/replayed"] != true {
 		t.Fatalf("second call not a replay: %+v", r2.Meta)
 	}
-	st, err := (&client.Client{Base: base}).Stats(t.Context())
+	st, err := mustClient(t, base).Stats(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestMCPStdio(t *testing.T) {
 			t.Fatalf("slow call never final: %v", body)
 		}
 	}
-	if st, _ := (&client.Client{Base: base}).Stats(t.Context()); st.Calls != 2 {
+	if st, _ := mustClient(t, base).Stats(t.Context()); st.Calls != 2 {
 		t.Fatalf("calls = %d, want 2 (charge, sleep)", st.Calls)
 	}
 
@@ -146,4 +146,14 @@ func TestMCPFlagsValidated(t *testing.T) {
 			t.Fatalf("%v: exit %d, want %d", args, code, exitcode.Usage)
 		}
 	}
+}
+
+// mustClient is a client of base, which the test's server built.
+func mustClient(t *testing.T, base string) *client.Client {
+	t.Helper()
+	c, err := client.New(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/idemctl/idemctl/internal/client"
+	"github.com/idemctl/idemctl/client"
 	"github.com/idemctl/idemctl/internal/exitcode"
 )
 
@@ -76,24 +76,28 @@ See docs/cli.md, "poll", and docs/api.md, "Waiting for the result".`,
 	f := cmd.Flags()
 	addServerFlags(f, &opts.Base, &opts.Token)
 	f.StringVar(&opts.Key, "key", "", "look the call up by idempotency key instead of CALL_ID")
-	f.DurationVar(&opts.Deadline, "deadline", client.DefaultPollTimeout, "how long to wait, in all, for the call to become final")
+	f.DurationVar(&opts.Deadline, "deadline", defaultPollDeadline, "how long to wait, in all, for the call to become final")
 	addDeprecatedAlias(f, "deadline", "timeout")
 	return cmd
 }
 
+// defaultPollDeadline is poll's --deadline: short, for a person waiting
+// at a terminal (the client's own default is for programs).
+const defaultPollDeadline = 5 * time.Second
+
 // runPoll waits for the call, prints it and maps its end to the exit status.
 func runPoll(ctx context.Context, opts *pollOptions, streams *IOStreams) error {
-	c := &client.Client{Base: opts.Base, HTTP: client.WithToken(nil, opts.Token)}
-	var (
-		call client.Call
-		err  error
-	)
-	if opts.Key != "" {
-		call, err = c.PollByKey(ctx, opts.Key, opts.Deadline)
-	} else {
-		call, err = c.Poll(ctx, opts.CallID, opts.Deadline)
-	}
+	c, err := client.New(opts.Base, client.WithToken(opts.Token), client.WithWaitTimeout(opts.Deadline))
 	if err != nil {
+		return err
+	}
+	var call client.Call
+	if opts.Key != "" {
+		call, err = c.WaitByKey(ctx, opts.Key)
+	} else {
+		call, err = c.Wait(ctx, opts.CallID)
+	}
+	if err != nil && !errors.Is(err, client.ErrCallFailed) { // a failed call is printed below
 		if call.CallID != "" {
 			_ = cliWriteJSONLine(streams.Out, call) // the last state seen
 		}

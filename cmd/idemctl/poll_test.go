@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemctl/idemctl/internal/client"
+	"github.com/idemctl/idemctl/client"
 	"github.com/idemctl/idemctl/internal/exitcode"
 	"github.com/idemctl/idemctl/internal/server"
 	"github.com/idemctl/idemctl/internal/server/apitest"
@@ -86,9 +86,12 @@ func pollRealServer(t *testing.T) string {
 // cleaning (which ended in 405).
 func TestPollByKeyDotKeys(t *testing.T) {
 	base := pollRealServer(t)
-	c := &client.Client{Base: base}
+	c, err := client.New(base)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, key := range []string{"..", "."} {
-		res, err := c.Call(t.Context(), key, client.Request{Tool: builtin.Charge, Args: map[string]any{"amount": 1}})
+		res, err := c.Submit(t.Context(), builtin.Charge, map[string]any{"amount": 1}, client.WithKey(key))
 		if err != nil {
 			t.Fatalf("POST key %q: %v", key, err)
 		}

@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/idemctl/idemctl/internal/client"
+	"github.com/idemctl/idemctl/client"
 	"github.com/idemctl/idemctl/internal/exitcode"
 	"github.com/idemctl/idemctl/internal/serveproc"
 	"github.com/idemctl/idemctl/internal/soak"

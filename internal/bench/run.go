@@ -12,7 +12,7 @@ import (
 	"github.com/idemctl/idemctl/internal/inspect"
 	"github.com/idemctl/idemctl/internal/wire"
 
-	idemclient "github.com/idemctl/idemctl/internal/client"
+	"github.com/idemctl/idemctl/internal/bearer"
 )
 
 // stopTimeout bounds stopping the in-process server and the ceiling.
@@ -48,7 +48,7 @@ func Run(ctx context.Context, opts Options, out io.Writer) (rep Report, err erro
 	}
 	client := newHTTPClient(opts.Concurrency, opts.Timeout)
 	if opts.Token != "" {
-		client = idemclient.WithToken(client, opts.Token)
+		client = bearer.Client(client, opts.Token)
 	}
 	defer client.CloseIdleConnections()
 	statsClient := &http.Client{Transport: client.Transport, Timeout: statsTimeout}

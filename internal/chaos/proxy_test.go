@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemctl/idemctl/internal/client"
+	"github.com/idemctl/idemctl/client"
 )
 
 // upstream is a counting test server: it records every request it gets and
@@ -137,9 +137,12 @@ func TestPassForwardsAndStreams(t *testing.T) {
 
 func TestDropResponseClientTimesOutServerActed(t *testing.T) {
 	b := setup(t, Options{Mode: ModeDropResponse, Select: First(1)})
-	c := &client.Client{Base: b.srv.URL, Timeout: 300 * time.Millisecond, Retries: 1,
-		Sleep: func(context.Context, time.Duration) error { return nil }}
-	res, err := c.Call(t.Context(), "drop-1", client.Request{Tool: "charge", Args: map[string]any{"amount": 100}})
+	c, err := client.New(b.srv.URL, client.WithAttemptTimeout(300*time.Millisecond), client.WithRetries(1),
+		client.WithPreferWait(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Submit(t.Context(), "charge", map[string]any{"amount": 100}, client.WithKey("drop-1"))
 	if err != nil {
 		t.Fatalf("Call: %v", err)
 	}
@@ -190,8 +193,12 @@ func TestDelayResponse(t *testing.T) {
 func TestDelayResponseLongerThanClientTimeout(t *testing.T) {
 	b := setup(t, Options{Mode: ModeDelayResponse, Delay: 10 * time.Second})
 	// The server answers at once; the delay then outlasts the client.
-	c := &client.Client{Base: b.srv.URL, Timeout: 300 * time.Millisecond, Retries: -1}
-	res, err := c.Call(t.Context(), "K", client.Request{Tool: "charge"})
+	c, err := client.New(b.srv.URL, client.WithAttemptTimeout(300*time.Millisecond), client.WithRetries(0),
+		client.WithPreferWait(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Submit(t.Context(), "charge", nil, client.WithKey("K"))
 	if !errors.Is(err, client.ErrRetryExhausted) || res.Attempts[0].Error != "timed out" {
 		t.Fatalf("err = %v attempts %+v", err, res.Attempts)
 	}

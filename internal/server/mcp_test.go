@@ -11,7 +11,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/idemctl/idemctl/internal/client"
+	bearerauth "github.com/idemctl/idemctl/internal/bearer"
 	"github.com/idemctl/idemctl/internal/mcpdoor"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/toolreg"
@@ -24,7 +24,7 @@ func mcpConnect(t *testing.T, b *bundle, token string) (*mcp.ClientSession, erro
 	t.Helper()
 	var hc *http.Client
 	if token != "" {
-		hc = client.WithToken(nil, token)
+		hc = bearerauth.Client(nil, token)
 	}
 	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "0"}, nil)
 	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{

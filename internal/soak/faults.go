@@ -18,8 +18,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemctl/idemctl/client"
 	"github.com/idemctl/idemctl/internal/blackhole"
-	"github.com/idemctl/idemctl/internal/client"
 	"github.com/idemctl/idemctl/internal/ctxutil"
 	"github.com/idemctl/idemctl/internal/tool"
 )
@@ -357,9 +357,13 @@ func (r *faultRunner) readyz(ctx context.Context, i int) string {
 func (r *faultRunner) probe(ctx context.Context, i int, key string, during bool, timeout, healed time.Duration) Probe {
 	p := Payload{ToolCharge, map[string]any{"amount": 1}}
 	r.hist.AddKey(key, p)
-	c := &client.Client{Base: r.inst.procs[i].URL, HTTP: &http.Client{}, Timeout: timeout, Retries: -1}
 	a := Attempt{Client: -1, Op: OpNew, Key: key, Variant: Same, Instance: i, Start: r.hist.Now()}
-	res, err := c.Call(ctx, key, client.Request{Tool: p.Tool, Args: p.Args})
+	var res client.Submission
+	c, err := client.New(r.inst.procs[i].URL, client.WithHTTPClient(&http.Client{}), client.WithAttemptTimeout(timeout),
+		client.WithRetries(0), client.WithPreferWait(0))
+	if err == nil {
+		res, err = c.Submit(ctx, p.Tool, p.Args, client.WithKey(key))
+	}
 	a.End = r.hist.Now()
 	if len(res.Attempts) > 0 {
 		x := res.Attempts[len(res.Attempts)-1]

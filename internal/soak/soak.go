@@ -30,8 +30,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemctl/idemctl/client"
 	"github.com/idemctl/idemctl/internal/blackhole"
-	"github.com/idemctl/idemctl/internal/client"
 	"github.com/idemctl/idemctl/internal/ctxutil"
 	"github.com/idemctl/idemctl/internal/downstream"
 	"github.com/idemctl/idemctl/internal/store/backend"
@@ -190,12 +190,14 @@ func (r *run) own() bool { return r.o.Base == "" }
 func (r *run) setup(ctx context.Context) error {
 	o := r.o
 	if !r.own() {
-		hc := &http.Client{}
-		if o.Token != "" {
-			hc = client.WithToken(hc, o.Token)
+		var err error
+		if r.t, err = newTarget([]string{o.Base}, client.WithToken(o.Token)); err != nil {
+			return err
 		}
-		r.t = newTarget([]string{o.Base}, hc)
-		c := &client.Client{Base: o.Base, HTTP: hc, Timeout: attemptTimeout}
+		c, err := client.New(o.Base, client.WithToken(o.Token), client.WithAttemptTimeout(attemptTimeout))
+		if err != nil {
+			return err
+		}
 		r.obs = &apiObserver{c: c}
 		// Reach it first: an unreachable base is a setup error, not a
 		// soak whose every request went unanswered.
@@ -296,7 +298,9 @@ func (r *run) setup(ctx context.Context) error {
 	for i, u := range r.inst.urls() {
 		r.logf("instance %d: %s (pid %d)", i, u, r.inst.procs[i].Pid())
 	}
-	r.t = newTarget(r.inst.urls(), &http.Client{})
+	if r.t, err = newTarget(r.inst.urls()); err != nil {
+		return err
+	}
 	dbo, err := openDBObserver(ctx, readerDSN)
 	if err != nil {
 		return err

@@ -1,8 +1,8 @@
 package soak
 
 // The workload: client goroutines, each drawing its operations from its own
-// generator and sending them through internal/client, one HTTP request per
-// client.Call (Retries -1), so that every physical request is in the
+// generator and sending them through the public client, one HTTP request
+// per client.Submit (WithRetries(0)), so that every physical request is in the
 // history with its start, end and answer. The soak does the same-key
 // retrying itself, the way the client package would.
 
@@ -10,11 +10,12 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/idemctl/idemctl/internal/client"
+	"github.com/idemctl/idemctl/client"
 	"github.com/idemctl/idemctl/internal/ctxutil"
 )
 
@@ -22,10 +23,10 @@ const (
 	// sendAttempts bounds the requests of one operation: enough to ride
 	// out a restart (backoff 100 ms, 200 ms, ... capped at 1 s).
 	sendAttempts = 8
-	// attemptTimeout bounds one request; waitTimeout one with Prefer: wait.
+	// attemptTimeout bounds one request; one with Prefer: wait gets
+	// preferWait on top (the client adds the hold).
 	attemptTimeout = 3 * time.Second
 	preferWait     = time.Second
-	waitTimeout    = attemptTimeout + preferWait
 )
 
 // target is how the workload reaches the instances: one client per
@@ -34,13 +35,24 @@ type target struct {
 	plain, wait []*client.Client
 }
 
-func newTarget(urls []string, hc *http.Client) *target {
+func newTarget(urls []string, opts ...client.Option) (*target, error) {
 	t := &target{}
+	// Retries 0: the workload retries itself, so that every physical
+	// request is in the history.
+	common := slices.Concat([]client.Option{client.WithHTTPClient(&http.Client{}),
+		client.WithAttemptTimeout(attemptTimeout), client.WithRetries(0)}, opts)
 	for _, u := range urls {
-		t.plain = append(t.plain, &client.Client{Base: u, HTTP: hc, Timeout: attemptTimeout, Retries: -1})
-		t.wait = append(t.wait, &client.Client{Base: u, HTTP: hc, Timeout: waitTimeout, Retries: -1, PreferWait: preferWait})
+		plain, err := client.New(u, slices.Concat(common, []client.Option{client.WithPreferWait(0)})...)
+		if err != nil {
+			return nil, err
+		}
+		wait, err := client.New(u, slices.Concat(common, []client.Option{client.WithPreferWait(preferWait)})...)
+		if err != nil {
+			return nil, err
+		}
+		t.plain, t.wait = append(t.plain, plain), append(t.wait, wait)
 	}
-	return t
+	return t, nil
 }
 
 // counters are the workload's figures.
@@ -75,7 +87,7 @@ func (s *sender) sendN(clientNo int, op OpKind, key string, p Payload, v Variant
 			c = s.t.wait[i]
 		}
 		a := Attempt{Client: clientNo, Op: op, Key: key, Variant: v, Instance: i, Acked: acked, Start: s.hist.Now()}
-		res, err := c.Call(s.hard, key, client.Request{Tool: p.Tool, Args: p.Args})
+		res, err := c.Submit(s.hard, p.Tool, p.Args, client.WithKey(key))
 		a.End = s.hist.Now()
 		if len(res.Attempts) > 0 {
 			r := res.Attempts[len(res.Attempts)-1]

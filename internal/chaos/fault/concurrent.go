@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemctl/idemctl/internal/client"
+	"github.com/idemctl/idemctl/client"
 	"github.com/idemctl/idemctl/internal/tool/builtin"
 )
 
@@ -35,22 +35,25 @@ func runConcurrent(ctx context.Context, e *env, rep *Report) error {
 	key := fmt.Sprintf("conc-%d", time.Now().Unix())
 	e.logf("%d clients POST key %s (charge 100) at once", n, key)
 
-	results := make([]client.Result, n)
+	results := make([]client.Submission, n)
 	errs := make([]error, n)
 	gate := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := range n {
-		c := e.client(srv.URL, fmt.Sprintf("[client %02d] ", i))
+		c, err := e.client(srv.URL, fmt.Sprintf("[client %02d] ", i))
+		if err != nil {
+			return err
+		}
 		wg.Go(func() {
 			<-gate
-			results[i], errs[i] = c.Call(ctx, key, client.Request{Tool: builtin.Charge, Args: chargeArgs(100)})
+			results[i], errs[i] = c.Submit(ctx, builtin.Charge, chargeArgs(100), client.WithKey(key))
 		})
 	}
 	close(gate)
 	wg.Wait()
 
 	var answers []string
-	var first client.Result
+	var first client.Submission
 	replayed := 0
 	for i := range n {
 		rep.Attempts += len(results[i].Attempts)
@@ -71,7 +74,11 @@ func runConcurrent(ctx context.Context, e *env, rep *Report) error {
 	e.logf("%d clients answered, %d of them with an existing call (Idempotent-Replayed), %d distinct call id(s)",
 		n-countErrs(errs), replayed, len(distinct(answers)))
 	if first.Call.CallID != "" {
-		final, err := e.settle(ctx, e.client(srv.URL, ""), first.Call)
+		c, err := e.client(srv.URL, "")
+		if err != nil {
+			return err
+		}
+		final, err := e.settle(ctx, c, first.Call)
 		if err != nil {
 			if err := notFinal(ctx, rep, first.Call.CallID, err); err != nil {
 				return err

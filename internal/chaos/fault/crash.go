@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idemctl/idemctl/internal/client"
+	"github.com/idemctl/idemctl/client"
 	"github.com/idemctl/idemctl/internal/executor"
 	"github.com/idemctl/idemctl/internal/exitcode"
 	"github.com/idemctl/idemctl/internal/serveproc"
@@ -136,15 +136,18 @@ func runCrash(ctx context.Context, e *env, rep *Report, hook string) error {
 	if before {
 		key = fmt.Sprintf("crash-before-%d", time.Now().Unix())
 	}
-	c := e.client(srv.URL, "")
-	c.PreferWait = crashWait
-	c.Timeout = crashWait + 2*time.Second // the held reply must not time out first
-	c.Retries = crashRetries
+	// The held reply must not time out first: the client gives a held
+	// POST its hold on top of the attempt timeout.
+	c, err := e.client(srv.URL, "", client.WithPreferWait(crashWait), client.WithAttemptTimeout(2*time.Second),
+		client.WithRetries(crashRetries))
+	if err != nil {
+		return err
+	}
 	args := chargeArgs(100)
 	args[hook] = true
 	e.logf("client: POST key %s, charge 100 with %s=true, Prefer: wait=%d, same-key retries", key, hook, int(crashWait.Seconds()))
 
-	res, callErr := c.Call(ctx, key, client.Request{Tool: builtin.Charge, Args: args})
+	res, callErr := c.Submit(ctx, builtin.Charge, args, client.WithKey(key))
 	rep.Attempts = len(res.Attempts)
 	answers := answeredIDs(res)
 
@@ -163,8 +166,12 @@ func runCrash(ctx context.Context, e *env, rep *Report, hook string) error {
 			// The reply made it out before the exit: retry once more on
 			// the restarted server, which must answer from the record.
 			e.logf("retrying the same key on the restarted server:")
-			c.Retries = -1
-			if res, callErr = c.Call(ctx, key, client.Request{Tool: builtin.Charge, Args: args}); callErr != nil {
+			once, err := e.client(srv.URL, "", client.WithPreferWait(crashWait), client.WithAttemptTimeout(2*time.Second),
+				client.WithRetries(0))
+			if err != nil {
+				return err
+			}
+			if res, callErr = once.Submit(ctx, builtin.Charge, args, client.WithKey(key)); callErr != nil {
 				rep.fail("the same-key retry after the restart failed: %v", callErr)
 			}
 			answers = append(answers, answeredIDs(res)...)

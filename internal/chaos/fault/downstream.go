@@ -16,7 +16,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/idemctl/idemctl/internal/client"
+	"github.com/idemctl/idemctl/client"
 	"github.com/idemctl/idemctl/internal/downstream"
 	"github.com/idemctl/idemctl/internal/tool"
 	"github.com/idemctl/idemctl/internal/wire"
@@ -117,16 +117,19 @@ func runDownstream(ctx context.Context, e *env, rep *Report, ignoreKeys bool) er
 	restarted := e.restartOnExit(ctx, srv)
 
 	key := fmt.Sprintf("downstream-%d", time.Now().Unix())
-	c := e.client(srv.URL, "")
-	c.PreferWait = crashWait
-	c.Timeout = crashWait + 2*time.Second // the held reply must not time out first
-	c.Retries = crashRetries
+	// The held reply must not time out first: the client gives a held
+	// POST its hold on top of the attempt timeout.
+	c, err := e.client(srv.URL, "", client.WithPreferWait(crashWait), client.WithAttemptTimeout(2*time.Second),
+		client.WithRetries(crashRetries))
+	if err != nil {
+		return err
+	}
 	args := chargeArgs(100)
 	args[tool.ArgCrashBeforeCommit] = true
 	e.logf("client: POST key %s, %s amount 100 with %s=true, Prefer: wait=%d, same-key retries",
 		key, downstreamTool, tool.ArgCrashBeforeCommit, int(crashWait.Seconds()))
 
-	res, callErr := c.Call(ctx, key, client.Request{Tool: downstreamTool, Args: args})
+	res, callErr := c.Submit(ctx, downstreamTool, args, client.WithKey(key))
 	rep.Attempts = len(res.Attempts)
 	answers := answeredIDs(res)
 

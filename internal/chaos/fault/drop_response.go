@@ -4,11 +4,13 @@ package fault
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/idemctl/idemctl/client"
 	"github.com/idemctl/idemctl/internal/chaos"
-	"github.com/idemctl/idemctl/internal/client"
+	"github.com/idemctl/idemctl/internal/clientknob"
 )
 
 var dropResponse = scenario{
@@ -38,15 +40,17 @@ func runDrop(ctx context.Context, e *env, rep *Report, newKey bool) error {
 		return err
 	}
 	key := fmt.Sprintf("drop-%d", time.Now().Unix())
-	c := e.client(base, "")
-	c.NewKeyOnRetry = newKey
-	flag := ""
-	if newKey {
-		flag = " --new-key-on-retry"
+	c, err := e.client(base, "")
+	if err != nil {
+		return err
 	}
-	e.logf("client: idemctl call --base %s --key %s --amount 100 --attempt-timeout %s%s", base, key, c.Timeout, flag)
+	cctx, flag := ctx, ""
+	if newKey {
+		cctx, flag = clientknob.WithNewKeyOnRetry(ctx), " --new-key-on-retry"
+	}
+	e.logf("client: idemctl call --base %s --key %s --amount 100 --attempt-timeout %s%s", base, key, e.r.opts.ClientTimeout, flag)
 
-	res, answers, err := e.chargeAndSettle(ctx, rep, c, key)
+	res, answers, err := e.chargeAndSettle(cctx, rep, c, key)
 	rep.Attempts = len(res.Attempts)
 	if err != nil {
 		return err
@@ -54,9 +58,12 @@ func runDrop(ctx context.Context, e *env, rep *Report, newKey bool) error {
 	if newKey {
 		// The dropped first key's call runs on without the client; wait
 		// for it too, so the counts include its charge.
-		direct := &client.Client{Base: srv.URL}
+		direct, err := client.New(srv.URL, client.WithWaitTimeout(pollTimeout))
+		if err != nil {
+			return err
+		}
 		for _, a := range res.Attempts {
-			if _, err := direct.PollByKey(ctx, a.Key, pollTimeout); err != nil && ctx.Err() == nil {
+			if _, err := direct.WaitByKey(ctx, a.Key); err != nil && !errors.Is(err, client.ErrCallFailed) && ctx.Err() == nil {
 				e.logf("key %s: %v", a.Key, err)
 			}
 		}
@@ -82,7 +89,7 @@ func runDrop(ctx context.Context, e *env, rep *Report, newKey bool) error {
 	return nil
 }
 
-func firstAttempt(res client.Result) client.AttemptRecord {
+func firstAttempt(res client.Submission) client.AttemptRecord {
 	if len(res.Attempts) == 0 {
 		return client.AttemptRecord{}
 	}

@@ -35,7 +35,10 @@ func runDuplicate(ctx context.Context, e *env, rep *Report) error {
 		return err
 	}
 	key := fmt.Sprintf("dup-%d", time.Now().Unix())
-	c := e.client(base, "")
+	c, err := e.client(base, "")
+	if err != nil {
+		return err
+	}
 	e.logf("client: idemctl call --base %s --key %s --amount 100", base, key)
 	res, answers, err := e.chargeAndSettle(ctx, rep, c, key)
 	rep.Attempts = len(res.Attempts)

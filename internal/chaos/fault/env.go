@@ -9,12 +9,13 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/idemctl/idemctl/client"
 	"github.com/idemctl/idemctl/internal/chaos"
-	"github.com/idemctl/idemctl/internal/client"
 	"github.com/idemctl/idemctl/internal/serveproc"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/backend"
@@ -137,16 +138,16 @@ func (e *env) startServer(ctx context.Context, o serverOpts) (*serverProc, error
 	return sp, nil
 }
 
-// client returns a client of base with the runner's attempt timeout, whose
-// attempts are printed as JSON lines (prefixed when prefix is set).
-func (e *env) client(base, prefix string) *client.Client {
-	return &client.Client{
-		Base:    base,
-		Timeout: e.r.opts.ClientTimeout,
-		OnAttempt: func(rec client.AttemptRecord) {
-			e.printJSON(prefix, rec)
-		},
-	}
+// client returns a client of base with the runner's attempt timeout, no
+// Prefer: wait and a wait of pollTimeout, whose attempts are printed as
+// JSON lines (prefixed when prefix is set); opts come after those.
+func (e *env) client(base, prefix string, opts ...client.Option) (*client.Client, error) {
+	return client.New(base, slices.Concat([]client.Option{
+		client.WithAttemptTimeout(e.r.opts.ClientTimeout),
+		client.WithPreferWait(0),
+		client.WithWaitTimeout(pollTimeout),
+		client.WithOnAttempt(func(rec client.AttemptRecord) { e.printJSON(prefix, rec) }),
+	}, opts)...)
 }
 
 // printJSON prints v as one JSON line, as idemctl call does.

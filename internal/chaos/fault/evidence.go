@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/idemctl/idemctl/internal/client"
+	"github.com/idemctl/idemctl/client"
 	"github.com/idemctl/idemctl/internal/inspect"
 	"github.com/idemctl/idemctl/internal/store"
 )
@@ -63,7 +63,7 @@ func (e *env) evidence(ctx context.Context, base string, rep *Report, exp expect
 	}
 
 	fmt.Fprintf(e.out, "--- /stats ---\n")
-	httpStats, statsErr := (&client.Client{Base: base}).Stats(ctx)
+	httpStats, statsErr := statsOver(ctx, base)
 	if statsErr != nil {
 		fmt.Fprintf(e.out, "(GET /stats failed: %v)\n", statsErr)
 	} else {
@@ -136,7 +136,7 @@ func distinct(ids []string) []string {
 }
 
 // answeredIDs collects the call ids of a client's 2xx attempts.
-func answeredIDs(res client.Result) []string {
+func answeredIDs(res client.Submission) []string {
 	var ids []string
 	for _, a := range res.Attempts {
 		if a.HTTP/100 == 2 {
@@ -162,4 +162,13 @@ func compact(b []byte) string {
 		return string(bytes.TrimSpace(b))
 	}
 	return buf.String()
+}
+
+// statsOver reads GET /stats of the server at base.
+func statsOver(ctx context.Context, base string) (client.Stats, error) {
+	c, err := client.New(base)
+	if err != nil {
+		return client.Stats{}, err
+	}
+	return c.Stats(ctx)
 }

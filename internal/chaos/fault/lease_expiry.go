@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemctl/idemctl/internal/client"
+	"github.com/idemctl/idemctl/client"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/tool"
 	"github.com/idemctl/idemctl/internal/tool/builtin"
@@ -57,11 +57,14 @@ func runLeaseExpiry(ctx context.Context, e *env, rep *Report) error {
 	}
 	e.logf("server A: %s (pid %d)", a.CommandLine(), a.Pid())
 	key := fmt.Sprintf("lease-%d", time.Now().Unix())
-	ca := e.client(a.URL, "")
+	ca, err := e.client(a.URL, "")
+	if err != nil {
+		return err
+	}
 	args := chargeArgs(100)
 	args[tool.ArgPauseBeforeCommit] = leaseExpiryPause
 	e.logf("client: POST key %s to A, charge 100 with %s=%g (lease %s)", key, tool.ArgPauseBeforeCommit, leaseExpiryPause, leaseExpiryLease)
-	res, err := ca.Call(ctx, key, client.Request{Tool: builtin.Charge, Args: args})
+	res, err := ca.Submit(ctx, builtin.Charge, args, client.WithKey(key))
 	rep.Attempts = len(res.Attempts)
 	if err != nil {
 		return fmt.Errorf("posting the call to server A: %w", err)
@@ -72,7 +75,7 @@ func runLeaseExpiry(ctx context.Context, e *env, rep *Report) error {
 	// B starts only once A has claimed: B must not win attempt 1.
 	var seen client.Call
 	err = waitFor(ctx, 5*time.Second, func() (bool, error) {
-		seen, err = (&client.Client{Base: a.URL}).Get(ctx, callID)
+		seen, err = ca.Get(ctx, callID)
 		return err == nil && seen.Status != wire.StatusPending, nil
 	})
 	if err != nil {
@@ -92,7 +95,11 @@ func runLeaseExpiry(ctx context.Context, e *env, rep *Report) error {
 		return err
 	}
 	e.logf("server B: %s (pid %d), same database", b.CommandLine(), b.Pid())
-	final, err := e.settle(ctx, e.client(b.URL, ""), client.Call{Call: wire.Call{CallID: callID}})
+	cb, err := e.client(b.URL, "")
+	if err != nil {
+		return err
+	}
+	final, err := e.settle(ctx, cb, client.Call{Call: client.CallObject{CallID: callID}})
 	if err != nil {
 		if err := notFinal(ctx, rep, callID, err); err != nil {
 			return err

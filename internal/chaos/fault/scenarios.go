@@ -2,9 +2,10 @@ package fault
 
 import (
 	"context"
+	"errors"
 	"time"
 
-	"github.com/idemctl/idemctl/internal/client"
+	"github.com/idemctl/idemctl/client"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/tool/builtin"
 )
@@ -19,7 +20,9 @@ func chargeArgs(amount int64) map[string]any { return map[string]any{"amount": a
 func (e *env) settle(ctx context.Context, c *client.Client, call client.Call) (client.Call, error) {
 	if !call.Final() {
 		var err error
-		if call, err = c.Poll(ctx, call.CallID, pollTimeout); err != nil {
+		// A failed call is an end like any other here: the evidence
+		// judges it.
+		if call, err = c.Wait(ctx, call.CallID); err != nil && !errors.Is(err, client.ErrCallFailed) {
 			return call, err
 		}
 	}
@@ -33,8 +36,8 @@ func (e *env) settle(ctx context.Context, c *client.Client, call client.Call) (c
 // the call ids the client was answered with; a missing answer or a call that
 // never settles is recorded on rep (the error is non-nil only when the
 // scenario must stop).
-func (e *env) chargeAndSettle(ctx context.Context, rep *Report, c *client.Client, key string) (client.Result, []string, error) {
-	res, callErr := c.Call(ctx, key, client.Request{Tool: builtin.Charge, Args: chargeArgs(100)})
+func (e *env) chargeAndSettle(ctx context.Context, rep *Report, c *client.Client, key string) (client.Submission, []string, error) {
+	res, callErr := c.Submit(ctx, builtin.Charge, chargeArgs(100), client.WithKey(key))
 	answers := answeredIDs(res)
 	if callErr != nil {
 		return res, answers, noAnswer(ctx, rep, "the client", callErr)

@@ -1,5 +1,5 @@
 // Package remote is the mcpdoor.Caller of idemctl mcp: an idemctl server
-// reached over its HTTP API (internal/client). It is a package of its own
+// reached over its HTTP API (the public client). It is a package of its own
 // because the server, which the client's tests start, imports mcpdoor.
 package remote
 
@@ -9,15 +9,18 @@ import (
 	"errors"
 	"time"
 
-	"github.com/idemctl/idemctl/internal/client"
+	"github.com/idemctl/idemctl/client"
+	"github.com/idemctl/idemctl/internal/clientknob"
 	"github.com/idemctl/idemctl/internal/mcpdoor"
+	"github.com/idemctl/idemctl/internal/store"
 )
 
 // Caller is the mcpdoor.Caller of idemctl mcp: an idemctl server reached over its
 // HTTP API. The principal is the client's token's, whatever the door
 // passes.
 type Caller struct {
-	// Client reaches the server; its Timeout is raised above each wait.
+	// Client reaches the server; a held POST's attempt timeout gets the
+	// wait on top.
 	Client *client.Client
 }
 
@@ -36,16 +39,15 @@ func (r Caller) Tools(ctx context.Context) ([]mcpdoor.ToolInfo, error) {
 }
 
 // Submit is POST /v1/tool-calls with the key and "Prefer: wait", retried
-// with the same key as the client retries.
+// with the same key as the client retries, and recorded as coming through
+// the MCP door (via mcp).
 func (r Caller) Submit(ctx context.Context, _, key, tool string, args json.RawMessage, wait time.Duration) (mcpdoor.Call, bool, error) {
-	c := *r.Client
-	c.PreferWait = wait
-	c.Timeout = max(c.Timeout, wait+5*time.Second) // the held answer must not time the attempt out
-	req := client.Request{Tool: tool}
+	var a any // nil sends {}
 	if len(args) > 0 {
-		req.Args = args
+		a = args
 	}
-	res, err := c.Call(ctx, key, req)
+	ctx = clientknob.WithVia(ctx, store.ViaMCP)
+	res, err := r.Client.Submit(ctx, tool, a, client.WithKey(key), client.WithCallPreferWait(wait))
 	if err != nil {
 		return mcpdoor.Call{}, false, remoteError(err)
 	}
@@ -72,7 +74,7 @@ func (r Caller) GetByKey(ctx context.Context, _, key string) (mcpdoor.Call, erro
 
 // List is GET /v1/tool-calls?tool=&limit=.
 func (r Caller) List(ctx context.Context, _, tool string, limit int) ([]mcpdoor.Call, error) {
-	p, err := r.Client.List(ctx, client.ListOptions{Tool: tool, Limit: limit})
+	p, err := r.Client.ListPage(ctx, client.ListOptions{Tool: tool, Limit: limit})
 	if err != nil {
 		return nil, remoteError(err)
 	}

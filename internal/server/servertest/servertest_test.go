@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemctl/idemctl/internal/client"
+	"github.com/idemctl/idemctl/client"
 	"github.com/idemctl/idemctl/internal/exitcode"
 	"github.com/idemctl/idemctl/internal/serveproc"
 	"github.com/idemctl/idemctl/internal/tool"
@@ -42,9 +42,11 @@ func TestCrashThenRestartSameAddressAndDatabase(t *testing.T) {
 		t.Fatal("Restart of a running server accepted")
 	}
 
-	c := &client.Client{Base: url, Timeout: 5 * time.Second, Retries: -1, PreferWait: 3 * time.Second}
-	_, _ = c.Call(t.Context(), "K", client.Request{Tool: builtin.Charge,
-		Args: map[string]any{"amount": 1, tool.ArgCrashAfterCommit: true}})
+	c, err := client.New(url, client.WithAttemptTimeout(2*time.Second), client.WithRetries(0), client.WithPreferWait(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = c.Submit(t.Context(), builtin.Charge, map[string]any{"amount": 1, tool.ArgCrashAfterCommit: true}, client.WithKey("K"))
 	if code, err := p.Wait(10 * time.Second); err != nil || code != exitcode.Crash {
 		t.Fatalf("exit = %d, %v; want the chaos crash status %d", code, err, exitcode.Crash)
 	}
@@ -56,7 +58,7 @@ func TestCrashThenRestartSameAddressAndDatabase(t *testing.T) {
 	if p.URL != url || p.ExitCode() != -1 {
 		t.Fatalf("after restart: URL %s (was %s), exit code %d (want -1: running)", p.URL, url, p.ExitCode())
 	}
-	call, err := (&client.Client{Base: url}).GetByKey(t.Context(), "K")
+	call, err := c.GetByKey(t.Context(), "K")
 	if err != nil || call.Status != wire.StatusSucceeded {
 		t.Fatalf("the restarted server does not have the committed call: %+v, %v", call, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemctl/idemctl/internal/clientknob"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -94,16 +95,18 @@ func (r *recorder) got() []time.Duration {
 	return slices.Clone(r.sleeps)
 }
 
-// setup returns a client for base with no jitter and a recording sleeper.
-func setup(t *testing.T, base string) (*Client, *recorder) {
+// setup returns a client for base with no jitter, no Prefer: wait and a
+// recording sleeper; opts come after those defaults.
+func setup(t *testing.T, base string, opts ...Option) (*Client, *recorder) {
 	t.Helper()
 	rec := &recorder{}
-	return &Client{
-		Base:    base,
-		Timeout: 200 * time.Millisecond,
-		Sleep:   rec.sleep,
-		Jitter:  func() time.Duration { return 0 },
-	}, rec
+	c, err := New(base, append([]Option{WithAttemptTimeout(200 * time.Millisecond), WithPreferWait(0)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.sleep = rec.sleep
+	c.jitter = func() time.Duration { return 0 }
+	return c, rec
 }
 
 func callJSON(id, key, status string) string {
@@ -129,13 +132,12 @@ func errJSON(code string) string {
 	return fmt.Sprintf(`{"error":{"code":%q,"message":"msg for %s"}}`, code, code)
 }
 
-func TestCallTimeoutsThenSuccessKeepSameKey(t *testing.T) {
+func TestSubmitTimeoutsThenSuccessKeepSameKey(t *testing.T) {
 	fs := newFakeServer(t, hang, hang, respond(202, callJSON("c_1", "K", "pending")))
-	c, rec := setup(t, fs.srv.URL)
 	var records []AttemptRecord
-	c.OnAttempt = func(r AttemptRecord) { records = append(records, r) }
+	c, rec := setup(t, fs.srv.URL, WithOnAttempt(func(r AttemptRecord) { records = append(records, r) }))
 
-	res, err := c.Call(t.Context(), "K", Request{Tool: "charge", Args: map[string]any{"amount": 100}})
+	res, err := c.Submit(t.Context(), "charge", map[string]any{"amount": 100}, WithKey("K"))
 	if err != nil {
 		t.Fatalf("Call: %v", err)
 	}
@@ -163,7 +165,7 @@ func TestCallTimeoutsThenSuccessKeepSameKey(t *testing.T) {
 	}
 }
 
-func TestCallEndsAtOnceOnClientErrors(t *testing.T) {
+func TestSubmitEndsAtOnceOnClientErrors(t *testing.T) {
 	for _, tc := range []struct {
 		status   int
 		code     string
@@ -178,7 +180,7 @@ func TestCallEndsAtOnceOnClientErrors(t *testing.T) {
 		t.Run(fmt.Sprint(tc.status), func(t *testing.T) {
 			fs := newFakeServer(t, respond(tc.status, errJSON(tc.code)))
 			c, rec := setup(t, fs.srv.URL)
-			res, err := c.Call(t.Context(), "K", Request{Tool: "charge"})
+			res, err := c.Submit(t.Context(), "charge", nil, WithKey("K"))
 			var apiErr *APIError
 			if !errors.As(err, &apiErr) || apiErr.Status != tc.status || apiErr.Code != tc.code {
 				t.Fatalf("err = %v, want APIError %d %s", err, tc.status, tc.code)
@@ -199,12 +201,12 @@ func TestCallEndsAtOnceOnClientErrors(t *testing.T) {
 	}
 }
 
-func TestCall503HonoursRetryAfter(t *testing.T) {
+func TestSubmit503HonoursRetryAfter(t *testing.T) {
 	fs := newFakeServer(t,
 		respond(503, errJSON("unavailable"), "Retry-After", "2"),
 		respond(200, callJSON("c_1", "K", "succeeded"), "Idempotent-Replayed", "true"))
 	c, rec := setup(t, fs.srv.URL)
-	res, err := c.Call(t.Context(), "K", Request{Tool: "charge"})
+	res, err := c.Submit(t.Context(), "charge", nil, WithKey("K"))
 	if err != nil {
 		t.Fatalf("Call: %v", err)
 	}
@@ -222,13 +224,13 @@ func TestCall503HonoursRetryAfter(t *testing.T) {
 	}
 }
 
-func TestCall429IsRetried(t *testing.T) {
+func TestSubmit429IsRetried(t *testing.T) {
 	fs := newFakeServer(t,
 		respond(429, errJSON("rate_limited")),
 		respond(429, errJSON("rate_limited"), "Retry-After", "0"),
 		respond(202, callJSON("c_1", "K", "pending")))
 	c, rec := setup(t, fs.srv.URL)
-	if _, err := c.Call(t.Context(), "K", Request{Tool: "charge"}); err != nil {
+	if _, err := c.Submit(t.Context(), "charge", nil, WithKey("K")); err != nil {
 		t.Fatalf("Call: %v", err)
 	}
 	if n := fs.requests(); n != 3 {
@@ -239,12 +241,12 @@ func TestCall429IsRetried(t *testing.T) {
 	}
 }
 
-func TestCall408IsRetriedWithTheSameKey(t *testing.T) {
+func TestSubmit408IsRetriedWithTheSameKey(t *testing.T) {
 	fs := newFakeServer(t,
 		respond(408, errJSON("bad_request")),
 		respond(202, callJSON("c_1", "K", "pending")))
 	c, _ := setup(t, fs.srv.URL)
-	res, err := c.Call(t.Context(), "K", Request{Tool: "charge"})
+	res, err := c.Submit(t.Context(), "charge", nil, WithKey("K"))
 	if err != nil {
 		t.Fatalf("Call: %v", err)
 	}
@@ -257,11 +259,10 @@ func TestCall408IsRetriedWithTheSameKey(t *testing.T) {
 	}
 }
 
-func TestCallExhaustedOn503(t *testing.T) {
+func TestSubmitExhaustedOn503(t *testing.T) {
 	fs := newFakeServer(t, respond(503, errJSON("unavailable")))
-	c, _ := setup(t, fs.srv.URL)
-	c.Retries = 1
-	_, err := c.Call(t.Context(), "K", Request{Tool: "charge"})
+	c, _ := setup(t, fs.srv.URL, WithRetries(1))
+	_, err := c.Submit(t.Context(), "charge", nil, WithKey("K"))
 	var apiErr *APIError
 	if !errors.As(err, &apiErr) || apiErr.Code != wire.CodeRetryExhausted || apiErr.Status != 503 {
 		t.Fatalf("err = %#v, want retry_exhausted after 503", err)
@@ -271,7 +272,7 @@ func TestCallExhaustedOn503(t *testing.T) {
 	}
 }
 
-func TestCallConnectionRefusedExhausts(t *testing.T) {
+func TestSubmitConnectionRefusedExhausts(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -279,9 +280,8 @@ func TestCallConnectionRefusedExhausts(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens there now: every connect is refused
 
-	c, rec := setup(t, "http://"+addr)
-	c.Retries = 2
-	res, err := c.Call(t.Context(), "K", Request{Tool: "charge"})
+	c, rec := setup(t, "http://"+addr, WithRetries(2))
+	res, err := c.Submit(t.Context(), "charge", nil, WithKey("K"))
 	if !errors.Is(err, ErrRetryExhausted) {
 		t.Fatalf("err = %v, want retry_exhausted", err)
 	}
@@ -302,7 +302,7 @@ func TestCallConnectionRefusedExhausts(t *testing.T) {
 	}
 }
 
-func TestCallPreferWait(t *testing.T) {
+func TestSubmitPreferWait(t *testing.T) {
 	var got []string
 	var mu sync.Mutex
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -312,13 +312,11 @@ func TestCallPreferWait(t *testing.T) {
 		respond(200, callJSON("c_1", "K", "succeeded"))(w, r)
 	}))
 	defer srv.Close()
-	c, _ := setup(t, srv.URL)
-	c.PreferWait = 1500 * time.Millisecond
-	if _, err := c.Call(t.Context(), "K", Request{Tool: "charge"}); err != nil {
+	c, _ := setup(t, srv.URL, WithPreferWait(1500*time.Millisecond))
+	if _, err := c.Submit(t.Context(), "charge", nil, WithKey("K")); err != nil {
 		t.Fatal(err)
 	}
-	c.PreferWait = 0
-	if _, err := c.Call(t.Context(), "K", Request{Tool: "charge"}); err != nil {
+	if _, err := c.Submit(t.Context(), "charge", nil, WithKey("K"), WithCallPreferWait(0)); err != nil {
 		t.Fatal(err)
 	}
 	mu.Lock()
@@ -328,11 +326,10 @@ func TestCallPreferWait(t *testing.T) {
 	}
 }
 
-func TestCallNewKeyOnRetry(t *testing.T) {
+func TestSubmitNewKeyOnRetry(t *testing.T) {
 	fs := newFakeServer(t, hang, respond(503, errJSON("unavailable")), respond(202, callJSON("c_3", "K-2", "pending")))
 	c, _ := setup(t, fs.srv.URL)
-	c.NewKeyOnRetry = true
-	res, err := c.Call(t.Context(), "K", Request{Tool: "charge"})
+	res, err := c.Submit(clientknob.WithNewKeyOnRetry(t.Context()), "charge", nil, WithKey("K"))
 	if err != nil {
 		t.Fatalf("Call: %v", err)
 	}
@@ -344,12 +341,12 @@ func TestCallNewKeyOnRetry(t *testing.T) {
 	}
 }
 
-func TestCallStopsWhenContextEnds(t *testing.T) {
+func TestSubmitStopsWhenContextEnds(t *testing.T) {
 	fs := newFakeServer(t, respond(503, errJSON("unavailable")))
 	c, _ := setup(t, fs.srv.URL)
 	ctx, cancel := context.WithCancel(t.Context())
-	c.Sleep = func(context.Context, time.Duration) error { cancel(); return context.Canceled }
-	_, err := c.Call(ctx, "K", Request{Tool: "charge"})
+	c.sleep = func(context.Context, time.Duration) error { cancel(); return context.Canceled }
+	_, err := c.Submit(ctx, "charge", nil, WithKey("K"))
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
@@ -358,12 +355,12 @@ func TestCallStopsWhenContextEnds(t *testing.T) {
 	}
 }
 
-func TestCallArgsForms(t *testing.T) {
+func TestSubmitArgsForms(t *testing.T) {
 	fs := newFakeServer(t, respond(202, callJSON("c_1", "K", "pending")))
 	c, _ := setup(t, fs.srv.URL)
 	seq := int64(7)
 	for _, args := range []any{nil, json.RawMessage(`{"amount":5}`)} {
-		if _, err := c.Call(t.Context(), "K", Request{Tool: "charge", Args: args, ClientID: "demo", Seq: &seq}); err != nil {
+		if _, err := c.Submit(t.Context(), "charge", args, WithKey("K"), WithClientID("demo"), WithSeq(seq)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -404,7 +401,7 @@ func TestBackoff(t *testing.T) {
 	}
 	c := &Client{}
 	for range 100 {
-		if j := c.jitter(); j < 0 || j >= MaxJitter {
+		if j := c.randomJitter(); j < 0 || j >= MaxJitter {
 			t.Fatalf("default jitter %v outside [0, %v)", j, MaxJitter)
 		}
 	}

@@ -9,15 +9,15 @@ import (
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
-func TestPollUntilFinal(t *testing.T) {
+func TestWaitUntilFinal(t *testing.T) {
 	fs := newFakeServer(t,
 		respond(200, callJSON("c_1", "K", "pending")),
 		respond(200, callJSON("c_1", "K", "running")),
 		respond(200, callJSON("c_1", "K", "succeeded")))
-	c, rec := setup(t, fs.srv.URL)
-	call, err := c.Poll(t.Context(), "c_1", 10*time.Second)
+	c, rec := setup(t, fs.srv.URL, WithWaitTimeout(10*time.Second))
+	call, err := c.Wait(t.Context(), "c_1")
 	if err != nil {
-		t.Fatalf("Poll: %v", err)
+		t.Fatalf("Wait: %v", err)
 	}
 	if call.Status != "succeeded" || call.CallID != "c_1" {
 		t.Fatalf("call = %+v", call)
@@ -31,25 +31,26 @@ func TestPollUntilFinal(t *testing.T) {
 	}
 }
 
-func TestPollHonoursRetryAfterAndSurvives503(t *testing.T) {
+func TestWaitHonoursRetryAfterAndSurvives503(t *testing.T) {
 	fs := newFakeServer(t,
 		respond(200, callJSON("c_1", "K", "running"), "Retry-After", "1"),
 		respond(503, errJSON("unavailable")),
 		respond(200, callJSON("c_1", "K", "failed")))
-	c, rec := setup(t, fs.srv.URL)
-	call, err := c.Poll(t.Context(), "c_1", 10*time.Second)
-	if err != nil || call.Status != "failed" {
-		t.Fatalf("Poll = %+v, %v; want the failed call (failed is final, not an error of Poll)", call, err)
+	c, rec := setup(t, fs.srv.URL, WithWaitTimeout(10*time.Second))
+	call, err := c.Wait(t.Context(), "c_1")
+	var ce *CallError
+	if !errors.As(err, &ce) || call.Status != "failed" || ce.Call.CallID != "c_1" {
+		t.Fatalf("Wait = %+v, %v; want the failed call with its *CallError", call, err)
 	}
 	if got := rec.got(); !slices.Equal(got, []time.Duration{time.Second, 100 * time.Millisecond}) {
 		t.Fatalf("sleeps = %v, want [1s (Retry-After) 100ms]", got)
 	}
 }
 
-func TestPollByIDNotFoundEndsAtOnce(t *testing.T) {
+func TestWaitByIDNotFoundEndsAtOnce(t *testing.T) {
 	fs := newFakeServer(t, respond(404, errJSON("not_found")))
-	c, _ := setup(t, fs.srv.URL)
-	_, err := c.Poll(t.Context(), "c_missing", 10*time.Second)
+	c, _ := setup(t, fs.srv.URL, WithWaitTimeout(10*time.Second))
+	_, err := c.Wait(t.Context(), "c_missing")
 	if !errors.Is(err, ErrNotFound) {
 		t.Fatalf("err = %v, want not_found", err)
 	}
@@ -58,15 +59,15 @@ func TestPollByIDNotFoundEndsAtOnce(t *testing.T) {
 	}
 }
 
-func TestPollByKeyNotFoundThenFound(t *testing.T) {
+func TestWaitByKeyNotFoundThenFound(t *testing.T) {
 	fs := newFakeServer(t,
 		respond(404, errJSON("not_found")),
 		respond(404, errJSON("not_found")),
 		respond(200, callJSON("c_1", "a/b%c.d", "succeeded")))
-	c, _ := setup(t, fs.srv.URL)
-	call, err := c.PollByKey(t.Context(), "a/b%c.d", 10*time.Second)
+	c, _ := setup(t, fs.srv.URL, WithWaitTimeout(10*time.Second))
+	call, err := c.WaitByKey(t.Context(), "a/b%c.d")
 	if err != nil || call.CallID != "c_1" {
-		t.Fatalf("PollByKey = %+v, %v", call, err)
+		t.Fatalf("WaitByKey = %+v, %v", call, err)
 	}
 	// The key is one escaped path segment, '/' included.
 	if got := fs.seenPaths(); len(got) != 3 || got[0] != "/v1/tool-calls/by-key/a%2Fb%25c%2Ed" {
@@ -74,11 +75,11 @@ func TestPollByKeyNotFoundThenFound(t *testing.T) {
 	}
 }
 
-func TestPollByKeyUnknownAtDeadline(t *testing.T) {
+func TestWaitByKeyUnknownAtDeadline(t *testing.T) {
 	fs := newFakeServer(t, respond(404, errJSON("not_found")))
-	c, _ := setup(t, fs.srv.URL)
-	c.Sleep = nil // real pauses: the deadline is wall time
-	_, err := c.PollByKey(t.Context(), "never-sent", 300*time.Millisecond)
+	c, _ := setup(t, fs.srv.URL, WithWaitTimeout(300*time.Millisecond))
+	c.sleep = nil // real pauses: the deadline is wall time
+	_, err := c.WaitByKey(t.Context(), "never-sent")
 	var apiErr *APIError
 	if !errors.As(err, &apiErr) || apiErr.Code != wire.CodeUnknown || !errors.Is(err, ErrUnknown) {
 		t.Fatalf("err = %v, want code unknown", err)
@@ -88,11 +89,11 @@ func TestPollByKeyUnknownAtDeadline(t *testing.T) {
 	}
 }
 
-func TestPollDeadline(t *testing.T) {
+func TestWaitDeadline(t *testing.T) {
 	fs := newFakeServer(t, respond(200, callJSON("c_1", "K", "running")))
-	c, _ := setup(t, fs.srv.URL)
-	c.Sleep = nil
-	call, err := c.Poll(t.Context(), "c_1", 300*time.Millisecond)
+	c, _ := setup(t, fs.srv.URL, WithWaitTimeout(300*time.Millisecond))
+	c.sleep = nil
+	call, err := c.Wait(t.Context(), "c_1")
 	if !errors.Is(err, ErrDeadline) {
 		t.Fatalf("err = %v, want deadline_exceeded", err)
 	}

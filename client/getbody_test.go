@@ -42,12 +42,12 @@ func TestTransportDoesNotResendAKeyedPOST(t *testing.T) {
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
 	// One connection, reused: the resend only happens on a reused one.
-	c := &Client{Base: srv.URL, HTTP: &http.Client{Transport: tr}, Retries: -1}
+	c, _ := setup(t, srv.URL, WithHTTPClient(&http.Client{Transport: tr}), WithRetries(0))
 
-	if _, err := c.Call(t.Context(), "A", Request{Tool: "charge"}); err != nil {
+	if _, err := c.Submit(t.Context(), "charge", nil, WithKey("A")); err != nil {
 		t.Fatalf("call A: %v", err)
 	}
-	res, err := c.Call(t.Context(), "B", Request{Tool: "charge"})
+	res, err := c.Submit(t.Context(), "charge", nil, WithKey("B"))
 
 	mu.Lock()
 	physical := seen["B"]

@@ -34,13 +34,13 @@ func TestCheckKey(t *testing.T) {
 	}
 }
 
-// TestPollByKeyRefusesAnImpossibleKey: a key the server can never accept
-// was never recorded; PollByKey says so at once instead of polling until
+// TestWaitByKeyRefusesAnImpossibleKey: a key the server can never accept
+// was never recorded; WaitByKey says so at once instead of polling until
 // the deadline, and sends nothing.
-func TestPollByKeyRefusesAnImpossibleKey(t *testing.T) {
+func TestWaitByKeyRefusesAnImpossibleKey(t *testing.T) {
 	fs := newFakeServer(t, respond(404, errJSON("not_found")))
-	c, rec := setup(t, fs.srv.URL)
-	_, err := c.PollByKey(t.Context(), "has space", 200*time.Millisecond)
+	c, rec := setup(t, fs.srv.URL, WithWaitTimeout(200*time.Millisecond))
+	_, err := c.WaitByKey(t.Context(), "has space")
 	if !errors.Is(err, ErrInvalidKey) {
 		t.Fatalf("err = %v, want invalid_key", err)
 	}

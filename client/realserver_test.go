@@ -17,10 +17,10 @@ func realServer(t *testing.T) string {
 // dot segments after a '/') are valid idempotency keys; escaped naively they
 // are path segments the router cleans away (a redirect, then 405).
 func TestKeysWithDotsReachTheByKeyRoute(t *testing.T) {
-	c := &Client{Base: realServer(t)}
+	c, _ := setup(t, realServer(t))
 	for _, key := range []string{".", "..", "...", "a/../b", "./x", "x/.", "../..", "a.b"} {
 		t.Run(key, func(t *testing.T) {
-			res, err := c.Call(t.Context(), key, Request{Tool: builtin.Charge, Args: map[string]any{"amount": 1}})
+			res, err := c.Submit(t.Context(), builtin.Charge, map[string]any{"amount": 1}, WithKey(key))
 			if err != nil {
 				t.Fatalf("POST key %q: %v", key, err)
 			}

@@ -11,18 +11,19 @@ import (
 
 // Cancel asks the server to stop a call (POST /v1/tool-calls/{id}/cancel):
 // one request, no retry (a repeated cancel is harmless, so the caller may
-// retry it). It returns the call as the server answered it: failed with
-// error code canceled (a pending call), or still running with the cancel
-// requested (poll it to see how it ends). A call that had already ended is
-// an *APIError with code already_final, and the call.
+// retry it). It returns the call as the server answered: failed with error
+// code canceled (a pending call), or still running with the cancel
+// requested (Wait for it to see how it ends). A call that had already
+// ended is an *APIError with code already_final (errors.Is(err,
+// ErrAlreadyFinal)), returned with the call as it ended. A cancel never
+// undoes an effect that committed.
 func (c *Client) Cancel(ctx context.Context, callID string) (Call, error) {
-	actx, cancel := context.WithTimeout(ctx, c.timeout())
+	actx, cancel := context.WithTimeout(ctx, c.cfg.attemptTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(actx, http.MethodPost, c.url(wire.CancelPath(escapeSegment(callID))), nil)
+	req, err := c.newRequest(actx, http.MethodPost, wire.CancelPath(escapeSegment(callID)), nil)
 	if err != nil {
-		return Call{}, fmt.Errorf("client: %w", err)
+		return Call{}, err
 	}
-	req.Header.Set("Accept", "application/json")
 	rep, err := c.do(req)
 	if err != nil {
 		return Call{}, err

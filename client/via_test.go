@@ -1,16 +1,19 @@
 package client
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"sync"
 	"testing"
 
+	"github.com/idemctl/idemctl/internal/clientknob"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
-// TestViaHeader: a Client with Via names its door on every POST; without
-// it, no header is sent.
+// TestViaHeader: a context that names a door (clientknob.WithVia, which
+// only idemctl's own code can reach) sends it on every POST; without it,
+// no header is sent.
 func TestViaHeader(t *testing.T) {
 	var mu sync.Mutex
 	var got []string
@@ -23,9 +26,9 @@ func TestViaHeader(t *testing.T) {
 		_, _ = w.Write([]byte(`{"call_id":"c_0000000000000001","status":"succeeded","attempt":1}`))
 	}))
 	defer ts.Close()
-	for _, via := range []string{"mcp", ""} {
-		c := &Client{Base: ts.URL, Via: via}
-		if _, err := c.Call(t.Context(), "k-"+via, Request{Tool: "charge", Args: map[string]any{"amount": 1}}); err != nil {
+	c, _ := setup(t, ts.URL)
+	for _, ctx := range []context.Context{clientknob.WithVia(t.Context(), "mcp"), t.Context()} {
+		if _, err := c.Submit(ctx, "charge", map[string]any{"amount": 1}); err != nil {
 			t.Fatal(err)
 		}
 	}

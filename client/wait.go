@@ -10,53 +10,40 @@ import (
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
-// Polling parameters (bounded, with backoff).
-const (
-	// DefaultPollTimeout is the deadline of a Poll given no timeout.
-	DefaultPollTimeout = 5 * time.Second
-	// PollStart is the first pause between two polls; it doubles each time.
-	PollStart = 50 * time.Millisecond
-	// PollMax caps the pause between two polls.
-	PollMax = time.Second
-)
-
-// Poll asks for the call until it is succeeded or failed, or timeout passes
-// (zero means DefaultPollTimeout). Pauses start at PollStart and double up to
-// PollMax; a longer Retry-After from the server is honoured; no pause goes
-// past the deadline, and one last look is taken at the deadline (so Poll may
-// overrun it by at most one request's Timeout).
+// Wait asks for the call until it is final, or the client's wait timeout
+// passes (WithWaitTimeout), or ctx ends. Pauses start at PollStart and
+// double up to PollMax; a longer Retry-After from the server is honoured;
+// no pause goes past the deadline, and one last look is taken at the
+// deadline (so Wait may overrun it by at most one request's timeout).
 //
-// Timeouts, connection errors, 429 and 503 while polling are not fatal: the
-// poll goes on until the deadline. 404 ends at once with not_found: a
-// call_id the server handed out is never forgotten. At the deadline the
-// error has code deadline_exceeded and the returned Call is the last state
-// seen (zero if none).
-func (c *Client) Poll(ctx context.Context, callID string, timeout time.Duration) (Call, error) {
-	return c.poll(ctx, callPath(callID), false, timeout)
+// A succeeded call is returned with a nil error, a failed one with a
+// *CallError. Timeouts, connection errors, 429 and 503 while polling are
+// not fatal: the poll goes on until the deadline. 404 ends at once with
+// not_found: a call_id the server handed out is never forgotten. At the
+// deadline the error has code deadline_exceeded (errors.Is(err,
+// ErrDeadline)) and the returned Call is the last state seen (zero if
+// none).
+func (c *Client) Wait(ctx context.Context, callID string) (Call, error) {
+	return c.poll(ctx, callPath(callID), false)
 }
 
-// PollByKey is Poll for a client that never received a call_id:
-// it asks GET /v1/tool-calls/by-key/{key}. A 404 here only means "not
-// recorded yet, or never": it keeps asking until the deadline and then
-// ends with code unknown (errors.Is(err, ErrUnknown)). The safe next step
-// after unknown is to POST again with the same key, never a new one.
+// WaitByKey is Wait for a caller that never received a call_id: it asks
+// GET /v1/tool-calls/by-key/{key}. A 404 here only means "not recorded
+// yet, or never": it keeps asking until the deadline and then ends with
+// code unknown (errors.Is(err, ErrUnknown)). The safe next step after
+// unknown is to submit again with the same key, never a new one.
 //
 // A key that CheckKey refuses ends at once with code invalid_key: the
 // server can never have recorded it.
-func (c *Client) PollByKey(ctx context.Context, key string, timeout time.Duration) (Call, error) {
+func (c *Client) WaitByKey(ctx context.Context, key string) (Call, error) {
 	if err := CheckKey(key); err != nil {
 		return Call{}, err
 	}
-	return c.poll(ctx, keyPath(key), true, timeout)
+	return c.poll(ctx, keyPath(key), true)
 }
 
-func (c *Client) poll(ctx context.Context, path string, byKey bool, timeout time.Duration) (Call, error) {
-	if err := CheckBase(c.Base); err != nil {
-		return Call{}, err
-	}
-	if timeout <= 0 {
-		timeout = DefaultPollTimeout
-	}
+func (c *Client) poll(ctx context.Context, path string, byKey bool) (Call, error) {
+	timeout := c.cfg.waitTimeout
 	deadline := time.Now().Add(timeout)
 	var (
 		last    Call
@@ -78,7 +65,7 @@ func (c *Client) poll(ctx context.Context, path string, byKey bool, timeout time
 		case rep.status == http.StatusOK:
 			last, seen = rep.call, true
 			if last.Final() {
-				return last, nil
+				return last, finalError(last)
 			}
 			retryAfter = rep.retryAfter
 		case rep.status == http.StatusNotFound && byKey:
@@ -98,7 +85,7 @@ func (c *Client) poll(ctx context.Context, path string, byKey bool, timeout time
 		// The pause grows, yields to a longer Retry-After, and never
 		// sleeps past the deadline.
 		wait := min(max(pause, retryAfter), remaining)
-		if err := c.sleep(ctx, wait); err != nil {
+		if err := c.pause(ctx, wait); err != nil {
 			return last, err
 		}
 		pause = min(pause*2, PollMax)
@@ -130,7 +117,7 @@ func (c *Client) poll(ctx context.Context, path string, byKey bool, timeout time
 }
 
 // pollFailure names why a poll got no call: a transport failure in the
-// short words of the attempt lines, or the server's error code.
+// short words of the attempt records, or the server's error code.
 func pollFailure(err error) string {
 	if isTransport(err) {
 		return describe(err)
