@@ -189,6 +189,10 @@ func TestJudgeReportsEachViolation(t *testing.T) {
 		{"paused worker's late completion not fenced", func(in *Input) {
 			in.Observed.Audit["c2"] = in.Observed.Audit["c2"][:5]
 		}, []string{"paused_completion_fenced"}, "c2"},
+		{"paused worker's call claimed directly by another owner, late completion not fenced", func(in *Input) {
+			in.Observed.Audit["c2"] = []AuditRow{in.Observed.Audit["c2"][0], in.Observed.Audit["c2"][1],
+				in.Observed.Audit["c2"][3], in.Observed.Audit["c2"][4]} // no recover row, no fenced row
+		}, []string{"paused_completion_fenced"}, "c2"},
 		{"paused worker fenced under another attempt only", func(in *Input) {
 			in.Observed.Audit["c2"][5].Detail = "owner host:100:5/1 attempt 2 refused: call is succeeded at attempt 3"
 		}, []string{"paused_completion_fenced"}, "c2"},
