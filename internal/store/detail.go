@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // The rules both backends apply alike live here, decided once above the
@@ -32,6 +34,10 @@ import (
 // heartbeats write no audit row of their own.
 //	canceled     "code: message" of the error stored    DetailCanceled
 //	cancel_requested  "owner O attempt N"               DetailCancelRequested
+//	outcome_unknown  "case: message" of an outcome_unknown  DetailOutcomeUnknown
+//	             error (before its failed or retry_scheduled), or
+//	             "abandoned: attempt N in flight, <why>"  DetailAbandoned
+//	             (before the recover of a running call)
 
 // DetailCreated is the created event's detail: the tool.
 func DetailCreated(tool string) string { return tool }
@@ -106,6 +112,26 @@ func DetailFenced(refused Completion, cur Call) string {
 	}
 	return fmt.Sprintf("owner %s attempt %d refused: call is %s", refused.Owner, refused.Attempt, now) +
 		DetailExtensions(refused.Extensions)
+}
+
+// DetailOutcomeUnknown is the outcome_unknown event's detail for a
+// completion whose error has code outcome_unknown: "case: message"
+// ("timeout_after_send: the request was sent, then ..."). ok is false for
+// any other completion, which gets no such event.
+func DetailOutcomeUnknown(c Completion) (detail string, ok bool) {
+	var e wire.CallError
+	if len(c.Error) == 0 || json.Unmarshal(c.Error, &e) != nil || e.Code != wire.CodeOutcomeUnknown {
+		return "", false
+	}
+	return e.Unknown + ": " + e.Message, true
+}
+
+// DetailAbandoned is the outcome_unknown event's detail when a running
+// call is recovered (RecoverExpired, Release): its attempt was abandoned
+// in flight, and whatever the tool had sent may have been acted on. why is
+// how it was lost: the recover event's own detail.
+func DetailAbandoned(l Lease, why string) string {
+	return fmt.Sprintf("%s: attempt %d in flight, %s", wire.UnknownAbandoned, l.Attempt, why)
 }
 
 // ErrorSummary renders a call's error object {"code","message",...} as the
