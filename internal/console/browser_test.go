@@ -131,13 +131,13 @@ func TestBrowser(t *testing.T) {
 	if !strings.Contains(heading, showcase) || !strings.Contains(heading, "succeeded") {
 		t.Errorf("call heading %q", heading)
 	}
-	for _, want := range []string{"claimed", "retry_scheduled", "fenced", "recover", "heartbeats"} {
+	for _, want := range []string{"claimed", "retry_scheduled", "fenced", "outcome_unknown", "recover", "heartbeats"} {
 		if !strings.Contains(timeline, want) {
 			t.Errorf("timeline lacks %q: %q", want, timeline)
 		}
 	}
-	if n := count("#timeline li.ev"); n != 8 || !strings.Contains(curl, "/v1/tool-calls/"+showcase) {
-		t.Errorf("%d timeline events (want 8), curl %q", n, curl)
+	if n := count("#timeline li.ev"); n != 9 || !strings.Contains(curl, "/v1/tool-calls/"+showcase) {
+		t.Errorf("%d timeline events (want 9), curl %q", n, curl)
 	}
 	shot("console-call.png", true)
 	if err := chromedp.Do(ctx,

@@ -101,6 +101,7 @@ func TestCallTimeline(t *testing.T) {
 		"retry_scheduled retry in 0s heartbeats 2 downstream_error: 503",
 		"claimed owner owner-2 attempt 2",
 		"fenced owner owner-1 attempt 1 refused: call is running under owner owner-2 attempt 2",
+		"outcome_unknown abandoned: attempt 2 in flight, owner process gone",
 		"recover owner process gone",
 		"claimed owner owner-3 attempt 3",
 		"succeeded effect e_42 heartbeats 1",

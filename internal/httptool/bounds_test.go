@@ -148,16 +148,19 @@ func TestNetworkErrorsGeneric(t *testing.T) {
 	_, resetPort, _ := net.SplitHostPort(reset.Listener.Addr().String())
 	_, refusedPort, _ := net.SplitHostPort(refused)
 
-	cases := []struct{ url, port, want string }{
-		{"http://" + refused + "/x", refusedPort, "the downstream refused the connection"},
-		{reset.URL + "/x", resetPort, "the connection to the downstream closed before a complete answer"},
+	// The reset comes after the whole request was written: outcome_unknown
+	// (unknown_test.go), with the same fixed reason.
+	cases := []struct{ url, port, code, want string }{
+		{"http://" + refused + "/x", refusedPort, CodeDownstreamUnreachable, "the downstream refused the connection"},
+		{reset.URL + "/x", resetPort, CodeOutcomeUnknown,
+			"the request was sent, then the connection to the downstream closed before a complete answer"},
 	}
 	for _, c := range cases {
 		var logBuf bytes.Buffer
 		i := inv(1)
 		i.Log = slog.New(slog.NewTextHandler(&logBuf, nil))
 		out, err := newTool(t, Config{URL: c.url, Redact: []Secret{NewSecret(c.port)}}).Run(context.Background(), i)
-		if err != nil || out.Err == nil || out.Err.Code != CodeDownstreamUnreachable || !out.Err.Retryable {
+		if err != nil || out.Err == nil || out.Err.Code != c.code || !out.Err.Retryable {
 			t.Fatalf("%s: got %v %+v", c.url, err, out.Err)
 		}
 		if out.Err.Message != c.want {

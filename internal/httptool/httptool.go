@@ -18,11 +18,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/textproto"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -62,6 +64,11 @@ const (
 	// CodeDownstreamRejected: any other 4xx; not retryable, since the same
 	// request would be rejected again.
 	CodeDownstreamRejected = wire.CodeDownstreamRejected
+	// CodeOutcomeUnknown: the whole request was written, then the timeout
+	// struck or the connection was lost before a complete answer: the
+	// downstream may have performed the effect. Retryable (the next
+	// attempt presents the same key).
+	CodeOutcomeUnknown = wire.CodeOutcomeUnknown
 )
 
 // Headers idemctl sets on every request; configured headers may not
@@ -243,15 +250,26 @@ func (t *Tool) Run(ctx context.Context, inv tool.Invocation) (tool.Outcome, erro
 	req.Header.Set(HeaderIdempotencyKey, effectID)
 	req.Header.Set(HeaderCallID, inv.CallID)
 	req.Header.Set(HeaderAttempt, strconv.FormatInt(inv.Attempt, 10))
+	// sent tells a failure before the downstream had the whole request
+	// (known: nothing happened there) from one after it (unknown: it may
+	// have acted). The hook may run on the transport's goroutine.
+	var sent atomic.Bool
+	req = req.WithContext(httptrace.WithClientTrace(actx, &httptrace.ClientTrace{
+		WroteRequest: func(i httptrace.WroteRequestInfo) {
+			if i.Err == nil {
+				sent.Store(true)
+			}
+		},
+	}))
 
 	resp, err := t.client.Do(req)
 	if err != nil {
-		return t.transportFailure(ctx, actx, inv.Log, "", err)
+		return t.transportFailure(ctx, actx, inv.Log, "", sent.Load(), err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, t.cfg.MaxBody+1))
 	if err != nil {
-		return t.transportFailure(ctx, actx, inv.Log, "reading the answer: ", err)
+		return t.transportFailure(ctx, actx, inv.Log, "reading the answer: ", true, err)
 	}
 	return t.outcome(resp, data, inv.CallID, effectID, time.Now())
 }
@@ -262,22 +280,51 @@ func (t *Tool) Run(ctx context.Context, inv tool.Invocation) (tool.Outcome, erro
 // refused"), which callers of the tool have no business knowing, and may
 // quote what the downstream sent. The error itself goes to the server log,
 // with the configured secrets redacted.
-func (t *Tool) transportFailure(ctx, actx context.Context, log *slog.Logger, what string, err error) (tool.Outcome, error) {
+//
+// sent says the whole request had been written: a timeout or a lost
+// connection after that is outcome_unknown (docs/lifecycle.md, "Unknown
+// outcomes"), since the downstream may have acted on it; before it, or a
+// refused connection, DNS or TLS failure, is known not to have reached it.
+func (t *Tool) transportFailure(ctx, actx context.Context, log *slog.Logger, what string, sent bool, err error) (tool.Outcome, error) {
 	if ctx.Err() != nil {
 		return tool.Outcome{}, ctx.Err() // shutdown, not the downstream's fault
 	}
 	if errors.Is(actx.Err(), context.DeadlineExceeded) {
-		return failure(CodeDownstreamTimeout, true, 0,
-			fmt.Sprintf("%sno complete answer within the tool's timeout of %s", what, t.cfg.Timeout)), nil
+		msg := fmt.Sprintf("%sno complete answer within the tool's timeout of %s", what, t.cfg.Timeout)
+		if sent {
+			return unknown(wire.UnknownTimeoutAfterSend, "the request was sent, then "+msg), nil
+		}
+		return failure(CodeDownstreamTimeout, true, 0, msg), nil
 	}
 	code, retryable, reason := classify(err)
+	if sent && code == CodeDownstreamUnreachable && lostConnection(err) {
+		code = CodeOutcomeUnknown
+	}
 	if log != nil {
 		// The whole error, *url.Error's method and URL included: the
 		// operator needs to know which downstream failed, and how.
 		log.Warn("http tool: no usable answer from the downstream", "tool", t.cfg.Name, "code", code,
 			"err", t.redact.string(err.Error()))
 	}
+	if code == CodeOutcomeUnknown {
+		return unknown(wire.UnknownResetAfterSend, "the request was sent, then "+what+reason), nil
+	}
 	return failure(code, retryable, 0, what+reason), nil
+}
+
+// lostConnection reports whether err is the connection closing under the
+// request (reset, broken pipe, EOF): after the whole request was written,
+// that leaves the outcome unknown.
+func lostConnection(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// unknown is an outcome_unknown failure of the given case. Retryable: with
+// on_unknown: retry (the default) the next attempt presents the same
+// Idempotency-Key, which is safe for a downstream that honours keys.
+func unknown(kase, msg string) tool.Outcome {
+	return tool.Outcome{Err: &tool.ToolError{Code: CodeOutcomeUnknown, Message: msg, Retryable: true, Unknown: kase}}
 }
 
 // classify maps a transport error to the error code and the fixed reason
@@ -302,8 +349,7 @@ func classify(err error) (code string, retryable bool, reason string) {
 		return CodeDownstreamUnreachable, true, "no connection could be opened: the server is out of file descriptors"
 	case errors.As(err, &certErr), errors.As(err, &recErr), errors.As(err, &alert):
 		return CodeDownstreamUnreachable, true, "the TLS handshake with the downstream failed"
-	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
-		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+	case lostConnection(err):
 		return CodeDownstreamUnreachable, true, "the connection to the downstream closed before a complete answer"
 	}
 	return CodeDownstreamUnreachable, true, "the downstream could not be reached"

@@ -311,7 +311,7 @@ func TestAuditTimeline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantEvents := []string{"created", "claimed", "recover", "claimed", "succeeded"}
+	wantEvents := []string{"created", "claimed", "outcome_unknown", "recover", "claimed", "succeeded"}
 	if got := eventNames(events); !equal(got, wantEvents) {
 		t.Fatalf("events = %q, want %q", got, wantEvents)
 	}
@@ -379,9 +379,10 @@ func TestAuditAllCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	// paid: created claimed succeeded; failed: created claimed failed;
-	// mailed: created claimed recover claimed succeeded; waiting: created.
-	if len(all) != 12 {
-		t.Fatalf("%d audit rows, want 12: %q", len(all), eventNames(all))
+	// mailed: created claimed outcome_unknown recover claimed succeeded;
+	// waiting: created.
+	if len(all) != 13 {
+		t.Fatalf("%d audit rows, want 13: %q", len(all), eventNames(all))
 	}
 	for _, id := range []string{f.paid.CallID, f.failed.CallID, f.mailed.CallID, f.waiting.CallID} {
 		row(t, buf.String(), id, "created")
@@ -396,7 +397,7 @@ func TestAuditAllCalls(t *testing.T) {
 	decode(t, buf.Bytes(), &rows)
 	// The newest three rows, still oldest first: mailed claimed, succeeded, waiting created.
 	if len(rows) != 3 || len(last) != 3 || rows[2].CallID != f.waiting.CallID || rows[2].Event != "created" ||
-		rows[1].Event != "succeeded" || rows[0].ID != all[9].ID {
+		rows[1].Event != "succeeded" || rows[0].ID != all[10].ID {
 		t.Errorf("last 3 rows = %+v", rows)
 	}
 }

@@ -117,6 +117,24 @@ func TestProcessCrashBeforeCommitRecoveredByDeadOwner(t *testing.T) {
 	if ev := auditEvents(t, openDB(t, db), c.CallID); !contains(ev, store.EventRecover) {
 		t.Fatalf("audit %v lacks recover", ev)
 	}
+	// The attempt the crash cut off has an unknown outcome, audited with
+	// its case before the recovery (docs/lifecycle.md, "Unknown outcomes").
+	rows, err := openDB(t, db).Audit(context.Background(), c.CallID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var unknown []string
+	for i, r := range rows {
+		if r.Event == store.EventOutcomeUnknown {
+			unknown = append(unknown, r.Detail)
+			if i+1 >= len(rows) || rows[i+1].Event != store.EventRecover {
+				t.Fatalf("outcome_unknown not followed by recover: %+v", rows)
+			}
+		}
+	}
+	if len(unknown) != 1 || !strings.HasPrefix(unknown[0], "abandoned: attempt 1 in flight, owner process gone (") {
+		t.Fatalf("outcome_unknown rows %q, want one for the abandoned attempt 1", unknown)
+	}
 }
 
 // (b) SIGKILL in the middle of a sleep call: restart, and the call

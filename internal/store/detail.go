@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // The rules both backends apply alike live here, decided once above the
@@ -32,6 +34,11 @@ import (
 // heartbeats write no audit row of their own.
 //	canceled     "code: message" of the error stored    DetailCanceled
 //	cancel_requested  "owner O attempt N"               DetailCancelRequested
+//	outcome_unknown  "case: message" of an outcome_unknown  DetailOutcomeUnknown
+//	             error (before its failed or retry_scheduled), or
+//	             "abandoned: attempt N in flight, <why>"  DetailAbandoned
+//	             (before the recover of a running call, or the claim
+//	             that takes an expired lease over: DetailTakenOver)
 
 // DetailCreated is the created event's detail: the tool.
 func DetailCreated(tool string) string { return tool }
@@ -92,7 +99,11 @@ func DetailRetryReset(prevErr json.RawMessage) string { return "after " + ErrorS
 // returns a call: the lease that lapsed (owner "" for a call that had
 // none).
 func DetailLeaseExpired(l Lease) string {
-	return fmt.Sprintf("lease expired (owner %s, attempt %d)", l.Owner, l.Attempt)
+	return leaseExpired(l.Owner, fmt.Sprint(l.Attempt))
+}
+
+func leaseExpired(owner, attempt string) string {
+	return "lease expired (owner " + owner + ", attempt " + attempt + ")"
 }
 
 // DetailFenced is the fenced event's detail: the refused lease and where
@@ -107,6 +118,41 @@ func DetailFenced(refused Completion, cur Call) string {
 	return fmt.Sprintf("owner %s attempt %d refused: call is %s", refused.Owner, refused.Attempt, now) +
 		DetailExtensions(refused.Extensions)
 }
+
+// DetailOutcomeUnknown is the outcome_unknown event's detail for a
+// completion whose error has code outcome_unknown: "case: message"
+// ("timeout_after_send: the request was sent, then ..."). ok is false for
+// any other completion, which gets no such event.
+func DetailOutcomeUnknown(c Completion) (detail string, ok bool) {
+	var e wire.CallError
+	if len(c.Error) == 0 || json.Unmarshal(c.Error, &e) != nil || e.Code != wire.CodeOutcomeUnknown {
+		return "", false
+	}
+	return e.Unknown + ": " + e.Message, true
+}
+
+// DetailAbandoned is the outcome_unknown event's detail when a running
+// call is recovered (RecoverExpired, Release): its attempt was abandoned
+// in flight, and whatever the tool had sent may have been acted on. why is
+// how it was lost: the recover event's own detail.
+func DetailAbandoned(l Lease, why string) string {
+	return abandonedDetail(fmt.Sprint(l.Attempt), why)
+}
+
+func abandonedDetail(attempt, why string) string {
+	return wire.UnknownAbandoned + ": attempt " + attempt + " in flight, " + why
+}
+
+// DetailTakenOver is the outcome_unknown event's detail when ClaimNext
+// takes a running call whose lease expired directly, without a recovery
+// pass between: DetailAbandoned of the lapsed lease, with the lease-expired
+// reason. TakenOverFormat is the same wording as a PostgreSQL format()
+// template (%1$s the old attempt, %2$s the old owner), so a backend that
+// builds the row in SQL words it identically.
+func DetailTakenOver(l Lease) string { return DetailAbandoned(l, DetailLeaseExpired(l)) }
+
+// TakenOverFormat: see DetailTakenOver.
+var TakenOverFormat = abandonedDetail("%1$s", leaseExpired("%2$s", "%1$s"))
 
 // ErrorSummary renders a call's error object {"code","message",...} as the
 // short text of audit details ("code: message"). Anything that is not such

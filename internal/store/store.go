@@ -92,6 +92,11 @@ const (
 	// call by intent deduplication (NewCall.DedupWindow); the detail is
 	// the new key, now an alias of the call.
 	EventDeduplicated = "deduplicated"
+	// EventOutcomeUnknown: an attempt ended without knowing whether the
+	// tool's effect happened downstream (docs/lifecycle.md, "Unknown
+	// outcomes"); the detail names the case (DetailOutcomeUnknown,
+	// DetailAbandoned).
+	EventOutcomeUnknown = "outcome_unknown"
 )
 
 // CancelOutcome says what Cancel did.

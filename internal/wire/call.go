@@ -114,6 +114,9 @@ type CallError struct {
 	// Body is the downstream's answer to a rejected request: its JSON, or
 	// a JSON string when it is not JSON. Omitted when empty.
 	Body json.RawMessage `json:"body,omitempty"`
+	// Unknown is the case of an outcome_unknown error (UnknownTimeoutAfterSend,
+	// UnknownResetAfterSend, UnknownAbandoned); omitted for every other code.
+	Unknown string `json:"unknown,omitempty"`
 	// RetryAfter is how long the downstream asked to wait before the next
 	// attempt (an HTTP Retry-After), 0 if it said nothing. A server-side
 	// retry waits at least this long (docs/lifecycle.md, "Server-side

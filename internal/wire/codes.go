@@ -40,6 +40,25 @@ const (
 	CodeInvalidArgs           = "invalid_args"
 	CodeCanceled              = "canceled"
 	CodeResultTooLarge        = "result_too_large"
+	// CodeOutcomeUnknown: the attempt's request may have been acted on,
+	// but no complete answer was read (docs/lifecycle.md, "Unknown
+	// outcomes"); CallError.Unknown names the case.
+	CodeOutcomeUnknown = "outcome_unknown"
+)
+
+// The cases of an outcome_unknown error (CallError.Unknown, and the
+// outcome_unknown audit event's detail).
+const (
+	// UnknownTimeoutAfterSend: the tool's timeout struck after the whole
+	// request was written.
+	UnknownTimeoutAfterSend = "timeout_after_send"
+	// UnknownResetAfterSend: the connection was reset or closed after the
+	// whole request was written, before a complete answer.
+	UnknownResetAfterSend = "reset_after_send"
+	// UnknownAbandoned: the attempt was abandoned while in flight (its
+	// lease expired, the server stopped, or its process died) and the
+	// call was recovered.
+	UnknownAbandoned = "abandoned"
 )
 
 // Codes the client side reports itself, never sent by the server

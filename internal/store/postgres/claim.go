@@ -58,7 +58,7 @@ WITH clock AS MATERIALIZED (
   LIMIT $2
   FOR UPDATE OF c SKIP LOCKED
 ), expired AS MATERIALIZED (
-  SELECT c.call_id, c.created_at, c.tool
+  SELECT c.call_id, c.created_at, c.tool, c.owner, c.attempt
   FROM calls c, clock
   WHERE c.status = 'running' AND c.lease_until <= clock.now
     AND c.tool <> ALL ($5::text[])
@@ -88,9 +88,19 @@ WITH clock AS MATERIALIZED (
          OR (c.status = 'running' AND c.lease_until <= clock.now))
   RETURNING ` + callColumnsOf("c") + `
 ), audited AS (
+  -- A call taken from expired abandons the attempt in flight: its
+  -- outcome_unknown row comes right before its claimed row ($8:
+  -- store.TakenOverFormat); the audit id follows the ORDER BY.
   INSERT INTO audit (ts, call_id, event, detail)
-  SELECT updated_at, call_id, '` + store.EventClaimed + `', $4::text
-  FROM claimed
+  SELECT a.ts, a.call_id, a.event, a.detail FROM (
+    SELECT cl.updated_at AS ts, cl.call_id, 0 AS k, '` + store.EventOutcomeUnknown + `' AS event,
+           format($8::text, e.attempt, coalesce(e.owner, '')) AS detail
+    FROM claimed cl JOIN expired e ON e.call_id = cl.call_id
+    UNION ALL
+    SELECT updated_at, call_id, 1, '` + store.EventClaimed + `', $4::text
+    FROM claimed
+  ) AS a
+  ORDER BY a.ts, a.call_id, a.k
 )
 SELECT ` + callColumns + ` FROM claimed`
 
@@ -116,7 +126,8 @@ func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration
 	}
 	var calls []store.Call
 	err := s.writeStmt(ctx, store.WriteClaim, func(q querier) (bool, error) {
-		rows, err := q.Query(ctx, claimSQL, owner, limit, lease.Seconds(), store.DetailClaimed(owner), full, capped, left)
+		rows, err := q.Query(ctx, claimSQL, owner, limit, lease.Seconds(), store.DetailClaimed(owner), full, capped, left,
+			store.TakenOverFormat)
 		if err != nil {
 			return false, err
 		}

@@ -65,7 +65,7 @@ func TestClaimPendingPlan(t *testing.T) {
 	seedHistory(t, s, 5000, 500)
 
 	var raw string
-	if err := s.pool.QueryRow(t.Context(), `EXPLAIN (FORMAT JSON) `+claimSQL, "w", 8, 30.0, "w", []string{}, []string{}, []int32{}).Scan(&raw); err != nil {
+	if err := s.pool.QueryRow(t.Context(), `EXPLAIN (FORMAT JSON) `+claimSQL, "w", 8, 30.0, "w", []string{}, []string{}, []int32{}, store.TakenOverFormat).Scan(&raw); err != nil {
 		t.Fatal(err)
 	}
 	var plans []struct {

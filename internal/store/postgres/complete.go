@@ -56,14 +56,19 @@ func (s *Store) complete(ctx context.Context, c store.Completion, status store.S
 	}
 
 	var call store.Call
-	fast, err := s.completeFast(ctx, c, status, result, errObj, effectID, event)
-	switch {
-	case errors.Is(err, store.ErrFenced):
-		return store.Call{}, s.auditFenced(ctx, c)
-	case !errors.Is(err, errSlowPath):
-		return fast, interpret(ctx, err)
+	// completeSQL writes one audit row; an outcome_unknown failure needs
+	// two, and takes the transaction below.
+	unknownDetail, unknown := store.DetailOutcomeUnknown(c)
+	if !unknown || status != store.StatusFailed {
+		fast, err := s.completeFast(ctx, c, status, result, errObj, effectID, event)
+		switch {
+		case errors.Is(err, store.ErrFenced):
+			return store.Call{}, s.auditFenced(ctx, c)
+		case !errors.Is(err, errSlowPath):
+			return fast, interpret(ctx, err)
+		}
 	}
-	err = s.inTx(ctx, s.beforeCommit(completeWrite(status), nil, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, s.beforeCommit(completeWrite(status), nil, func(tx pgx.Tx) error {
 		var err error
 		call, err = scanCall(tx.QueryRow(ctx, `
 UPDATE calls
@@ -110,6 +115,11 @@ RETURNING `+callColumns, c.CallID))
 		detail := store.DetailSucceeded(call.EffectID, c)
 		if status == store.StatusFailed {
 			detail = store.DetailFailed(c)
+			if unknown {
+				if err := s.insertAudit(ctx, tx, call.UpdatedAt, call.CallID, store.EventOutcomeUnknown, unknownDetail); err != nil {
+					return err
+				}
+			}
 		}
 		return s.insertAudit(ctx, tx, call.UpdatedAt, call.CallID, event, detail)
 	}))
@@ -225,6 +235,11 @@ RETURNING `+callColumnsOf("calls"),
 		}
 		if err != nil {
 			return err
+		}
+		if detail, ok := store.DetailOutcomeUnknown(c); ok {
+			if err := s.insertAudit(ctx, tx, call.UpdatedAt, call.CallID, store.EventOutcomeUnknown, detail); err != nil {
+				return err
+			}
 		}
 		return s.insertAudit(ctx, tx, call.UpdatedAt, call.CallID, store.EventRetryScheduled,
 			store.DetailRetryScheduled(delay, c))

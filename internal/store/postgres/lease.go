@@ -57,8 +57,8 @@ func (s *Store) RecoverExpired(ctx context.Context) ([]string, error) {
 			return err
 		}
 		var (
-			ts              []float64
-			details, events []string
+			ts                        []float64
+			auditIDs, details, events []string
 		)
 		var (
 			id, owner string
@@ -67,9 +67,12 @@ func (s *Store) RecoverExpired(ctx context.Context) ([]string, error) {
 		)
 		if _, err := pgx.ForEachRow(rows, []any{&id, &owner, &attempt, &at}, func() error {
 			ids = append(ids, id)
-			ts = append(ts, at)
-			events = append(events, store.EventRecover)
-			details = append(details, store.DetailLeaseExpired(store.Lease{CallID: id, Owner: owner, Attempt: attempt}))
+			l := store.Lease{CallID: id, Owner: owner, Attempt: attempt}
+			why := store.DetailLeaseExpired(l)
+			auditIDs = append(auditIDs, id, id)
+			ts = append(ts, at, at)
+			events = append(events, store.EventOutcomeUnknown, store.EventRecover)
+			details = append(details, store.DetailAbandoned(l, why), why)
 			return nil
 		}); err != nil {
 			return err
@@ -81,7 +84,7 @@ func (s *Store) RecoverExpired(ctx context.Context) ([]string, error) {
 		// audit id follows the array order).
 		_, err = tx.Exec(ctx, `INSERT INTO audit (ts, call_id, event, detail)
 SELECT a.ts, a.call_id, a.event, a.detail FROM unnest($1::double precision[], $2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS a(ts, call_id, event, detail, n)
-ORDER BY n`, ts, ids, events, details)
+ORDER BY n`, ts, auditIDs, events, details)
 		return err
 	}))
 	if err != nil {
@@ -118,6 +121,9 @@ RETURNING updated_at`, callID, owner, attempt).Scan(&ts)
 			return fmt.Errorf("postgres release %s (owner %s, attempt %d): %w", callID, owner, attempt, store.ErrNotHeld)
 		}
 		if err != nil {
+			return err
+		}
+		if err := s.insertAudit(ctx, tx, ts, callID, store.EventOutcomeUnknown, store.DetailAbandoned(l, reason)); err != nil {
 			return err
 		}
 		return s.insertAudit(ctx, tx, ts, callID, store.EventRecover, reason)

@@ -32,6 +32,9 @@ type candidate struct {
 	callID    string
 	createdAt float64
 	tool      string
+	// expired: a running call whose lease lapsed; its claim abandons the
+	// attempt in flight (audit outcome_unknown).
+	expired bool
 }
 
 // before orders candidates oldest first, rowid breaking ties, as one
@@ -93,16 +96,33 @@ func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration
 		if err != nil {
 			return err
 		}
+		for i := range expired {
+			expired[i].expired = true
+		}
 		claim := tx.StmtContext(ctx, s.wq.claim)
 		for _, cand := range oldest(pending, expired, limit) {
 			if max, capped := left[cand.tool]; capped && taken[cand.tool] >= max {
 				continue // the tool's quota is used up: leave the call pending
+			}
+			var lapsed store.Lease
+			if cand.expired {
+				var prevOwner sql.NullString
+				if err := tx.QueryRowContext(ctx, `SELECT owner, attempt FROM calls WHERE call_id = ?`, cand.callID).
+					Scan(&prevOwner, &lapsed.Attempt); err != nil {
+					return err
+				}
+				lapsed.CallID, lapsed.Owner = cand.callID, prevOwner.String
 			}
 			c, err := scanCall(claim.QueryRowContext(ctx, until, owner, now, cand.callID, now, now))
 			if errors.Is(err, sql.ErrNoRows) {
 				continue // no longer claimable: someone else won it
 			} else if err != nil {
 				return err
+			}
+			if cand.expired {
+				if err := s.insertAudit(ctx, tx, now, c.CallID, store.EventOutcomeUnknown, store.DetailTakenOver(lapsed)); err != nil {
+					return err
+				}
 			}
 			if err := s.insertAudit(ctx, tx, now, c.CallID, store.EventClaimed, store.DetailClaimed(owner)); err != nil {
 				return err

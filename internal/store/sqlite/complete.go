@@ -72,6 +72,9 @@ func (s *Store) Fail(ctx context.Context, c store.Completion) (store.Call, error
 		} else if err != nil {
 			return err
 		}
+		if err := s.auditUnknown(ctx, tx, now, c); err != nil {
+			return err
+		}
 		return s.insertAudit(ctx, tx, now, c.CallID, store.EventFailed, store.DetailFailed(c))
 	})
 	if err != nil {
@@ -100,12 +103,26 @@ func (s *Store) ScheduleRetry(ctx context.Context, c store.Completion, delay tim
 		} else if err != nil {
 			return err
 		}
+		if err := s.auditUnknown(ctx, tx, now, c); err != nil {
+			return err
+		}
 		return s.insertAudit(ctx, tx, now, c.CallID, store.EventRetryScheduled, store.DetailRetryScheduled(delay, c))
 	})
 	if err != nil {
 		return store.Call{}, s.auditFenced(ctx, c, err)
 	}
 	return call, nil
+}
+
+// auditUnknown writes the outcome_unknown event of a completion whose
+// error is outcome_unknown (store.DetailOutcomeUnknown), and nothing for
+// any other.
+func (s *Store) auditUnknown(ctx context.Context, tx *sql.Tx, now float64, c store.Completion) error {
+	detail, ok := store.DetailOutcomeUnknown(c)
+	if !ok {
+		return nil
+	}
+	return s.insertAudit(ctx, tx, now, c.CallID, store.EventOutcomeUnknown, detail)
 }
 
 // whyFenced is called when a fencing UPDATE matched no row: the completion

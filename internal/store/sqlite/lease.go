@@ -81,7 +81,12 @@ func (s *Store) RecoverExpired(ctx context.Context) ([]string, error) {
 			} else if n != 1 {
 				continue
 			}
-			if err := s.insertAudit(ctx, tx, now, e.id, store.EventRecover, store.DetailLeaseExpired(store.Lease{CallID: e.id, Owner: e.owner, Attempt: e.attempt})); err != nil {
+			l := store.Lease{CallID: e.id, Owner: e.owner, Attempt: e.attempt}
+			why := store.DetailLeaseExpired(l)
+			if err := s.insertAudit(ctx, tx, now, e.id, store.EventOutcomeUnknown, store.DetailAbandoned(l, why)); err != nil {
+				return err
+			}
+			if err := s.insertAudit(ctx, tx, now, e.id, store.EventRecover, why); err != nil {
 				return err
 			}
 			recovered = append(recovered, e.id)
@@ -121,6 +126,9 @@ func (s *Store) Release(ctx context.Context, l store.Lease, reason string) error
 				return err // sql.ErrNoRows → store.ErrNotFound
 			}
 			return fmt.Errorf("sqlite release %s (owner %s, attempt %d): %w", callID, owner, attempt, store.ErrNotHeld)
+		}
+		if err := s.insertAudit(ctx, tx, now, callID, store.EventOutcomeUnknown, store.DetailAbandoned(l, reason)); err != nil {
+			return err
 		}
 		return s.insertAudit(ctx, tx, now, callID, store.EventRecover, reason)
 	})

@@ -53,6 +53,7 @@ func testAuditDetails(t *testing.T, open func(t *testing.T) store.Store) {
 	want := []string{
 		"created: charge",
 		"claimed: w1",
+		"outcome_unknown: abandoned: attempt 1 in flight, lease expired (owner w1, attempt 1)",
 		"recover: lease expired (owner w1, attempt 1)",
 		"claimed: w2",
 		"fenced: owner w1 attempt 1 refused: call is running under owner w2 attempt 2",
@@ -60,6 +61,7 @@ func testAuditDetails(t *testing.T, open func(t *testing.T) store.Store) {
 		"retry_reset: after tool_failed: boom",
 		"fenced: owner w2 attempt 2 refused: call is pending at attempt 2",
 		"claimed: w3",
+		"outcome_unknown: abandoned: attempt 3 in flight, owner pid 42 gone",
 		"recover: owner pid 42 gone",
 		"claimed: w4",
 		"succeeded: " + done.Effect.EffectID,

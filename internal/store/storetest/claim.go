@@ -186,9 +186,17 @@ func testLeaseExpiryTakeover(t *testing.T, open func(t *testing.T) store.Store) 
 	if *fresh.LeaseUntil <= *stale.LeaseUntil {
 		t.Fatalf("new lease %v not after old lease %v", *fresh.LeaseUntil, *stale.LeaseUntil)
 	}
-	want := []string{store.EventCreated, store.EventClaimed, store.EventClaimed}
-	if got := events(audit(t, s, stale.CallID)); !reflect.DeepEqual(got, want) {
+	// The attempt the takeover abandoned has an unknown outcome, audited
+	// before the new claim, in its transaction (docs/lifecycle.md,
+	// "Unknown outcomes").
+	want := []string{store.EventCreated, store.EventClaimed, store.EventOutcomeUnknown, store.EventClaimed}
+	evs := audit(t, s, stale.CallID)
+	if got := events(evs); !reflect.DeepEqual(got, want) {
 		t.Fatalf("audit = %v, want %v", got, want)
+	}
+	wantDetail := fmt.Sprintf("abandoned: attempt 1 in flight, lease expired (owner %s, attempt 1)", *stale.Owner)
+	if evs[2].Detail != wantDetail {
+		t.Fatalf("outcome_unknown detail %q, want %q", evs[2].Detail, wantDetail)
 	}
 }
 

@@ -276,7 +276,7 @@ func testInstances(t *testing.T, su suite) {
 		if st := stats(t, survivor); st.Calls != 1 || st.Effects != 1 {
 			t.Fatalf("stats = %+v; want 1 call 1 effect", st)
 		}
-		want := []string{store.EventCreated, store.EventClaimed, store.EventRecover, store.EventClaimed, store.EventSucceeded}
+		want := []string{store.EventCreated, store.EventClaimed, store.EventOutcomeUnknown, store.EventRecover, store.EventClaimed, store.EventSucceeded}
 		if got := events(audit(t, survivor, c.CallID)); !reflect.DeepEqual(got, want) {
 			t.Fatalf("audit = %v, want %v", got, want)
 		}

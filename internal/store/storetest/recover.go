@@ -42,6 +42,7 @@ func testRecoverExpired(t *testing.T, open func(t *testing.T) store.Store) {
 	if last := evs[len(evs)-1]; last.Event != store.EventRecover || last.Detail != "lease expired (owner w-dead, attempt 1)" {
 		t.Fatalf("last audit = %+v, want recover with detail \"lease expired (owner w-dead, attempt 1)\"", last)
 	}
+	wantAbandoned(t, evs, "abandoned: attempt 1 in flight, lease expired (owner w-dead, attempt 1)")
 
 	// Nothing else moved.
 	if g := get(t, s, live.CallID); g.Status != store.StatusRunning || *g.Owner != "w-live" || g.Attempt != 1 {
@@ -97,6 +98,7 @@ func testRelease(t *testing.T, open func(t *testing.T) store.Store) {
 	if last := evs[len(evs)-1]; last.Event != store.EventRecover || last.Detail != "owner pid 4242 gone" {
 		t.Fatalf("last audit = %+v, want recover with the reason", last)
 	}
+	wantAbandoned(t, evs, "abandoned: attempt 1 in flight, owner pid 4242 gone")
 	wantErr(t, "second Release", s.Release(t.Context(), store.Lease{CallID: c.CallID, Owner: "w1", Attempt: c.Attempt}, "x"), store.ErrNotHeld)
 
 	// A final call cannot be released.
@@ -141,4 +143,20 @@ func testRecoverWithoutLease(t *testing.T, su suite) {
 		t.Fatalf("last audit = %+v, want recover with detail \"lease expired (owner w1, attempt 1)\"", last)
 	}
 	claimOnly(t, s, "w2", longLease, c.CallID)
+}
+
+// wantAbandoned checks that the recover event ending evs is preceded by
+// the outcome_unknown event of the abandoned attempt (docs/lifecycle.md,
+// "Unknown outcomes"), and that the call has only that one.
+func wantAbandoned(t *testing.T, evs []store.AuditEvent, detail string) {
+	t.Helper()
+	if len(evs) < 2 {
+		t.Fatalf("audit %v: want outcome_unknown before recover", events(evs))
+	}
+	if e := evs[len(evs)-2]; e.Event != store.EventOutcomeUnknown || e.Detail != detail {
+		t.Fatalf("audit before recover = %+v, want outcome_unknown %q", e, detail)
+	}
+	if n := countEvent(evs, store.EventOutcomeUnknown); n != 1 {
+		t.Fatalf("%d outcome_unknown events, want 1: %v", n, events(evs))
+	}
 }

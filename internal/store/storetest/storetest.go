@@ -129,6 +129,8 @@ func Run(t *testing.T, f Factory) {
 	t.Run("RecoverExpired", func(t *testing.T) { testRecoverExpired(t, open) })
 	t.Run("RecoverWithoutLease", func(t *testing.T) { testRecoverWithoutLease(t, su) })
 	t.Run("Release", func(t *testing.T) { testRelease(t, open) })
+	// unknown.go
+	t.Run("OutcomeUnknownAudit", func(t *testing.T) { testOutcomeUnknownAudit(t, open) })
 	// lease.go
 	t.Run("ExtendLease", func(t *testing.T) { testExtendLease(t, open) })
 	t.Run("ExtendLeaseCancelRequested", func(t *testing.T) { testExtendLeaseCancelRequested(t, open) })
