@@ -55,6 +55,10 @@ type Tool struct {
 	Name        string          `json:"name"`
 	Kind        string          `json:"kind"`
 	Description string          `json:"description,omitempty"`
+	// Upstream is an mcp tool's entry in the tools file; Annotations
+	// its annotations as the upstream lists them.
+	Upstream    string          `json:"upstream,omitempty"`
+	Annotations json.RawMessage `json:"annotations,omitempty"`
 	Schema      json.RawMessage `json:"schema"`
 	Effect      bool            `json:"effect"`
 	Destructive *bool           `json:"destructive,omitempty"`
