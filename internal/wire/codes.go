@@ -47,10 +47,10 @@ const (
 	CodeUpstreamTimeout     = "upstream_timeout"
 	// CodeUpstreamToolGone: the upstream no longer offers the tool.
 	CodeUpstreamToolGone = "upstream_tool_gone"
-	CodeToolTimeout           = "tool_timeout"
-	CodeInvalidArgs           = "invalid_args"
-	CodeCanceled              = "canceled"
-	CodeResultTooLarge        = "result_too_large"
+	CodeToolTimeout      = "tool_timeout"
+	CodeInvalidArgs      = "invalid_args"
+	CodeCanceled         = "canceled"
+	CodeResultTooLarge   = "result_too_large"
 )
 
 // Codes the client side reports itself, never sent by the server
