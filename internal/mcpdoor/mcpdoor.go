@@ -69,6 +69,11 @@ type ToolInfo struct {
 	// a key runs under a fresh key and the server answers a repeat of the
 	// same intent with the earlier call.
 	Dedup bool
+	// Passthrough: the tool is an upstream MCP server's, its stored
+	// result is the upstream's CallToolResult, which the door answers
+	// unchanged, and Annotations are the upstream's (docs/mcp.md).
+	Passthrough bool
+	Annotations json.RawMessage
 }
 
 // Call is a recorded call as the door shows it: the API's call object
@@ -216,15 +221,25 @@ func mcpTool(info ToolInfo) (*mcp.Tool, error) {
 	if info.Destructive != nil {
 		destructive = *info.Destructive
 	}
+	ann := &mcp.ToolAnnotations{
+		IdempotentHint:  true, // under a key, which the door requires for effects
+		DestructiveHint: &destructive,
+		ReadOnlyHint:    !info.Effect && !destructive,
+	}
+	if len(info.Annotations) > 0 {
+		// An upstream tool's own annotations (title, openWorldHint...),
+		// idempotent now that idemctl runs it under a key.
+		ann = &mcp.ToolAnnotations{}
+		if err := json.Unmarshal(info.Annotations, ann); err != nil {
+			return nil, fmt.Errorf("mcp: tool %q: annotations: %w", info.Name, err)
+		}
+		ann.IdempotentHint = true
+	}
 	return &mcp.Tool{
 		Name:        info.Name,
 		Description: info.Description,
 		InputSchema: schema,
-		Annotations: &mcp.ToolAnnotations{
-			IdempotentHint:  true, // under a key, which the door requires for effects
-			DestructiveHint: &destructive,
-			ReadOnlyHint:    !info.Effect && !destructive,
-		},
+		Annotations: ann,
 	}, nil
 }
 
@@ -256,6 +271,11 @@ func (d *door) callHandler(info ToolInfo) mcp.ToolHandler {
 		call, replayed, err := d.c.Submit(ctx, d.opts.Principal(req), key, info.Name, args, d.opts.Wait)
 		if err != nil {
 			return errorResult(err, key)
+		}
+		if info.Passthrough {
+			if r, ok := upstreamResult(call, replayed); ok {
+				return r, nil
+			}
 		}
 		return callResult(call, replayed), nil
 	}
@@ -331,6 +351,36 @@ func callResult(c Call, replayed bool) *mcp.CallToolResult {
 		"message": "the call is still running: call the tool again with the same arguments and idempotency key " +
 			"for its result (never a second effect), or use " + GetCallTool}
 	return &mcp.CallToolResult{Meta: meta, StructuredContent: body, Content: textOf(body)}
+}
+
+// upstreamResult is a final call of an upstream MCP tool as the upstream
+// answered it: its CallToolResult, stored whole, with idemctl's keys added
+// to _meta. A failure that has no CallToolResult (the upstream could not
+// be reached) is answered as any tool's.
+func upstreamResult(c Call, replayed bool) (*mcp.CallToolResult, bool) {
+	var stored json.RawMessage
+	switch c.Status {
+	case wire.StatusSucceeded:
+		stored = c.Result
+	case wire.StatusFailed:
+		var e wire.CallError
+		if json.Unmarshal(c.Error, &e) != nil || e.Code != wire.CodeUpstreamToolError {
+			return nil, false
+		}
+		stored = e.Body
+	default:
+		return nil, false
+	}
+	var r mcp.CallToolResult
+	if len(stored) == 0 || json.Unmarshal(stored, &r) != nil {
+		return nil, false
+	}
+	if r.Meta == nil {
+		r.Meta = mcp.Meta{}
+	}
+	r.Meta["io.idemctl/call-id"], r.Meta[MetaKey] = c.CallID, c.IdemKey
+	r.Meta["io.idemctl/replayed"], r.Meta["io.idemctl/status"] = replayed, c.Status
+	return &r, true
 }
 
 // errorResult turns a Caller error into a tool error; an error that is no

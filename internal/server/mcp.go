@@ -16,6 +16,7 @@ import (
 	"github.com/idemctl/idemctl/internal/mcpdoor"
 	"github.com/idemctl/idemctl/internal/netutil"
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/toolreg"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -74,7 +75,8 @@ func (c localCaller) Tools(context.Context) ([]mcpdoor.ToolInfo, error) {
 	var out []mcpdoor.ToolInfo
 	for _, t := range c.s.cfg.Tools.Tools() {
 		out = append(out, mcpdoor.ToolInfo{Name: t.Name, Description: t.Description, Schema: t.Schema(),
-			Effect: t.Effect, Destructive: t.Destructive, Dedup: t.Dedup != nil})
+			Effect: t.Effect, Destructive: t.Destructive, Dedup: t.Dedup != nil,
+			Passthrough: t.Kind == toolreg.KindMCP, Annotations: t.Annotations})
 	}
 	return out, nil
 }
