@@ -167,7 +167,10 @@ func (t headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 var errBackoff = errors.New("the upstream could not be reached; waiting before connecting again")
 
 // connect returns the live session, connecting if there is none.
-func (u *Upstream) connect(ctx context.Context) (*mcp.ClientSession, error) {
+//
+// force skips the backoff: a refresh (at an interval, on SIGHUP) is
+// rate-limited already and an operator's SIGHUP must try now.
+func (u *Upstream) connect(ctx context.Context, force bool) (*mcp.ClientSession, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.closed {
@@ -176,7 +179,7 @@ func (u *Upstream) connect(ctx context.Context) (*mcp.ClientSession, error) {
 	if u.session != nil {
 		return u.session, nil
 	}
-	if !u.failedAt.IsZero() && time.Since(u.failedAt) < u.backoff {
+	if !force && !u.failedAt.IsZero() && time.Since(u.failedAt) < u.backoff {
 		return nil, fmt.Errorf("%w: %v", errBackoff, u.lastErr)
 	}
 	var tr mcp.Transport
@@ -267,14 +270,37 @@ func (u *Upstream) Close() error {
 	return nil
 }
 
+// Codes the SDK gives errors of its own side, not answers of the
+// upstream: the client is closing, the connection ended, the transport
+// refused to carry the request (the HTTP POST failed).
+const (
+	sdkClientClosing = -32003
+	sdkServerClosing = -32004
+	sdkRejected      = -32005
+)
+
+// upstreamError returns the JSON-RPC error the upstream answered, if err
+// is one; anything else means no answer came.
+func upstreamError(err error) (*jsonrpc.Error, bool) {
+	if errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, mcp.ErrSessionMissing) {
+		return nil, false
+	}
+	var werr *jsonrpc.Error
+	if !errors.As(err, &werr) {
+		return nil, false
+	}
+	switch werr.Code {
+	case sdkClientClosing, sdkServerClosing, sdkRejected:
+		return nil, false
+	}
+	return werr, true
+}
+
 // broken reports whether err means the session is gone: the next request
 // must use a new one.
 func broken(err error) bool {
-	var werr *jsonrpc.Error
-	if errors.As(err, &werr) {
-		return false
-	}
-	return err != nil
+	_, answered := upstreamError(err)
+	return err != nil && !answered
 }
 
 // List returns the upstream's tools, every page of them.
@@ -285,7 +311,7 @@ func (u *Upstream) List(ctx context.Context) ([]*mcp.Tool, error) {
 		defer cancel()
 	}
 	for try := 0; ; try++ {
-		s, err := u.connect(ctx)
+		s, err := u.connect(ctx, true)
 		if err != nil {
 			return nil, errors.New(u.redact.String(err.Error()))
 		}
@@ -353,7 +379,7 @@ func (r Runner) Run(ctx context.Context, inv tool.Invocation) (tool.Outcome, err
 	var err error
 	for try := 0; try < 2; try++ {
 		var s *mcp.ClientSession
-		s, err = u.connect(actx)
+		s, err = u.connect(actx, false)
 		if err != nil {
 			break
 		}
@@ -393,8 +419,7 @@ func (r Runner) failure(ctx, actx context.Context, log *slog.Logger, err error) 
 	if errors.Is(actx.Err(), context.DeadlineExceeded) {
 		return fail(CodeTimeout, true, fmt.Sprintf("no answer within the tool's timeout of %s", u.cfg.Timeout)), nil
 	}
-	var werr *jsonrpc.Error
-	if errors.As(err, &werr) {
+	if werr, ok := upstreamError(err); ok {
 		return fail(CodeError, retryableRPC(werr.Code),
 			fmt.Sprintf("the upstream answered with JSON-RPC error %d: %s", werr.Code, u.redact.String(werr.Message))), nil
 	}
