@@ -200,4 +200,3 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 	}
 	panic(http.ErrAbortHandler)
 }
-
