@@ -90,6 +90,9 @@ func (o *serveOptions) Validate() error {
 			errs = append(errs, fmt.Errorf("--pprof serves the process's profiles, so it is only allowed on a loopback address: %w", err))
 		}
 	}
+	if o.MCPRefresh < 0 {
+		errs = append(errs, fmt.Errorf("--mcp-refresh must not be negative, got %s", o.MCPRefresh))
+	}
 	if o.DBWait < 0 {
 		errs = append(errs, fmt.Errorf("--db-wait must not be negative, got %s", o.DBWait))
 	}
