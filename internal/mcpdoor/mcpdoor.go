@@ -7,6 +7,7 @@
 package mcpdoor
 
 import (
+	"slices"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -137,15 +138,8 @@ func New(ctx context.Context, c Caller, opts Options) (*mcp.Server, error) {
 			"returns the first call's result and never repeats its effect.",
 	})
 	d := &door{c: c, opts: opts}
-	for _, info := range infos {
-		if info.Name == GetCallTool || info.Name == ListCallsTool {
-			return nil, fmt.Errorf("mcp: tool %q has the name of an idemctl helper tool", info.Name)
-		}
-		tool, err := mcpTool(info)
-		if err != nil {
-			return nil, err
-		}
-		srv.AddTool(tool, d.callHandler(info))
+	if err := d.addTools(srv, infos); err != nil {
+		return nil, err
 	}
 	srv.AddTool(getCallTool(), d.getCall)
 	srv.AddTool(listCallsTool(), d.listCalls)
@@ -153,6 +147,55 @@ func New(ctx context.Context, c Caller, opts Options) (*mcp.Server, error) {
 		srv.AddReceivingMiddleware(d.listAllowed)
 	}
 	return srv, nil
+}
+
+// addTools adds (or replaces) a handler for each of infos.
+func (d *door) addTools(srv *mcp.Server, infos []ToolInfo) error {
+	for _, info := range infos {
+		if info.Name == GetCallTool || info.Name == ListCallsTool {
+			return fmt.Errorf("mcp: tool %q has the name of an idemctl helper tool", info.Name)
+		}
+		tool, err := mcpTool(info)
+		if err != nil {
+			return err
+		}
+		srv.AddTool(tool, d.callHandler(info))
+	}
+	return nil
+}
+
+// Sync brings the tools of srv, a server New built with the same c and
+// opts, in line with c's tools now: the tools of an upstream MCP server
+// change when its list is read again (docs/tools.md, "The mcp kind").
+// prev are the names the last New or Sync registered; Sync returns the
+// names it registered. The SDK tells connected clients that the list
+// changed.
+func Sync(ctx context.Context, srv *mcp.Server, c Caller, opts Options, prev []string) ([]string, error) {
+	if opts.Wait <= 0 {
+		opts.Wait = DefaultWait
+	}
+	if opts.Principal == nil {
+		opts.Principal = tokenPrincipal
+	}
+	infos, err := c.Tools(ctx)
+	if err != nil {
+		return prev, fmt.Errorf("mcp: listing tools: %w", err)
+	}
+	now := make([]string, 0, len(infos))
+	for _, info := range infos {
+		now = append(now, info.Name)
+	}
+	var gone []string
+	for _, n := range prev {
+		if !slices.Contains(now, n) {
+			gone = append(gone, n)
+		}
+	}
+	srv.RemoveTools(gone...)
+	if err := (&door{c: c, opts: opts}).addTools(srv, infos); err != nil {
+		return prev, err
+	}
+	return now, nil
 }
 
 // listAllowed filters tools/list down to the tools the request's principal

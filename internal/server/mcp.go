@@ -29,11 +29,21 @@ const mcpSessionTimeout = 30 * time.Minute
 // middleware then hands the principal to the tool handlers (as the
 // TokenInfo's UserID, which also ties an MCP session to its principal).
 func (s *Server) mcpHandler() (http.Handler, error) {
-	srv, err := mcpdoor.New(context.Background(), localCaller{s}, mcpdoor.Options{
-		Wait: s.cfg.MCPWait, Version: s.serviceVersion(), Allowed: s.toolAllowed})
+	opts := mcpdoor.Options{Wait: s.cfg.MCPWait, Version: s.serviceVersion(), Allowed: s.toolAllowed}
+	srv, err := mcpdoor.New(context.Background(), localCaller{s}, opts)
 	if err != nil {
 		return nil, err
 	}
+	// The tools of upstream MCP servers change when their lists are read
+	// again: the door follows (docs/tools.md, "The mcp kind").
+	doorTools := s.cfg.Tools.Names()
+	s.cfg.Tools.OnRefresh(func() {
+		names, err := mcpdoor.Sync(context.Background(), srv, localCaller{s}, opts, doorTools)
+		if err != nil {
+			s.log.Warn("mcp door: tools not updated after a refresh", "err", err)
+		}
+		doorTools = names
+	})
 	h := http.Handler(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
 		&mcp.StreamableHTTPOptions{
 			MaxRequestBodyBytes: MaxBodyBytes, // the API's body limit

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/idemctl/idemctl/internal/demomcp"
+	"github.com/idemctl/idemctl/internal/mcpdoor"
 	"github.com/idemctl/idemctl/internal/tool"
 	"github.com/idemctl/idemctl/internal/toolreg"
 	"github.com/idemctl/idemctl/internal/wire"
@@ -168,9 +170,29 @@ func TestMCPUpstreamDownAtStart(t *testing.T) {
 		t.Errorf("%d calls stored, want 1 (the built-in's only)", n)
 	}
 
+	cs := mustMCP(t, u.bundle, "")
+	doorHas := func(name string) bool {
+		list, err := cs.ListTools(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.ContainsFunc(list.Tools, func(tl *mcp.Tool) bool { return tl.Name == name })
+	}
+	if doorHas("demo_send_receipt") {
+		t.Fatal("the door lists a tool of an upstream that never answered")
+	}
+
 	u.down.Store(false)
 	if err := u.reg.Refresh(context.Background()); err != nil {
 		t.Fatalf("Refresh once the upstream is up: %v", err)
+	}
+	// The door follows the refresh: same session, new tools.
+	if !doorHas("demo_send_receipt") {
+		t.Fatal("after the refresh, the door does not list demo_send_receipt")
+	}
+	res := callTool(t, cs, "demo_send_receipt", map[string]any{"to": "cy", "amount": 2}, map[string]any{mcpdoor.MetaKey: "k-door"})
+	if res.IsError || res.StructuredContent == nil {
+		t.Fatalf("door call after the refresh: %+v", res)
 	}
 	r = u.post("k-1", `{"tool":"demo_send_receipt","args":{"to":"cy","amount":2}}`)
 	if c := u.waitFinal(r.call(t).CallID); c.Status != wire.StatusSucceeded {

@@ -61,6 +61,20 @@ type imports struct {
 	entries []*upstreamEntry
 	mu      sync.Mutex // one refresh at a time
 	cur     atomic.Pointer[importSet]
+	// onRefresh are called after each refresh, under mu.
+	onRefresh []func()
+}
+
+// OnRefresh registers f to be called after every Refresh has swapped the
+// imported tools in (the MCP door re-registers its tools). Calls of f do
+// not overlap.
+func (r *Registry) OnRefresh(f func()) {
+	if r.up == nil {
+		return
+	}
+	r.up.mu.Lock()
+	defer r.up.mu.Unlock()
+	r.up.onRefresh = append(r.up.onRefresh, f)
 }
 
 var emptyImports = &importSet{}
@@ -274,6 +288,9 @@ func (r *Registry) Refresh(ctx context.Context) error {
 	}
 	slices.SortFunc(next.list, func(a, b *Tool) int { return strings.Compare(a.Name, b.Name) })
 	im.cur.Store(next)
+	for _, f := range im.onRefresh {
+		f()
+	}
 	return errors.Join(append(bad, errs...)...)
 }
 
