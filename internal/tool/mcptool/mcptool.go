@@ -197,9 +197,13 @@ func (u *Upstream) connect(ctx context.Context, force bool) (*mcp.ClientSession,
 		for _, e := range u.cfg.Env {
 			cmd.Env = append(cmd.Env, e.Name+"="+e.Value.Reveal())
 		}
-		pr, pw := io.Pipe()
-		cmd.Stderr = pw
-		go u.logStderr(pr)
+		// The pipe ends (EOF) when the process exits, and so does the
+		// goroutine that logs it.
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			return nil, err
+		}
+		go u.logStderr(stderr, u.cfg.Log)
 		tr = &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
 	}
 	s, err := u.client.Connect(ctx, tr, nil)
@@ -230,14 +234,12 @@ func (u *Upstream) redactErr(err error) string {
 	return u.redact.String(err.Error())
 }
 
-// logStderr copies a stdio server's stderr to the log, line by line.
-func (u *Upstream) logStderr(r io.Reader) {
+// logStderr copies a stdio server's stderr to log, line by line (a line
+// over 64 KiB ends the logging, not the server: the rest is discarded).
+func (u *Upstream) logStderr(r io.Reader, log *slog.Logger) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 4096), 64<<10)
 	for sc.Scan() {
-		u.mu.Lock()
-		log := u.cfg.Log
-		u.mu.Unlock()
 		log.Info("mcp upstream stderr", "upstream", u.cfg.Name, "line", u.redact.String(sc.Text()))
 	}
 	_, _ = io.Copy(io.Discard, r)
