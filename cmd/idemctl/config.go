@@ -17,12 +17,13 @@ import (
 const envPrefix = "IDEMCTL"
 
 // alwaysReadEnv are the IDEMCTL_* variables read on purpose that are not a
-// flag's: the config file's path, the PostgreSQL URL the tests use, and the
-// failpoints serve --chaos arms.
+// flag's: the config file's path, the PostgreSQL URL and the MCP reference
+// server the tests use, and the failpoints serve --chaos arms.
 var alwaysReadEnv = map[string]bool{
-	envPrefix + "_CONFIG":            true,
-	envPrefix + "_TEST_POSTGRES_URL": true,
-	envPrefix + "_FAILPOINTS":        true, // serve --chaos (docs/failpoints.md)
+	envPrefix + "_CONFIG":              true,
+	envPrefix + "_TEST_POSTGRES_URL":   true,
+	envPrefix + "_TEST_MCP_EVERYTHING": true,
+	envPrefix + "_FAILPOINTS":          true, // serve --chaos (docs/failpoints.md)
 }
 
 // envName is the environment variable that may set flag name.

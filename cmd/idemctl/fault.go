@@ -70,11 +70,15 @@ invariant that broke. Everything is cleaned up afterwards, also on Ctrl-C.
   --duplicate-request    the proxy delivers the request twice
   --downstream           an http tool charges the demo downstream, the server
                          dies before commit; restart; the downstream charges once
+  --mcp-upstream         an mcp tool's upstream (the demo MCP server) loses its
+                         answer after the effect; idemctl calls again under the
+                         same key; the upstream sends one receipt
 
 Where it applies, a contrast follows — the expected demonstration of the
 bug, neither a pass nor a failure: drop-response with --new-key-on-retry
 ends with two calls and two charges; downstream against a downstream that
-ignores Idempotency-Key ends with one call but two charges in its ledger.
+ignores Idempotency-Key ends with one call but two charges in its ledger;
+mcp-upstream against an MCP server that ignores keys, with two receipts.
 
 Exit status 1 when any scenario broke an invariant, 2 for a usage error. See
 docs/cli.md, "fault".`,

@@ -40,7 +40,7 @@ func TestFaultOptionsAllSelectsEveryScenario(t *testing.T) {
 	if err := opts.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(opts.names, fault.Names()) || len(opts.names) != 7 || !slices.Contains(opts.names, "downstream") {
+	if !slices.Equal(opts.names, fault.Names()) || len(opts.names) != 8 || !slices.Contains(opts.names, "downstream") || !slices.Contains(opts.names, "mcp-upstream") {
 		t.Fatalf("names = %v", opts.names)
 	}
 	opts.All, opts.Concurrency = false, 1

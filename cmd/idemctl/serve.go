@@ -62,6 +62,9 @@ type serveOptions struct {
 	MaxResultBytes int
 	// MCPWait is how long an MCP tools/call at /mcp waits (--mcp-wait).
 	MCPWait time.Duration
+	// MCPRefresh is how often the mcp upstreams' tool lists are read
+	// again (--mcp-refresh).
+	MCPRefresh time.Duration
 	// Tools is the tools file (--tools); "" means the built-ins only.
 	Tools string
 	// UI is --ui; uiSet says whether it was given (the default depends
@@ -112,6 +115,9 @@ func (o *serveOptions) Validate() error {
 	if o.MaxConns < 0 || o.MaxIdlePerClient < 0 {
 		errs = append(errs, fmt.Errorf("--max-connections and --max-idle-per-client must not be negative, got %d and %d",
 			o.MaxConns, o.MaxIdlePerClient))
+	}
+	if o.MCPRefresh < 0 {
+		errs = append(errs, fmt.Errorf("--mcp-refresh must not be negative, got %s", o.MCPRefresh))
 	}
 	if o.DBWait < 0 {
 		errs = append(errs, fmt.Errorf("--db-wait must not be negative, got %s", o.DBWait))
@@ -247,6 +253,7 @@ Passwords in --db are never printed. See docs/cli.md, "serve".`,
 	f.DurationVar(&opts.Retention, "retention", server.DefaultRetention, "how long a final call is kept after its last update; then it is purged (its effect row stays) and its key is new again; 0 keeps calls forever")
 	f.IntVar(&opts.MaxResultBytes, "max-result-bytes", executor.DefaultMaxResultBytes, "largest tool result stored; a larger one fails the call with result_too_large (not retryable, no effect)")
 	f.StringVar(&opts.Tools, "tools", "", "tools file (YAML or JSON): http tools and the built-ins' policy; ${VAR} in header values comes from the environment (docs/tools.md, \"The tool registry\")")
+	f.DurationVar(&opts.MCPRefresh, "mcp-refresh", defaultMCPRefresh, "how often the tool lists of the tools file's mcp upstreams are read again (also on SIGHUP)")
 	f.DurationVar(&opts.MCPWait, "mcp-wait", mcpdoor.DefaultWait, "how long an MCP tools/call at /mcp waits for its call to be final before answering \"still running\" (capped at 30s, the longest Prefer: wait)")
 	f.BoolVar(&opts.UI, "ui", true, "serve the web console at /ui (default: on with --auth-tokens or on a loopback --addr, off otherwise; --ui=false turns it off)")
 	f.StringSliceVar(&opts.AllowedHosts, "allowed-hosts", nil, "on a loopback --addr (and --pprof), Host names answered besides localhost, 127.0.0.0/8 and [::1] (comma-separated; \".example.com\" allows the names under it); any other Host gets 403 host_not_allowed, against DNS rebinding")
@@ -295,6 +302,12 @@ func runServe(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 		stopReload := reloadOnSIGHUP(auth, logger)
 		defer stopReload()
 	}
+
+	stopUpstreams, err := startUpstreams(ctx, o.tools, logger, o.MCPRefresh)
+	if err != nil {
+		return err
+	}
+	defer stopUpstreams()
 
 	st, err := openWithWait(ctx, func(ctx context.Context) (store.Store, error) {
 		return backend.Open(ctx, o.DB, failpointOptions(o.failpoints, logger))

@@ -105,3 +105,17 @@ func (rd redactor) value(v any) (any, bool) {
 	}
 	return v, false
 }
+
+// Redactor replaces secrets in what a remote system answers, for the
+// other tool kinds (internal/tool/mcptool): the same rule as the http
+// kind's, in one home.
+type Redactor struct{ r redactor }
+
+// NewRedactor redacts the values of ss.
+func NewRedactor(ss []Secret) Redactor { return Redactor{newRedactor(ss)} }
+
+// String is s with every secret replaced by "[redacted]".
+func (r Redactor) String(s string) string { return r.r.string(s) }
+
+// JSON redacts a valid JSON document's strings.
+func (r Redactor) JSON(doc []byte) json.RawMessage { return r.r.json(doc) }

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -69,6 +70,11 @@ type ToolInfo struct {
 	// a key runs under a fresh key and the server answers a repeat of the
 	// same intent with the earlier call.
 	Dedup bool
+	// Passthrough: the tool is an upstream MCP server's, its stored
+	// result is the upstream's CallToolResult, which the door answers
+	// unchanged, and Annotations are the upstream's (docs/mcp.md).
+	Passthrough bool
+	Annotations json.RawMessage
 }
 
 // Call is a recorded call as the door shows it: the API's call object
@@ -141,15 +147,8 @@ func New(ctx context.Context, c Caller, opts Options) (*mcp.Server, error) {
 		},
 	})
 	d := &door{c: c, opts: opts}
-	for _, info := range infos {
-		if info.Name == GetCallTool || info.Name == ListCallsTool {
-			return nil, fmt.Errorf("mcp: tool %q has the name of an idemctl helper tool", info.Name)
-		}
-		tool, err := mcpTool(info)
-		if err != nil {
-			return nil, err
-		}
-		srv.AddTool(tool, d.callHandler(info))
+	if err := d.addTools(srv, infos); err != nil {
+		return nil, err
 	}
 	srv.AddTool(getCallTool(), d.getCall)
 	srv.AddTool(listCallsTool(), d.listCalls)
@@ -157,6 +156,55 @@ func New(ctx context.Context, c Caller, opts Options) (*mcp.Server, error) {
 		srv.AddReceivingMiddleware(d.listAllowed)
 	}
 	return srv, nil
+}
+
+// addTools adds (or replaces) a handler for each of infos.
+func (d *door) addTools(srv *mcp.Server, infos []ToolInfo) error {
+	for _, info := range infos {
+		if info.Name == GetCallTool || info.Name == ListCallsTool {
+			return fmt.Errorf("mcp: tool %q has the name of an idemctl helper tool", info.Name)
+		}
+		tool, err := mcpTool(info)
+		if err != nil {
+			return err
+		}
+		srv.AddTool(tool, d.callHandler(info))
+	}
+	return nil
+}
+
+// Sync brings the tools of srv, a server New built with the same c and
+// opts, in line with c's tools now: the tools of an upstream MCP server
+// change when its list is read again (docs/tools.md, "The mcp kind").
+// prev are the names the last New or Sync registered; Sync returns the
+// names it registered. The SDK tells connected clients that the list
+// changed.
+func Sync(ctx context.Context, srv *mcp.Server, c Caller, opts Options, prev []string) ([]string, error) {
+	if opts.Wait <= 0 {
+		opts.Wait = DefaultWait
+	}
+	if opts.Principal == nil {
+		opts.Principal = tokenPrincipal
+	}
+	infos, err := c.Tools(ctx)
+	if err != nil {
+		return prev, fmt.Errorf("mcp: listing tools: %w", err)
+	}
+	now := make([]string, 0, len(infos))
+	for _, info := range infos {
+		now = append(now, info.Name)
+	}
+	var gone []string
+	for _, n := range prev {
+		if !slices.Contains(now, n) {
+			gone = append(gone, n)
+		}
+	}
+	srv.RemoveTools(gone...)
+	if err := (&door{c: c, opts: opts}).addTools(srv, infos); err != nil {
+		return prev, err
+	}
+	return now, nil
 }
 
 // listAllowed filters tools/list down to the tools the request's principal
@@ -225,15 +273,25 @@ func mcpTool(info ToolInfo) (*mcp.Tool, error) {
 	if info.Destructive != nil {
 		destructive = *info.Destructive
 	}
+	ann := &mcp.ToolAnnotations{
+		IdempotentHint:  true, // under a key, which the door requires for effects
+		DestructiveHint: &destructive,
+		ReadOnlyHint:    !info.Effect && !destructive,
+	}
+	if len(info.Annotations) > 0 {
+		// An upstream tool's own annotations (title, openWorldHint...),
+		// idempotent now that idemctl runs it under a key.
+		ann = &mcp.ToolAnnotations{}
+		if err := json.Unmarshal(info.Annotations, ann); err != nil {
+			return nil, fmt.Errorf("mcp: tool %q: annotations: %w", info.Name, err)
+		}
+		ann.IdempotentHint = true
+	}
 	return &mcp.Tool{
 		Name:        info.Name,
 		Description: info.Description,
 		InputSchema: schema,
-		Annotations: &mcp.ToolAnnotations{
-			IdempotentHint:  true, // under a key, which the door requires for effects
-			DestructiveHint: &destructive,
-			ReadOnlyHint:    !info.Effect && !destructive,
-		},
+		Annotations: ann,
 	}, nil
 }
 
@@ -265,6 +323,11 @@ func (d *door) callHandler(info ToolInfo) mcp.ToolHandler {
 		call, replayed, err := d.c.Submit(ctx, d.opts.Principal(req), key, info.Name, args, d.opts.Wait)
 		if err != nil {
 			return errorResult(err, key)
+		}
+		if info.Passthrough {
+			if r, ok := upstreamResult(call, replayed); ok {
+				return r, nil
+			}
 		}
 		return callResult(call, replayed), nil
 	}
@@ -340,6 +403,36 @@ func callResult(c Call, replayed bool) *mcp.CallToolResult {
 		"message": "the call is still running: call the tool again with the same arguments and idempotency key " +
 			"for its result (never a second effect), or use " + GetCallTool}
 	return &mcp.CallToolResult{Meta: meta, StructuredContent: body, Content: textOf(body)}
+}
+
+// upstreamResult is a final call of an upstream MCP tool as the upstream
+// answered it: its CallToolResult, stored whole, with idemctl's keys added
+// to _meta. A failure that has no CallToolResult (the upstream could not
+// be reached) is answered as any tool's.
+func upstreamResult(c Call, replayed bool) (*mcp.CallToolResult, bool) {
+	var stored json.RawMessage
+	switch c.Status {
+	case wire.StatusSucceeded:
+		stored = c.Result
+	case wire.StatusFailed:
+		var e wire.CallError
+		if json.Unmarshal(c.Error, &e) != nil || e.Code != wire.CodeUpstreamToolError {
+			return nil, false
+		}
+		stored = e.Body
+	default:
+		return nil, false
+	}
+	var r mcp.CallToolResult
+	if len(stored) == 0 || json.Unmarshal(stored, &r) != nil {
+		return nil, false
+	}
+	if r.Meta == nil {
+		r.Meta = mcp.Meta{}
+	}
+	r.Meta["io.idemctl/call-id"], r.Meta[MetaKey] = c.CallID, c.IdemKey
+	r.Meta["io.idemctl/replayed"], r.Meta["io.idemctl/status"] = replayed, c.Status
+	return &r, true
 }
 
 // errorResult turns a Caller error into a tool error; an error that is no

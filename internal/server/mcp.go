@@ -16,6 +16,7 @@ import (
 	"github.com/idemctl/idemctl/internal/mcpdoor"
 	"github.com/idemctl/idemctl/internal/netutil"
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/toolreg"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -29,12 +30,22 @@ const mcpSessionTimeout = 30 * time.Minute
 // TokenInfo's UserID, which also ties an MCP session to its principal).
 func (s *Server) mcpHandler() (http.Handler, error) {
 	var sessions *mcpSessions // set below, before any request can arrive
-	srv, err := mcpdoor.New(context.Background(), localCaller{s}, mcpdoor.Options{
-		Wait: s.cfg.MCPWait, Version: s.serviceVersion(), Allowed: s.toolAllowed,
-		Initialized: func(id string) { sessions.initialized(id) }})
+	opts := mcpdoor.Options{Wait: s.cfg.MCPWait, Version: s.serviceVersion(), Allowed: s.toolAllowed,
+		Initialized: func(id string) { sessions.initialized(id) }}
+	srv, err := mcpdoor.New(context.Background(), localCaller{s}, opts)
 	if err != nil {
 		return nil, err
 	}
+	// The tools of upstream MCP servers change when their lists are read
+	// again: the door follows (docs/tools.md, "The mcp kind").
+	doorTools := s.cfg.Tools.Names()
+	s.cfg.Tools.OnRefresh(func() {
+		names, err := mcpdoor.Sync(context.Background(), srv, localCaller{s}, opts, doorTools)
+		if err != nil {
+			s.log.Warn("mcp door: tools not updated after a refresh", "err", err)
+		}
+		doorTools = names
+	})
 	h := http.Handler(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
 		&mcp.StreamableHTTPOptions{
 			MaxRequestBodyBytes: MaxBodyBytes, // the API's body limit
@@ -79,7 +90,8 @@ func (c localCaller) Tools(context.Context) ([]mcpdoor.ToolInfo, error) {
 	var out []mcpdoor.ToolInfo
 	for _, t := range c.s.cfg.Tools.Tools() {
 		out = append(out, mcpdoor.ToolInfo{Name: t.Name, Description: t.Description, Schema: t.Schema(),
-			Effect: t.Effect, Destructive: t.Destructive, Dedup: t.Dedup != nil})
+			Effect: t.Effect, Destructive: t.Destructive, Dedup: t.Dedup != nil,
+			Passthrough: t.Kind == toolreg.KindMCP, Annotations: t.Annotations})
 	}
 	return out, nil
 }

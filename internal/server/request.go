@@ -178,6 +178,8 @@ func checkToolCall(rawTool, rawArgs any, chaos bool, reg *toolreg.Registry, prin
 		return req, badRequest("body: tool is required")
 	case !ok:
 		return req, badRequest("body: tool must be a string")
+	case unlistedTool(reg, tool, principal):
+		return req, upstreamUnavailable(tool)
 	case !knownTool(reg, tool):
 		// Only the tools principal may call are named.
 		return req, badRequest("body: unknown tool %q (known: %s)", tool, strings.Join(reg.For(principal).Names(), ", "))

@@ -1,9 +1,11 @@
 package server
 
 import (
+	"fmt"
 	"net/http"
 
 	"github.com/idemctl/idemctl/internal/toolreg"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // The tool registry's part in the API (docs/api.md, "Tools"): checking a
@@ -14,6 +16,20 @@ import (
 func knownTool(reg *toolreg.Registry, tool string) bool {
 	_, ok := reg.Lookup(tool)
 	return ok
+}
+
+// unlistedTool reports whether tool is one of an upstream MCP server's
+// that principal may call but that is not listed yet (the upstream has
+// been down since the start, or does not offer a tool its entry names):
+// 503 upstream_unavailable, not 400, since the same request may pass
+// once the upstream answers (docs/tools.md, "The mcp kind").
+func unlistedTool(reg *toolreg.Registry, tool, principal string) bool {
+	return !knownTool(reg, tool) && reg.For(principal).Unavailable(tool)
+}
+
+func upstreamUnavailable(tool string) *apiError {
+	return &apiError{status: http.StatusServiceUnavailable, code: wire.CodeUpstreamUnavailable,
+		message: fmt.Sprintf("tool %q belongs to an upstream MCP server that has not listed it yet; nothing was stored, retry later", tool)}
 }
 
 // validateArgs checks a call's (normalized) args against its tool in reg:

@@ -94,14 +94,16 @@ func (m *mapping) unknown(allowed []string) (string, bool) {
 }
 
 // fieldNames lists the yaml names of shape's fields (a struct value) in
-// their order, those tagged kind:"http" only if withHTTP.
-func fieldNames(shape any, withHTTP bool) []string {
+// their order: the untagged ones, and those whose kind tag (a
+// comma-separated list of kinds) names kind.
+func fieldNames(shape any, kind string) []string {
 	t := reflect.TypeOf(shape)
 	var names []string
 	for i := range t.NumField() {
 		f := t.Field(i)
 		name := yamlName(f)
-		if name == "" || (!withHTTP && f.Tag.Get("kind") == KindHTTP) {
+		tag, tagged := f.Tag.Lookup("kind")
+		if name == "" || (tagged && !slices.Contains(strings.Split(tag, ","), kind)) {
 			continue
 		}
 		names = append(names, name)

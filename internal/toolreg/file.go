@@ -67,23 +67,29 @@ func (l *entryList) UnmarshalYAML(n *yaml.Node) error {
 type toolEntry struct {
 	Name        opt[string] `yaml:"name"`
 	Kind        opt[string] `yaml:"kind"`
-	Description opt[string] `yaml:"description"`
-	Destructive opt[bool]   `yaml:"destructive"`
+	Description opt[string] `yaml:"description" kind:"builtin,http"`
+	Destructive opt[bool]   `yaml:"destructive" kind:"builtin,http"`
 	Timeout     opt[string] `yaml:"timeout"`
 	Retry       retryEntry  `yaml:"retry"`
 	Concurrency opt[int]    `yaml:"concurrency"`
-	Dedup       dedupEntry  `yaml:"dedup"`
+	Dedup       dedupEntry  `yaml:"dedup" kind:"builtin,http"`
 	// Principals are read as any: a refusal shows what was written.
 	Principals opt[any] `yaml:"principals"`
 
 	// Schema is the JSON Schema of the args, written in YAML or JSON.
 	Schema opt[any]    `yaml:"schema" kind:"http"`
-	Effect opt[bool]   `yaml:"effect" kind:"http"`
-	URL    opt[string] `yaml:"url" kind:"http"`
+	Effect opt[bool]   `yaml:"effect" kind:"http,mcp"`
+	URL    opt[string] `yaml:"url" kind:"http,mcp"`
 	Method opt[string] `yaml:"method" kind:"http"`
 	// Headers' values are strings with ${VAR} references, checked one by
 	// one so that a refusal names the header and never shows a value.
-	Headers opt[map[string]any] `yaml:"headers" kind:"http"`
+	Headers opt[map[string]any] `yaml:"headers" kind:"http,mcp"`
+
+	// An mcp entry's own fields (docs/tools.md, "The mcp kind").
+	Command opt[[]any]          `yaml:"command" kind:"mcp"`
+	Env     opt[map[string]any] `yaml:"env" kind:"mcp"`
+	Tools   opt[[]any]          `yaml:"tools" kind:"mcp"`
+	Rename  opt[map[string]any] `yaml:"rename" kind:"mcp"`
 
 	shape mapping
 }
@@ -130,11 +136,12 @@ func (d *dedupEntry) markSet() { d.shape.markSet() }
 
 // The keys each shape may have, from the shapes' tags.
 var (
-	httpFields    = fieldNames(toolEntry{}, true)
-	builtinFields = fieldNames(toolEntry{}, false)
-	retryFields   = fieldNames(retryEntry{}, true)
-	dedupFields   = fieldNames(dedupEntry{}, true)
-	fileFields    = fieldNames(toolsFile{}, true)
+	httpFields    = fieldNames(toolEntry{}, KindHTTP)
+	builtinFields = fieldNames(toolEntry{}, KindBuiltin)
+	mcpFields     = fieldNames(toolEntry{}, KindMCP)
+	retryFields   = fieldNames(retryEntry{}, "")
+	dedupFields   = fieldNames(dedupEntry{}, "")
+	fileFields    = fieldNames(toolsFile{}, "")
 )
 
 // Load reads a tools file (YAML or JSON) and returns the registry: the
@@ -202,6 +209,14 @@ func Parse(data []byte, getenv func(string) (string, bool)) (*Registry, error) {
 			continue
 		}
 		declared[t.Name] = true
+		if t.upstream != nil {
+			// Its tools are imported by Refresh, from the upstream.
+			if r.up == nil {
+				r.up = &imports{}
+			}
+			r.up.entries = append(r.up.entries, t.upstream)
+			continue
+		}
 		r.tools[t.Name] = t
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -233,12 +248,15 @@ func parseTool(i int, e toolEntry, getenv func(string) (string, bool)) (*Tool, e
 		return fmt.Errorf("%s: %s: %s", where, field, fmt.Sprintf(format, a...))
 	}
 	kind := e.Kind.val
-	if !e.Kind.ok || (kind != KindBuiltin && kind != KindHTTP) {
-		return nil, bad("kind", "required, one of %s, %s; got %s", KindHTTP, KindBuiltin, show(e.Kind.raw))
+	if !e.Kind.ok || (kind != KindBuiltin && kind != KindHTTP && kind != KindMCP) {
+		return nil, bad("kind", "required, one of %s, %s, %s; got %s", KindHTTP, KindMCP, KindBuiltin, show(e.Kind.raw))
 	}
 	allowed := httpFields
-	if kind == KindBuiltin {
+	switch kind {
+	case KindBuiltin:
 		allowed = builtinFields
+	case KindMCP:
+		allowed = mcpFields
 	}
 	if k, found := e.shape.unknown(allowed); found {
 		if kind == KindBuiltin && slices.Contains(httpFields, k) {
@@ -257,6 +275,12 @@ func parseTool(i int, e toolEntry, getenv func(string) (string, bool)) (*Tool, e
 			return nil, err
 		}
 		t = b
+	} else if kind == KindMCP {
+		if builtin.Known(name) {
+			return nil, bad("name", "%q is a built-in tool's name", name)
+		}
+		t = &Tool{Name: name, Kind: KindMCP, Timeout: defaultMCPTimeout,
+			Retry: Retry{MaxAttempts: defaultMaxAttempts, InitialBackoff: defaultInitialBackoff, MaxBackoff: defaultMaxBackoff}}
 	} else {
 		if builtin.Known(name) {
 			return nil, bad("name", "%q is a built-in tool; declare it with kind: builtin", name)
@@ -283,6 +307,7 @@ func parseTool(i int, e toolEntry, getenv func(string) (string, bool)) (*Tool, e
 			return nil, bad("effect", "must be true or false, got %s", show(e.Effect.raw))
 		}
 		t.Effect = e.Effect.val
+		t.effectSet = true
 	}
 	if e.Timeout.set {
 		d, err := duration(e.Timeout)
@@ -308,6 +333,14 @@ func parseTool(i int, e toolEntry, getenv func(string) (string, bool)) (*Tool, e
 			return nil, bad("principals", "%v", err)
 		}
 		t.Principals = p
+	}
+	if kind == KindMCP {
+		up, err := parseMCP(e, t, getenv, where, bad)
+		if err != nil {
+			return nil, err
+		}
+		t.upstream = up
+		return t, nil
 	}
 	if kind == KindBuiltin {
 		if err := setDedup(e.Dedup, t, where); err != nil {

@@ -28,11 +28,13 @@ import (
 const (
 	KindBuiltin = "builtin"
 	KindHTTP    = "http"
+	KindMCP     = "mcp"
 )
 
 // Defaults of a tool's policy.
 const (
 	defaultHTTPTimeout    = 10 * time.Second
+	defaultMCPTimeout     = 30 * time.Second
 	defaultMaxAttempts    = 1
 	defaultInitialBackoff = 200 * time.Millisecond
 	defaultMaxBackoff     = 30 * time.Second
@@ -87,9 +89,20 @@ type Tool struct {
 	// tool (and see it listed), sorted; nil: every principal.
 	Principals []string
 
+	// Upstream is an mcp tool's entry in the tools file ("" otherwise);
+	// Annotations its annotations as the upstream lists them.
+	Upstream    string
+	Annotations json.RawMessage
+
 	schemaJSON json.RawMessage
 	schema     *jsonschema.Schema
 	runner     tool.Runner
+	// effectSet: the file said effect, which wins over an mcp tool's
+	// readOnlyHint.
+	effectSet bool
+	// upstream is set on an mcp entry's template, never on a registered
+	// tool.
+	upstream *upstreamEntry
 }
 
 // Schema returns the JSON Schema of the tool's args.
@@ -108,6 +121,7 @@ func (t *Tool) MarshalJSON() ([]byte, error) { return json.Marshal(t.listing()) 
 // listing is the tool as GET /v1/tools lists it: no URL, no headers.
 func (t *Tool) listing() wire.Tool {
 	l := wire.Tool{Name: t.Name, Kind: t.Kind, Description: t.Description, Schema: t.schemaJSON,
+		Upstream: t.Upstream, Annotations: t.Annotations,
 		Effect: t.Effect, Destructive: t.Destructive, Method: t.Method, Concurrency: t.Concurrency,
 		Retry: wire.ToolRetry{MaxAttempts: t.Retry.MaxAttempts,
 			InitialBackoff: t.Retry.InitialBackoff.String(), MaxBackoff: t.Retry.MaxBackoff.String()}}
@@ -129,10 +143,10 @@ func (t *Tool) Allows(principal string) bool {
 // For is the registry as principal sees it: only the tools it may call.
 // The registry itself when every tool is open to everyone.
 func (r *Registry) For(principal string) *Registry {
-	if !slices.ContainsFunc(r.names, func(n string) bool { return r.tools[n].Principals != nil }) {
+	if r.up == nil && !slices.ContainsFunc(r.names, func(n string) bool { return r.tools[n].Principals != nil }) {
 		return r
 	}
-	v := &Registry{tools: map[string]*Tool{}}
+	v := &Registry{tools: map[string]*Tool{}, up: r.up, viewer: &principal}
 	for _, n := range r.names {
 		if t := r.tools[n]; t.Allows(principal) {
 			v.tools[n] = t
@@ -145,17 +159,38 @@ func (r *Registry) For(principal string) *Registry {
 // Registry is a set of tools by name. A nil *Registry is not valid; use
 // Builtins for the default.
 type Registry struct {
-	tools map[string]*Tool
-	names []string // sorted
+	tools map[string]*Tool // the built-ins and the file's http tools
+	names []string         // sorted
+	// up are the file's mcp entries and the tools imported from them
+	// (Refresh), shared by every view of the registry; nil: none.
+	up *imports
+	// viewer, in a view made by For, is the principal whose imported
+	// tools it shows.
+	viewer *string
 }
 
 // Names returns the registered tool names, sorted.
-func (r *Registry) Names() []string { return slices.Clone(r.names) }
+func (r *Registry) Names() []string {
+	out := make([]string, 0, len(r.names))
+	for _, t := range r.Tools() {
+		out = append(out, t.Name)
+	}
+	return out
+}
 
 // Lookup returns the named tool.
 func (r *Registry) Lookup(name string) (*Tool, bool) {
-	t, ok := r.tools[name]
-	return t, ok
+	if t, ok := r.tools[name]; ok {
+		return t, ok
+	}
+	if r.up == nil {
+		return nil, false
+	}
+	t, ok := r.up.current().tools[name]
+	if !ok || (r.viewer != nil && !t.Allows(*r.viewer)) {
+		return nil, false
+	}
+	return t, true
 }
 
 // Tools returns the tools sorted by name.
@@ -164,20 +199,30 @@ func (r *Registry) Tools() []*Tool {
 	for _, n := range r.names {
 		out = append(out, r.tools[n])
 	}
+	if r.up == nil {
+		return out
+	}
+	for _, t := range r.up.current().list {
+		if r.viewer == nil || t.Allows(*r.viewer) {
+			out = append(out, t)
+		}
+	}
+	slices.SortFunc(out, func(a, b *Tool) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
 // String lists the tool names.
-func (r *Registry) String() string { return "tools: " + strings.Join(r.names, ", ") }
+func (r *Registry) String() string { return "tools: " + strings.Join(r.Names(), ", ") }
 
 // GoString is String.
 func (r *Registry) GoString() string { return r.String() }
 
 // MarshalJSON is the body of GET /v1/tools (wire.Tools).
 func (r *Registry) MarshalJSON() ([]byte, error) {
-	body := wire.Tools{Tools: make([]wire.Tool, 0, len(r.names))}
-	for _, n := range r.names {
-		body.Tools = append(body.Tools, r.tools[n].listing())
+	tools := r.Tools()
+	body := wire.Tools{Tools: make([]wire.Tool, 0, len(tools))}
+	for _, t := range tools {
+		body.Tools = append(body.Tools, t.listing())
 	}
 	return json.Marshal(body)
 }
@@ -185,8 +230,11 @@ func (r *Registry) MarshalJSON() ([]byte, error) {
 // Run runs one attempt of a validated call with the tool's runner: a
 // tool.Runner for every kind of tool.
 func (r *Registry) Run(ctx context.Context, inv tool.Invocation) (tool.Outcome, error) {
-	t, ok := r.tools[inv.Tool]
+	t, ok := r.Lookup(inv.Tool)
 	if !ok {
+		if out, isImport := r.up.missing(inv.Tool); isImport {
+			return out, nil
+		}
 		return tool.Outcome{}, fmt.Errorf("%w %q", tool.ErrUnknownTool, inv.Tool)
 	}
 	if t.Kind != KindBuiltin || t.Timeout <= 0 {

@@ -130,7 +130,7 @@ func TestParseErrors(t *testing.T) {
 		{`tools: [{` + ok + `, principals: [""]}]`, `tools[0] (t): principals: "" is not a principal name`},
 		{`tools: [{name: t, kind: http, url: "ftp://x/y"}]`, `tools[0] (t): url: "ftp://x/y" must start with http:// or https://`},
 		{`tools: [{name: t, kind: http, url: "http://u:pw@x/y"}]`, `tools[0] (t): url: must not contain credentials`},
-		{`tools: [{name: t, kind: grpc}]`, `tools[0] (t): kind: required, one of http, builtin; got "grpc"`},
+		{`tools: [{name: t, kind: grpc}]`, `tools[0] (t): kind: required, one of http, mcp, builtin; got "grpc"`},
 		{`tools: [{kind: http}]`, `tools[0]: name: required`},
 		{`tools: [{name: "a b", kind: http}]`, `tools[0]: name: "a b" must be 1 to 64`},
 		{`tools: [{name: charge, kind: http, url: "http://x/"}]`, `tools[0] (charge): name: "charge" is a built-in tool; declare it with kind: builtin`},

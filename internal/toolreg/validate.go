@@ -24,9 +24,12 @@ import (
 // rules of tool.ValidateChaos, then by their schema, the "_" arguments
 // left out (they are idemctl's, not the tool's).
 func (r *Registry) Validate(name string, args map[string]any, chaos bool) error {
-	t, ok := r.tools[name]
+	t, ok := r.Lookup(name)
 	if !ok {
-		return fmt.Errorf("%w %q (known tools: %s)", tool.ErrUnknownTool, name, strings.Join(r.names, ", "))
+		if r.Unavailable(name) {
+			return fmt.Errorf("%w: %q", ErrUpstreamUnavailable, name)
+		}
+		return fmt.Errorf("%w %q (known tools: %s)", tool.ErrUnknownTool, name, strings.Join(r.Names(), ", "))
 	}
 	if t.Kind == KindBuiltin {
 		return builtin.Validate(name, args, chaos)

@@ -52,9 +52,13 @@ type Tools struct {
 // Tool is a tool as GET /v1/tools lists it (docs/api.md, "Tools"): never
 // an http tool's URL or headers.
 type Tool struct {
-	Name        string          `json:"name"`
-	Kind        string          `json:"kind"`
-	Description string          `json:"description,omitempty"`
+	Name        string `json:"name"`
+	Kind        string `json:"kind"`
+	Description string `json:"description,omitempty"`
+	// Upstream is an mcp tool's entry in the tools file; Annotations
+	// its annotations as the upstream lists them.
+	Upstream    string          `json:"upstream,omitempty"`
+	Annotations json.RawMessage `json:"annotations,omitempty"`
 	Schema      json.RawMessage `json:"schema"`
 	Effect      bool            `json:"effect"`
 	Destructive *bool           `json:"destructive,omitempty"`

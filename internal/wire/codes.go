@@ -24,6 +24,10 @@ const (
 	// CodeToolForbidden: the tools file restricts the tool to other
 	// principals (docs/tools.md, "The tool registry").
 	CodeToolForbidden = "tool_forbidden"
+	// CodeUpstreamUnavailable: the call names a tool of an upstream MCP
+	// server whose tool list is not loaded yet (docs/tools.md, "The mcp
+	// kind"); nothing was stored, retry after Retry-After.
+	CodeUpstreamUnavailable = "upstream_unavailable"
 	// CodeInternal is also a failed call's code (a tool panic, a
 	// completion the database refused for good).
 	CodeInternal = "internal"
@@ -36,10 +40,17 @@ const (
 	CodeDownstreamRejected    = "downstream_rejected"
 	CodeDownstreamUnreachable = "downstream_unreachable"
 	CodeDownstreamTimeout     = "downstream_timeout"
-	CodeToolTimeout           = "tool_timeout"
-	CodeInvalidArgs           = "invalid_args"
-	CodeCanceled              = "canceled"
-	CodeResultTooLarge        = "result_too_large"
+	// The mcp kind's failures (docs/tools.md, "The mcp kind").
+	CodeUpstreamToolError   = "upstream_tool_error"
+	CodeUpstreamError       = "upstream_error"
+	CodeUpstreamUnreachable = "upstream_unreachable"
+	CodeUpstreamTimeout     = "upstream_timeout"
+	// CodeUpstreamToolGone: the upstream no longer offers the tool.
+	CodeUpstreamToolGone = "upstream_tool_gone"
+	CodeToolTimeout      = "tool_timeout"
+	CodeInvalidArgs      = "invalid_args"
+	CodeCanceled         = "canceled"
+	CodeResultTooLarge   = "result_too_large"
 	// CodeOutcomeUnknown: the attempt's request may have been acted on,
 	// but no complete answer was read (docs/lifecycle.md, "Unknown
 	// outcomes"); CallError.Unknown names the case.

@@ -218,6 +218,7 @@ var scenarios = []scenario{
 	leaseExpiry,
 	duplicateRequest,
 	downstreamScenario,
+	mcpUpstreamScenario,
 }
 
 // Names lists the scenarios in the order All runs them.
@@ -355,6 +356,9 @@ func (r *Runner) verdictLine(rep Report) {
 	counts := fmt.Sprintf("calls=%d effects=%d", rep.Calls, rep.Effects)
 	if rep.Scenario == downstreamName || strings.HasPrefix(rep.Scenario, downstreamName+" ") {
 		counts += fmt.Sprintf(" downstream charges=%d", rep.Charges)
+	}
+	if rep.Scenario == mcpUpstreamName || strings.HasPrefix(rep.Scenario, mcpUpstreamName+" ") {
+		counts += fmt.Sprintf(" upstream receipts=%d", rep.Charges)
 	}
 	switch rep.Verdict {
 	case Pass:

@@ -330,3 +330,24 @@ func TestEvidenceFlagsBrokenInvariants(t *testing.T) {
 		t.Errorf("report = %+v", rep)
 	}
 }
+
+// TestMCPUpstreamOneReceiptAndIgnoreKeysContrast: the demo MCP server's
+// answer is lost after the effect; idemctl calls again under the same key
+// and the upstream holds one receipt; the contrast against a server that
+// ignores keys holds two.
+func TestMCPUpstreamOneReceiptAndIgnoreKeysContrast(t *testing.T) {
+	r, out, tmp := setup(t, Options{})
+	rep := run(t, r, "mcp-upstream")
+	assertPass(t, rep, 1, 1, 1)
+	if rep.Charges != 1 {
+		t.Fatalf("upstream receipts = %d, want 1", rep.Charges)
+	}
+	if !strings.Contains(out.String(), "PASS mcp-upstream: calls=1 effects=1 upstream receipts=1,") {
+		t.Fatalf("no verdict line with the ledger count:\n%s", out)
+	}
+	c := rep.Contrast
+	if c == nil || c.Verdict != Demo || c.Calls != 1 || c.Effects != 1 || c.Charges != 2 {
+		t.Fatalf("contrast = %+v, want DEMO with calls=1 effects=1 receipts=2", c)
+	}
+	assertCleanedUp(t, tmp, rep)
+}

@@ -33,7 +33,8 @@ func (r Caller) Tools(ctx context.Context) ([]mcpdoor.ToolInfo, error) {
 	out := make([]mcpdoor.ToolInfo, 0, len(ts))
 	for _, t := range ts {
 		out = append(out, mcpdoor.ToolInfo{Name: t.Name, Description: t.Description, Schema: t.Schema,
-			Effect: t.Effect, Destructive: t.Destructive, Dedup: t.Dedup != nil})
+			Effect: t.Effect, Destructive: t.Destructive, Dedup: t.Dedup != nil,
+			Passthrough: t.Kind == "mcp", Annotations: t.Annotations})
 	}
 	return out, nil
 }
