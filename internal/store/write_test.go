@@ -30,10 +30,13 @@ var (
 		"Release":        store.WriteRelease,
 		"Cancel":         store.WriteCancel,
 		"Purge":          store.WritePurge,
+		// PurgeTombstones: the tombstones' own retention.
+		"PurgeTombstones": store.WritePurgeTombstones,
 	}
 	readMethods = map[string]bool{
 		"Queue": true, "Get": true, "GetAny": true, "GetByKey": true, "ListCalls": true, "ListEffects": true, "EffectOf": true,
 		"Audit": true, "Dupes": true, "Attempts": true, "Rates": true, "Stats": true, "Ping": true, "Close": true,
+		"Tombstone": true,
 	}
 )
 
@@ -156,8 +159,11 @@ func TestFailpointHook(t *testing.T) {
 	if _, err := failpoint.Parse("purge/after-commit=error", store.Failpoints()); err == nil {
 		t.Error("purge has no failpoints, but purge/after-commit was accepted")
 	}
-	if n := len(store.Failpoints()); n != 2*(len(store.Writes)-1) {
-		t.Errorf("%d failpoints, want two for each write but purge", n)
+	if _, err := failpoint.Parse("purge-tombstones/after-commit=error", store.Failpoints()); err == nil {
+		t.Error("purge-tombstones has no failpoints, but purge-tombstones/after-commit was accepted")
+	}
+	if n := len(store.Failpoints()); n != 2*(len(store.Writes)-2) {
+		t.Errorf("%d failpoints, want two for each write but the two purges", n)
 	}
 }
 
@@ -183,7 +189,8 @@ func (changing) ExtendLease(context.Context, store.Lease, time.Duration) error {
 func (changing) Cancel(context.Context, string, json.RawMessage) (store.Call, store.CancelOutcome, error) {
 	return store.Call{}, store.Canceled, nil
 }
-func (changing) Purge(context.Context, time.Duration, int) (int, error) { return 1, nil }
+func (changing) Purge(context.Context, time.Duration, int, bool) (int, error)     { return 1, nil }
+func (changing) PurgeTombstones(context.Context, time.Duration, int) (int, error) { return 1, nil }
 
 // unchanging is a store whose writes change nothing (or are fenced).
 type unchanging struct{ changing }
@@ -221,3 +228,6 @@ func (reads) Rates(context.Context, int) (store.Rates, error)                   
 func (reads) Stats(context.Context) (store.Stats, error)                        { return store.Stats{}, nil }
 func (reads) Ping(context.Context) error                                        { return nil }
 func (reads) Close() error                                                      { return nil }
+func (reads) Tombstone(context.Context, string, string) (store.Tombstone, error) {
+	return store.Tombstone{}, nil
+}
