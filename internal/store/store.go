@@ -88,6 +88,9 @@ const (
 	EventCanceled = "canceled"
 	// EventCancelRequested: a running call was asked to stop.
 	EventCancelRequested = "cancel_requested"
+	// EventRedriven: a failed call was sent back to pending by a redrive
+	// (Store.Redrive); the detail is DetailRedriven.
+	EventRedriven = "redriven"
 	// EventDeduplicated: a request with a new key was answered with this
 	// call by intent deduplication (NewCall.DedupWindow); the detail is
 	// the new key, now an alias of the call.
@@ -531,6 +534,18 @@ type Store interface {
 	// Fail marks the call failed with c.Error (an empty error is stored as
 	// {}), fenced like Succeed, with the same errors.
 	Fail(ctx context.Context, c Completion) (Call, error)
+
+	// Redrive returns one failed call to pending (docs/operations.md,
+	// "Redrive") through the same reset as a same-key retry (RetryReset):
+	// error and result cleared, attempt and fingerprint kept, not-before
+	// cleared; audited redriven with DetailRedriven(by, the failure). It
+	// resets the call only if it is still failed with exactly prevErr, the
+	// error the caller selected it for (Redrivable decides, above the
+	// store), so a call reset or changed meanwhile is left alone: then
+	// ok is false and nothing is written.
+	//
+	// Errors: ErrNotFound if there is no such call.
+	Redrive(ctx context.Context, callID, by string, prevErr json.RawMessage) (c Call, ok bool, err error)
 
 	// ScheduleRetry is a server-side retry (docs/lifecycle.md, "Server-side
 	// retries"): fenced like Fail, in one transaction, it returns the call

@@ -30,6 +30,7 @@ const (
 	WriteCancel                       // Cancel: a pending call failed, or a running one asked to stop
 	WritePurge                        // Purge: the retention's delete
 	WritePurgeTombstones              // PurgeTombstones: the tombstones' retention
+	WriteRedrive                      // Redrive: a failed call sent back to pending
 
 	// NumWrites is how many writes there are (for arrays indexed by Write).
 	NumWrites
@@ -44,7 +45,7 @@ var Writes = func() []Write {
 	return out
 }()
 
-var writeNames = [NumWrites]string{"create", "claim", "lease", "succeed", "fail", "retry", "recover", "release", "cancel", "purge", "purge-tombstones"}
+var writeNames = [NumWrites]string{"create", "claim", "lease", "succeed", "fail", "retry", "recover", "release", "cancel", "purge", "purge-tombstones", "redrive"}
 
 // String is the write's name, as its failpoints, errors and logs spell it.
 func (w Write) String() string {
@@ -58,8 +59,13 @@ func (w Write) String() string {
 // deletes final calls only, whose loss or survival no invariant of the
 // lifecycle depends on, so the crash-point matrix has nothing to check
 // there. Nor has PurgeTombstones, for the same reason (its tombstones
-// are past their retention).
-func (w Write) hasFailpoints() bool { return w != WritePurge && w != WritePurgeTombstones }
+// are past their retention). Nor has Redrive: an operator's one reset of
+// a final call, which a crash on either side of the commit leaves failed
+// or pending, both states the lifecycle already recovers from; the
+// matrix's load never reaches it.
+func (w Write) hasFailpoints() bool {
+	return w != WritePurge && w != WritePurgeTombstones && w != WriteRedrive
+}
 
 // BeforeCommit is the name of w's before-commit failpoint: inside the
 // write's transaction, after its statements ran and before COMMIT; it is
@@ -210,6 +216,14 @@ func (o *observed) Cancel(ctx context.Context, callID string, errJSON json.RawMe
 		return Call{}, 0, err
 	}
 	return c, out, nil
+}
+
+func (o *observed) Redrive(ctx context.Context, callID, by string, prevErr json.RawMessage) (Call, bool, error) {
+	c, ok, err := o.Store.Redrive(ctx, callID, by, prevErr)
+	if err := o.end(WriteRedrive, ok, err); err != nil {
+		return Call{}, false, err
+	}
+	return c, ok, nil
 }
 
 func (o *observed) Purge(ctx context.Context, olderThan time.Duration, limit int, tombstones bool) (int, error) {

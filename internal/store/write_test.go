@@ -32,6 +32,7 @@ var (
 		"Purge":          store.WritePurge,
 		// PurgeTombstones: the tombstones' own retention.
 		"PurgeTombstones": store.WritePurgeTombstones,
+		"Redrive":         store.WriteRedrive,
 	}
 	readMethods = map[string]bool{
 		"Queue": true, "Get": true, "GetAny": true, "GetByKey": true, "ListCalls": true, "ListEffects": true, "EffectOf": true,
@@ -162,8 +163,11 @@ func TestFailpointHook(t *testing.T) {
 	if _, err := failpoint.Parse("purge-tombstones/after-commit=error", store.Failpoints()); err == nil {
 		t.Error("purge-tombstones has no failpoints, but purge-tombstones/after-commit was accepted")
 	}
-	if n := len(store.Failpoints()); n != 2*(len(store.Writes)-2) {
-		t.Errorf("%d failpoints, want two for each write but the two purges", n)
+	if _, err := failpoint.Parse("redrive/after-commit=error", store.Failpoints()); err == nil {
+		t.Error("redrive has no failpoints, but redrive/after-commit was accepted")
+	}
+	if n := len(store.Failpoints()); n != 2*(len(store.Writes)-3) {
+		t.Errorf("%d failpoints, want two for each write but the two purges and redrive", n)
 	}
 }
 
@@ -189,7 +193,10 @@ func (changing) ExtendLease(context.Context, store.Lease, time.Duration) error {
 func (changing) Cancel(context.Context, string, json.RawMessage) (store.Call, store.CancelOutcome, error) {
 	return store.Call{}, store.Canceled, nil
 }
-func (changing) Purge(context.Context, time.Duration, int, bool) (int, error)     { return 1, nil }
+func (changing) Purge(context.Context, time.Duration, int, bool) (int, error) { return 1, nil }
+func (changing) Redrive(context.Context, string, string, json.RawMessage) (store.Call, bool, error) {
+	return store.Call{}, true, nil
+}
 func (changing) PurgeTombstones(context.Context, time.Duration, int) (int, error) { return 1, nil }
 
 // unchanging is a store whose writes change nothing (or are fenced).

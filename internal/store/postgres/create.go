@@ -67,6 +67,16 @@ WITH clock AS MATERIALIZED (
 )
 SELECT ` + callColumns + ` FROM created`
 
+// retryResetSQL returns the failed call $1 to pending: a same-key retry's
+// reset, and Redrive's.
+var retryResetSQL = `
+UPDATE calls
+SET status = 'pending', result_json = NULL, error_json = NULL,
+    lease_until = NULL, owner = NULL, cancel_requested = false, not_before = NULL, updated_at = clock.now
+FROM (SELECT ` + dbNow + ` AS now) AS clock
+WHERE call_id = $1 AND status = 'failed'
+RETURNING ` + callColumnsOf("calls")
+
 // lockKeySQL is the per-key advisory lock of aliasOrDedup.
 const lockKeySQL = `SELECT pg_advisory_xact_lock(hashtextextended($1 || chr(1) || $2, 0))`
 
@@ -220,13 +230,7 @@ RETURNING `+callColumns,
 		// A retryable failure asked for again with the same key: run it
 		// again. Attempt is kept, so the attempt count goes on.
 		prevErr := call.ErrorJSON
-		call, err = scanCall(tx.QueryRow(ctx, `
-UPDATE calls
-SET status = 'pending', result_json = NULL, error_json = NULL,
-    lease_until = NULL, owner = NULL, cancel_requested = false, not_before = NULL, updated_at = clock.now
-FROM (SELECT `+dbNow+` AS now) AS clock
-WHERE call_id = $1 AND status = 'failed'
-RETURNING `+callColumnsOf("calls"), call.CallID))
+		call, err = scanCall(tx.QueryRow(ctx, retryResetSQL, call.CallID))
 		if err != nil {
 			return err
 		}
