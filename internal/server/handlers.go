@@ -49,6 +49,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("/v1/tool-calls/{call_id}/{action...}", s.handleCallAction)
 	// {key...}: a key may contain '/' (any visible ASCII).
 	route(http.MethodGet, "/v1/tool-calls/by-key/{key...}", varyPrefer(s.handleGetByKey))
+	route(http.MethodPost, wire.PathRedrive, s.handleRedrive)
 	route(http.MethodGet, "/v1", s.handleService)
 	route(http.MethodGet, wire.PathTools, s.handleTools)
 	route(http.MethodGet, wire.PathOpenAPI, s.handleOpenAPI)
