@@ -155,6 +155,7 @@ func Run(t *testing.T, f Factory) {
 	// tombstones.go
 	t.Run("Tombstones", func(t *testing.T) { testTombstones(t, su) })
 	t.Run("PurgeTombstones", func(t *testing.T) { testPurgeTombstones(t, su) })
+	t.Run("TombstoneRacesCreate", func(t *testing.T) { testTombstoneRacesCreate(t, su) })
 	// filters.go
 	t.Run("ListFilters", func(t *testing.T) { testListFilters(t, su) })
 	t.Run("Rates", func(t *testing.T) { testRates(t, su) })

@@ -188,3 +188,73 @@ func testPurgeTombstones(t *testing.T, su suite) {
 		t.Fatalf("PurgeTombstones(age 0) = %d, %v; want c", n, err)
 	}
 }
+
+// testTombstoneRacesCreate: a create of a key while the purge of its call
+// commits sees the call (Existing) or its tombstone (ErrKeyExpired),
+// never neither: it never records a new call under the key. (On
+// PostgreSQL an INSERT that found the row being deleted would otherwise
+// wait for the delete and then insert, its snapshot too old to see the
+// tombstone.)
+func testTombstoneRacesCreate(t *testing.T, su suite) {
+	db, s := su.fresh(t)
+	ctx := t.Context()
+	const n = 300
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("race-%d", i)
+		create(t, s, keys[i])
+	}
+	claimed, err := s.ClaimNext(ctx, "w", longLease, n)
+	if err != nil || len(claimed) != n {
+		t.Fatalf("claimed %d, %v; want %d", len(claimed), err, n)
+	}
+	for _, c := range claimed {
+		if _, err := s.Succeed(ctx, completion(c)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	su.f.Exec(t, db, `UPDATE calls SET updated_at = updated_at - 7200`)
+
+	stop := make(chan struct{})
+	errs := make(chan error, 8)
+	for w := range 4 {
+		go func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					errs <- nil
+					return
+				default:
+				}
+				key := keys[(i*7+w*13)%n]
+				c, out, err := s.CreateOrGet(ctx, tombstoned(t, "", key, "fp-"+key))
+				switch {
+				case errors.Is(err, store.ErrKeyExpired), err == nil && out == store.Existing:
+				case err != nil:
+					errs <- fmt.Errorf("CreateOrGet(%s): %w", key, err)
+					return
+				default:
+					errs <- fmt.Errorf("CreateOrGet(%s) during the purge = %v (call %s); want existing or expired", key, out, c.CallID)
+					return
+				}
+			}
+		}()
+	}
+	purged := 0
+	for purged < n {
+		k, err := s.Purge(ctx, time.Hour, 50, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		purged += k
+	}
+	close(stop)
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := stats(t, s); st.Calls != 0 {
+		t.Fatalf("%d calls after the purge, want 0", st.Calls)
+	}
+}
