@@ -21,6 +21,8 @@ type inspectOptions struct {
 	Status string
 	// CallID is audit's optional argument.
 	CallID string
+	// Key and Principal name tombstone's tombstone.
+	Key, Principal string
 
 	format inspect.Format
 }
@@ -77,6 +79,9 @@ func runInspect(ctx context.Context, name string, opts *inspectOptions, streams 
 		if opts.CallID != "" {
 			what += " " + opts.CallID
 		}
+		if opts.Key != "" {
+			what += " " + opts.Key
+		}
 		err = fmt.Errorf("%s (--db %s): %w", what, backend.Redact(opts.DB), err)
 		if errors.Is(err, store.ErrNotFound) {
 			return &ExitError{Code: exitcode.Failed, Err: err}
@@ -99,6 +104,7 @@ func newInspectCmd(streams *IOStreams) *cobra.Command {
   audit [CALL_ID]    a call's timeline, or the newest audit rows of all calls
   attempts           the attempt distribution, with a hint when it has a tail
   stats              calls, effects and calls by status
+  tombstone KEY      what retention kept of a purged call's key (--principal)
 
 Tables by default; --output json for scripts. When --limit cuts a listing,
 a line on stderr says so ("showing 50 of 66 calls"); stdout stays the rows
@@ -175,6 +181,24 @@ See docs/cli.md, "inspect".`,
 			return err
 		})
 
-	cmd.AddCommand(calls, effects, dupes, audit, attempts, stats)
+	tombstone := &cobra.Command{
+		Use:   "tombstone KEY",
+		Short: "What retention kept of a purged call's key: the call, its tool, when it went; exit 1 if none",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			opts.Key = args[0]
+			if err := opts.Validate(); err != nil {
+				return err
+			}
+			return runtimeError(runInspect(c.Context(), c.Name(), opts, streams,
+				func(ctx context.Context, st store.Store, o *inspectOptions, s *IOStreams) error {
+					_, err := inspect.Tombstone(ctx, st, inspect.TombstoneOptions{Output: o.format, Principal: o.Principal, Key: o.Key}, s.Out)
+					return err
+				}))
+		},
+	}
+	tombstone.Flags().StringVar(&opts.Principal, "principal", store.DefaultPrincipal, "the key's principal (empty: a server without auth)")
+
+	cmd.AddCommand(calls, effects, dupes, audit, attempts, stats, tombstone)
 	return cmd
 }

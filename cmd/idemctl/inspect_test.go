@@ -185,3 +185,48 @@ func TestInspectDupesExitsOne(t *testing.T) {
 		t.Errorf("dupes JSON: exit %d %s", code, out)
 	}
 }
+
+// TestInspectTombstone: after a purge with tombstones, inspect tombstone
+// KEY prints the purged call the key named (table and JSON); a key
+// without one exits 1 naming it.
+func TestInspectTombstone(t *testing.T) {
+	path, paidID := inspectDB(t)
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`UPDATE calls SET updated_at = updated_at - 7200 WHERE call_id = ?`, paidID); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	st, err := sqlite.Open(t.Context(), path, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := st.Purge(t.Context(), time.Hour, 10, true); err != nil || n != 1 {
+		t.Fatalf("Purge = %d, %v", n, err)
+	}
+	st.Close()
+
+	out, errOut, code := cliRun(t, "inspect", "tombstone", "k-"+paidID, "--db", path, "-o", "json")
+	if code != exitcode.OK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var got struct {
+		CallID   string  `json:"call_id"`
+		Key      string  `json:"idem_key"`
+		Tool     string  `json:"tool"`
+		PurgedAt float64 `json:"purged_at"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil || got.CallID != paidID || got.Key != "k-"+paidID || got.Tool != "charge" || got.PurgedAt == 0 {
+		t.Fatalf("inspect tombstone -o json = %+v, %v: %s", got, err, out)
+	}
+	out, _, code = cliRun(t, "inspect", "tombstone", "k-"+paidID, "--db", path)
+	if code != exitcode.OK || !strings.Contains(out, paidID) || !strings.Contains(out, "purged_at") {
+		t.Fatalf("inspect tombstone table: exit %d\n%s", code, out)
+	}
+	_, errOut, code = cliRun(t, "inspect", "tombstone", "k-never", "--db", path)
+	if code != exitcode.Failed || !strings.Contains(errOut, `no tombstone of key "k-never"`) {
+		t.Fatalf("unknown key: exit %d, %s; want 1 naming the key", code, errOut)
+	}
+}

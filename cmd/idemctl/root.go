@@ -86,6 +86,7 @@ see docs/cli.md, "Exit codes".`,
 		newTokenCmd(streams),
 		newCallsCmd(streams),
 		newCancelCmd(streams),
+		newRedriveCmd(streams),
 		newMCPCmd(streams),
 	)
 	return root

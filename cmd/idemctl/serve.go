@@ -56,10 +56,11 @@ type serveOptions struct {
 	MaxMCPSessions             int
 	MaxMCPSessionsPerPrincipal int
 	// AuthTokens is the token file (--auth-tokens); "" means no auth.
-	AuthTokens     string
-	InsecureNoAuth bool
-	Retention      time.Duration
-	MaxResultBytes int
+	AuthTokens         string
+	InsecureNoAuth     bool
+	Retention          time.Duration
+	TombstoneRetention time.Duration
+	MaxResultBytes     int
 	// MCPWait is how long an MCP tools/call at /mcp waits (--mcp-wait).
 	MCPWait time.Duration
 	// MCPRefresh is how often the mcp upstreams' tool lists are read
@@ -166,15 +167,16 @@ func (o *serveOptions) serverConfig() server.Config {
 			InstanceHost:   o.InstanceHost,
 			MaxResultBytes: o.MaxResultBytes,
 		},
-		Addr:           o.Addr,
-		MaxPending:     maxPending(o.MaxPending),
-		Tools:          o.tools,
-		InsecureNoAuth: o.InsecureNoAuth,
-		Retention:      o.Retention,
-		MCPWait:        o.MCPWait,
-		NoUI:           !o.uiEnabled(),
-		AllowedHosts:   o.AllowedHosts,
-		TrustedProxies: o.TrustedProxies,
+		Addr:               o.Addr,
+		MaxPending:         maxPending(o.MaxPending),
+		Tools:              o.tools,
+		InsecureNoAuth:     o.InsecureNoAuth,
+		Retention:          o.Retention,
+		TombstoneRetention: o.TombstoneRetention,
+		MCPWait:            o.MCPWait,
+		NoUI:               !o.uiEnabled(),
+		AllowedHosts:       o.AllowedHosts,
+		TrustedProxies:     o.TrustedProxies,
 
 		MaxConcurrentBodies:  o.MaxBodies,
 		MaxHeldWaits:         o.MaxHeldWaits,
@@ -250,7 +252,8 @@ Passwords in --db are never printed. See docs/cli.md, "serve".`,
 	f.IntVar(&opts.MaxMCPSessionsPerPrincipal, "max-mcp-sessions-per-principal", server.DefaultMaxMCPSessionsPerPrincipal, "live MCP sessions of one principal; beyond, opening one gets 503 overloaded; 0 = no cap")
 	f.StringVar(&opts.AuthTokens, "auth-tokens", "", "token file: one PRINCIPAL:SHA256HEX per line (idemctl token new prints them); requests then need Authorization: Bearer TOKEN and see only their principal's calls; re-read on SIGHUP")
 	f.BoolVar(&opts.InsecureNoAuth, "insecure-no-auth", false, "allow a non-loopback --addr without --auth-tokens (anyone who reaches the port can read and replay every call)")
-	f.DurationVar(&opts.Retention, "retention", server.DefaultRetention, "how long a final call is kept after its last update; then it is purged (its effect row stays) and its key is new again; 0 keeps calls forever")
+	f.DurationVar(&opts.Retention, "retention", server.DefaultRetention, "how long a final call is kept after its last update; then it is purged (its effect row stays) and its key answers 410 for --tombstone-retention; 0 keeps calls forever")
+	f.DurationVar(&opts.TombstoneRetention, "tombstone-retention", server.DefaultTombstoneRetention, "how long a purged call's key answers 410 idempotency_key_expired (from a small tombstone) before it is new again; 0 keeps no tombstones: a purged key is new at once")
 	f.IntVar(&opts.MaxResultBytes, "max-result-bytes", executor.DefaultMaxResultBytes, "largest tool result stored; a larger one fails the call with result_too_large (not retryable, no effect)")
 	f.StringVar(&opts.Tools, "tools", "", "tools file (YAML or JSON): http tools and the built-ins' policy; ${VAR} in header values comes from the environment (docs/tools.md, \"The tool registry\")")
 	f.DurationVar(&opts.MCPRefresh, "mcp-refresh", defaultMCPRefresh, "how often the tool lists of the tools file's mcp upstreams are read again (also on SIGHUP)")

@@ -338,9 +338,9 @@ type countingPurge struct {
 	longest time.Duration
 }
 
-func (c *countingPurge) Purge(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
+func (c *countingPurge) Purge(ctx context.Context, olderThan time.Duration, limit int, tombstones bool) (int, error) {
 	start := time.Now()
-	n, err := c.Store.Purge(ctx, olderThan, limit)
+	n, err := c.Store.Purge(ctx, olderThan, limit, tombstones)
 	c.longest = max(c.longest, time.Since(start))
 	c.batches = append(c.batches, n)
 	return n, err

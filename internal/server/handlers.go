@@ -51,6 +51,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("/v1/tool-calls/{call_id}/{action...}", s.handleCallAction)
 	// {key...}: a key may contain '/' (any visible ASCII).
 	route(http.MethodGet, "/v1/tool-calls/by-key/{key...}", varyPrefer(s.handleGetByKey))
+	route(http.MethodPost, wire.PathRedrive, s.handleRedrive)
 	route(http.MethodGet, "/v1", s.handleService)
 	route(http.MethodGet, wire.PathTools, s.handleTools)
 	route(http.MethodGet, wire.PathOpenAPI, s.handleOpenAPI)
@@ -226,6 +227,12 @@ func (s *Server) submit(ctx context.Context, principal, key string, req createRe
 		s.log.Info("idempotency conflict: same key, different fingerprint",
 			logkey.Key, key, logkey.Tool, req.Tool, logkey.CallID, aerr.callID, logkey.Principal, principal)
 		return store.Call{}, 0, aerr
+	case errors.Is(err, store.ErrKeyExpired):
+		s.m.calls.WithLabelValues(callsExpired).Inc()
+		aerr := keyExpired(err)
+		s.log.Info("idempotency key expired: its call was purged",
+			logkey.Key, key, logkey.Tool, req.Tool, logkey.CallID, aerr.callID, logkey.Principal, principal)
+		return store.Call{}, 0, aerr
 	case err != nil:
 		return store.Call{}, 0, s.submitStoreError(ctx, err, key)
 	}
@@ -251,6 +258,20 @@ func (s *Server) submit(ctx context.Context, principal, key string, req createRe
 	return call, outcome, nil
 }
 
+// keyExpired is the 410 of a key whose call retention purged (err wraps
+// a *store.ExpiredError): the purged call's id and the purge time.
+func keyExpired(err error) *apiError {
+	aerr := &apiError{status: http.StatusGone, code: wire.CodeIdempotencyKeyExpired,
+		message: "idempotency key expired: its call was purged by retention and is not run again; use a new key for a new call"}
+	var ee *store.ExpiredError
+	if errors.As(err, &ee) {
+		aerr.callID = ee.Tombstone.CallID
+		at := ee.Tombstone.PurgedAt
+		aerr.purgedAt = &at
+	}
+	return aerr
+}
+
 // createOrGet is the store's CreateOrGet with a fresh call id, tried once
 // more with another id if the first one was already taken by another call
 // (newCallID: rare, and the store wrote nothing for the refused insert).
@@ -260,8 +281,10 @@ func (s *Server) createOrGet(ctx context.Context, principal, key string, req cre
 		if err != nil {
 			return store.Call{}, 0, err
 		}
-		call, outcome, err := s.st.CreateOrGet(ctx, req.newCall(callID, principal, key))
-		if err == nil || errors.Is(err, store.ErrConflict) || try > 0 || !s.idTaken(ctx, callID, principal, key) {
+		n := req.newCall(callID, principal, key)
+		n.TombstoneRetention = s.cfg.TombstoneRetention
+		call, outcome, err := s.st.CreateOrGet(ctx, n)
+		if err == nil || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrKeyExpired) || try > 0 || !s.idTaken(ctx, callID, principal, key) {
 			return call, outcome, err
 		}
 		s.log.Warn("call id already taken, retrying with a fresh one", logkey.CallID, callID, logkey.Key, key)
@@ -389,7 +412,7 @@ func (s *Server) handleGetByKey(w http.ResponseWriter, r *http.Request) {
 	}
 	call, err := s.st.GetByKey(r.Context(), principalOf(r.Context()), key)
 	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, s.log, http.StatusNotFound, wire.CodeNotFound, "no call with idempotency key "+strconv.Quote(key))
+		s.keyNotFound(w, r, key)
 		return
 	}
 	if err != nil {
@@ -397,6 +420,26 @@ func (s *Server) handleGetByKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.respondCall(w, r, call, false, false)
+}
+
+// keyNotFound answers GET by key for a key no call holds: 410 with the
+// key's tombstone while a POST with it would get 410 too, else 404.
+func (s *Server) keyNotFound(w http.ResponseWriter, r *http.Request, key string) {
+	if s.cfg.TombstoneRetention > 0 {
+		t, err := s.st.Tombstone(r.Context(), principalOf(r.Context()), key)
+		switch {
+		// This host's clock stands in for the database's (the create
+		// path compares by the latter): they differ by the clock skew
+		// at most, against a retention of days.
+		case err == nil && t.PurgedAt >= float64(time.Now().Unix())-s.cfg.TombstoneRetention.Seconds():
+			writeAPIError(w, s.log, keyExpired(&store.ExpiredError{Tombstone: t}))
+			return
+		case err != nil && !errors.Is(err, store.ErrNotFound):
+			s.storeError(w, r, err, logkey.Key, key)
+			return
+		}
+	}
+	writeError(w, s.log, http.StatusNotFound, wire.CodeNotFound, "no call with idempotency key "+strconv.Quote(key))
 }
 
 // respondCall answers with a call, first holding the response under

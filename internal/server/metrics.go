@@ -20,6 +20,9 @@ const (
 	// callsDeduplicated: a new key answered with an existing call by
 	// intent deduplication.
 	callsDeduplicated = "deduplicated"
+	// callsExpired: a key whose call retention purged, answered 410
+	// from its tombstone.
+	callsExpired = "expired"
 )
 
 // Label values of idemctl_limit_refusals_total{limit}.
@@ -56,9 +59,10 @@ type metrics struct {
 	waitsHeld      prometheus.Gauge
 	limitRefusals  *prometheus.CounterVec // limit
 
-	authFailures *prometheus.CounterVec // reason
-	purged       prometheus.Counter
-	purgeSeconds prometheus.Histogram
+	authFailures     *prometheus.CounterVec // reason
+	purged           prometheus.Counter
+	tombstonesPurged prometheus.Counter
+	purgeSeconds     prometheus.Histogram
 }
 
 // newMetrics builds the collectors. The queue is read from st at scrape
@@ -80,7 +84,7 @@ func newMetrics(st store.Store, maxPending int64, exec prometheus.Collector, ext
 		}, []string{"route"}),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idemctl_calls_total",
-			Help: "POST /v1/tool-calls results: created, replayed (same key, same fingerprint), retry_reset, conflict (same key, other fingerprint).",
+			Help: "POST /v1/tool-calls results: created, replayed (same key, same fingerprint), retry_reset, conflict (same key, other fingerprint), deduplicated, expired (a purged key's tombstone: 410).",
 		}, []string{"outcome"}),
 		bodiesInFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "idemctl_http_bodies_in_flight",
@@ -102,6 +106,10 @@ func newMetrics(st store.Store, maxPending int64, exec prometheus.Collector, ext
 			Name: "idemctl_purged_calls_total",
 			Help: "Final calls deleted by the retention purge (their effects are kept).",
 		}),
+		tombstonesPurged: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "idemctl_purged_tombstones_total",
+			Help: "Tombstones of purged keys deleted after --tombstone-retention (their keys are new again).",
+		}),
 		purgeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "idemctl_purge_batch_duration_seconds",
 			Help:    "Duration of one retention purge batch: the longest a purge holds the write lock (SQLite) or its rows (PostgreSQL).",
@@ -116,7 +124,7 @@ func newMetrics(st store.Store, maxPending int64, exec prometheus.Collector, ext
 	own := []prometheus.Collector{
 		m.requests, m.requestSeconds, m.calls, exec,
 		m.bodiesInFlight, m.waitsHeld, m.limitRefusals, newQueueCollector(st), maxPendingGauge,
-		m.authFailures, m.purged, m.purgeSeconds,
+		m.authFailures, m.purged, m.tombstonesPurged, m.purgeSeconds,
 	}
 	for _, c := range own {
 		if err := m.reg.Register(c); err != nil {
@@ -138,7 +146,7 @@ func newMetrics(st store.Store, maxPending int64, exec prometheus.Collector, ext
 	}
 	// Pre-create the label values a dashboard expects, so they read 0
 	// instead of being absent before the first event.
-	for _, o := range []string{callsCreated, callsReplayed, callsRetryReset, callsConflict, callsDeduplicated} {
+	for _, o := range []string{callsCreated, callsReplayed, callsRetryReset, callsConflict, callsDeduplicated, callsExpired} {
 		m.calls.WithLabelValues(o)
 	}
 	for _, r := range []string{authMissing, authUnknown, authThrottled} {

@@ -35,6 +35,8 @@ type apiError struct {
 	message string
 	// callID names the call a conflicting key belongs to ("" otherwise).
 	callID string
+	// purgedAt, on idempotency_key_expired, is when the call was purged.
+	purgedAt *float64
 }
 
 func (e *apiError) Error() string { return e.code + ": " + e.message }

@@ -57,5 +57,5 @@ func writeAPIError(w http.ResponseWriter, log *slog.Logger, e *apiError) {
 	if e.status == http.StatusServiceUnavailable {
 		w.Header().Set(wire.HeaderRetryAfter, "1") // every 503 stored nothing: retry with the same key
 	}
-	writeJSON(w, log, e.status, wire.Error{Error: wire.ErrorDetail{Code: e.code, Message: e.message, CallID: e.callID}})
+	writeJSON(w, log, e.status, wire.Error{Error: wire.ErrorDetail{Code: e.code, Message: e.message, CallID: e.callID, PurgedAt: e.purgedAt}})
 }

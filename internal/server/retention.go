@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/idemctl/idemctl/internal/logkey"
 )
 
@@ -36,9 +38,25 @@ func (s *Server) purgeLoop(ctx context.Context) {
 
 // purgeOnce runs purge batches until one comes back short (nothing older
 // is left), the server stops or a batch fails (logged; the next tick tries
-// again). Each batch is one short transaction, so writers wait for one
-// batch at most, never for the whole purge.
+// again), then does the same for the tombstones past their retention
+// (all of them when tombstones are off, so a key is new again everywhere
+// once they are turned off). Each batch is one short transaction, so
+// writers wait for one batch at most, never for the whole purge.
 func (s *Server) purgeOnce(ctx context.Context) int {
+	tombstones := s.cfg.TombstoneRetention > 0
+	total := s.purgeBatches(ctx, "retention purge", func() (int, error) {
+		return s.st.Purge(ctx, s.cfg.Retention, PurgeBatch, tombstones)
+	}, s.m.purged)
+	s.purgeBatches(ctx, "tombstone purge", func() (int, error) {
+		return s.st.PurgeTombstones(ctx, s.cfg.TombstoneRetention, PurgeBatch)
+	}, s.m.tombstonesPurged)
+	return total
+}
+
+// purgeBatches runs batch until it deletes fewer than PurgeBatch rows,
+// ctx ends, the server stops or it fails, counting into deleted; it
+// returns how many rows went.
+func (s *Server) purgeBatches(ctx context.Context, what string, batch func() (int, error), deleted prometheus.Counter) int {
 	total := 0
 	for {
 		select {
@@ -49,19 +67,20 @@ func (s *Server) purgeOnce(ctx context.Context) int {
 		default:
 		}
 		start := time.Now()
-		n, err := s.st.Purge(ctx, s.cfg.Retention, PurgeBatch)
+		n, err := batch()
 		s.m.purgeSeconds.Observe(time.Since(start).Seconds())
 		if err != nil {
 			if ctx.Err() == nil {
-				s.log.Warn("retention purge failed; retrying at the next tick", logkey.Err, err)
+				s.log.Warn(what+" failed; retrying at the next tick", logkey.Err, err)
 			}
 			return total
 		}
 		total += n
-		s.m.purged.Add(float64(n))
+		deleted.Add(float64(n))
 		if n < PurgeBatch {
 			if total > 0 {
-				s.log.Info("retention purge", "purged", total, logkey.DurationAttr("retention", s.cfg.Retention))
+				s.log.Info(what, "purged", total, logkey.DurationAttr("retention", s.cfg.Retention),
+					logkey.DurationAttr("tombstone_retention", s.cfg.TombstoneRetention))
 			}
 			return total
 		}

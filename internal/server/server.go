@@ -80,6 +80,12 @@ const (
 	// call is kept after its last update (docs/operations.md, "Retention").
 	// Config's zero Retention keeps calls forever.
 	DefaultRetention = 24 * time.Hour
+	// DefaultTombstoneRetention is idemctl serve's --tombstone-retention:
+	// how long a purged call's key answers 410 Gone before it is new
+	// again (docs/operations.md, "Retention"). Thirty days: far longer
+	// than any client's retry loop, and a tombstone is a few hundred
+	// bytes. Config's zero keeps no tombstones.
+	DefaultTombstoneRetention = 30 * 24 * time.Hour
 	// PurgeBatch is how many calls one purge transaction deletes at most:
 	// small, so the write lock is held for milliseconds at a time.
 	PurgeBatch = 500
@@ -169,6 +175,11 @@ type Config struct {
 	// before the background purge deletes it with its audit rows (its
 	// effect row stays). Zero keeps calls forever.
 	Retention time.Duration
+	// TombstoneRetention is how long the retention purge keeps a
+	// tombstone of each purged call's keys; while it is kept, a request
+	// with the key answers 410 idempotency_key_expired and runs nothing.
+	// Zero keeps none: a purged key is new again.
+	TombstoneRetention time.Duration
 	// MCPWait is how long an MCP tools/call waits for its call to be
 	// final before answering "still running" (docs/mcp.md, "The wait");
 	// zero means mcpdoor.DefaultWait. Capped by MaxWait.
@@ -355,6 +366,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Retention < 0 {
 		errs = append(errs, fmt.Errorf("--retention must not be negative (0 keeps calls forever), got %s", c.Retention))
+	}
+	if c.TombstoneRetention < 0 {
+		errs = append(errs, fmt.Errorf("--tombstone-retention must not be negative (0 keeps no tombstones), got %s", c.TombstoneRetention))
 	}
 	if c.MaxConcurrentBodies < 1 {
 		errs = append(errs, fmt.Errorf("--max-concurrent-bodies must be at least 1, got %d", c.MaxConcurrentBodies))

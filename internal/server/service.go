@@ -15,7 +15,11 @@ type ServiceView struct {
 	// RetentionSeconds is how long a final call is kept after its last
 	// update; 0 means forever. After it, the key is unknown again.
 	RetentionSeconds int64 `json:"retention_seconds"`
-	Limits           struct {
+	// TombstoneRetentionSeconds is how long a purged call's key answers
+	// 410 idempotency_key_expired before it is new again; 0 means never
+	// (no tombstones: a purged key is new at once).
+	TombstoneRetentionSeconds int64 `json:"tombstone_retention_seconds"`
+	Limits                    struct {
 		MaxBodyBytes        int   `json:"max_body_bytes"`
 		MaxKeyLength        int   `json:"max_key_length"`
 		MaxClientIDLength   int   `json:"max_client_id_length"`
@@ -33,7 +37,8 @@ type ServiceView struct {
 // a token when auth is on, like every path but the probes.
 func (s *Server) handleService(w http.ResponseWriter, _ *http.Request) {
 	v := ServiceView{Version: s.serviceVersion(), Auth: s.cfg.Auth != nil,
-		RetentionSeconds: int64(s.cfg.Retention / time.Second)}
+		RetentionSeconds:          int64(s.cfg.Retention / time.Second),
+		TombstoneRetentionSeconds: int64(s.cfg.TombstoneRetention / time.Second)}
 	v.Limits.MaxBodyBytes = MaxBodyBytes
 	v.Limits.MaxKeyLength = MaxKeyLength
 	v.Limits.MaxClientIDLength = MaxClientIDLength

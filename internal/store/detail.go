@@ -185,6 +185,41 @@ func Retryable(errJSON json.RawMessage) bool {
 	return json.Unmarshal(errJSON, &e) == nil && e.Retryable != nil && *e.Retryable
 }
 
+// codeOutcomeUnknown is the error code of a call whose outcome is unknown
+// (issue 22): it is held to be resolved, never run again blindly, so
+// Redrivable refuses it even with force.
+const codeOutcomeUnknown = "outcome_unknown"
+
+// Redrivable reports whether a failed call whose stored error is errJSON
+// may be redriven (docs/operations.md, "Redrive"): a retryable failure
+// always; a definite one (retryable false, missing or unparsable) only
+// with force; an outcome_unknown one never, force or not.
+func Redrivable(errJSON json.RawMessage, force bool) bool {
+	if ErrorCode(errJSON) == codeOutcomeUnknown {
+		return false
+	}
+	return force || Retryable(errJSON)
+}
+
+// ErrorCode is the "code" of a stored error object, "" if it has none.
+func ErrorCode(errJSON json.RawMessage) string {
+	var e struct {
+		Code string `json:"code"`
+	}
+	_ = json.Unmarshal(errJSON, &e) // unparsable: no code
+	return e.Code
+}
+
+// DetailRedriven is the redriven event's detail: who redrove the call and
+// the failure it left (principal "" is shown as "-", a server without
+// auth).
+func DetailRedriven(by string, prevErr json.RawMessage) string {
+	if by == DefaultPrincipal {
+		by = "-"
+	}
+	return "by " + by + " after " + ErrorSummary(prevErr)
+}
+
 // FailureJSON is the error object Fail stores for c: c.Error, or {} when
 // the worker gave none.
 func FailureJSON(c Completion) json.RawMessage {

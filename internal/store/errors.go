@@ -36,6 +36,11 @@ var (
 	// refused every time, so retrying it is pointless. Backends return it
 	// as a *RefusedError, which errors.Is matches against ErrRefused.
 	ErrRefused = errors.New("store: write refused by the database")
+	// ErrKeyExpired: the key named a call that retention purged, and the
+	// key's tombstone is still kept (NewCall.TombstoneRetention): the
+	// request is not run again (HTTP 410). Backends return it as an
+	// *ExpiredError naming the purged call.
+	ErrKeyExpired = errors.New("store: idempotency key expired with its purged call")
 )
 
 // ConflictError is how a backend returns ErrConflict: it names the call
@@ -56,8 +61,24 @@ func (e *ConflictError) Error() string {
 // Is makes errors.Is(err, ErrConflict) true for a *ConflictError.
 func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
 
+// ExpiredError is how a backend returns ErrKeyExpired: the tombstone of
+// the key, so the server can tell the client which call the key named and
+// when it was purged. errors.Is(err, ErrKeyExpired) matches it.
+type ExpiredError struct {
+	Tombstone Tombstone
+}
+
+// Error names the key, the purged call and the purge time.
+func (e *ExpiredError) Error() string {
+	return "store: idempotency key " + strconv.Quote(e.Tombstone.IdemKey) + " expired: call " + e.Tombstone.CallID +
+		" purged at " + strconv.FormatFloat(e.Tombstone.PurgedAt, 'f', 3, 64)
+}
+
+// Is makes errors.Is(err, ErrKeyExpired) true for an *ExpiredError.
+func (e *ExpiredError) Is(target error) bool { return target == ErrKeyExpired }
+
 // sentinels lists every sentinel, for IsSentinel.
-var sentinels = []error{ErrNotFound, ErrConflict, ErrNotHeld, ErrFenced, ErrUnavailable, ErrReadOnly, ErrRefused, ErrCancelRequested}
+var sentinels = []error{ErrNotFound, ErrConflict, ErrNotHeld, ErrFenced, ErrUnavailable, ErrReadOnly, ErrRefused, ErrCancelRequested, ErrKeyExpired}
 
 // IsSentinel reports whether err already is (wraps) one of the store's
 // sentinel errors, so a backend's error translation leaves it alone.

@@ -88,6 +88,9 @@ const (
 	EventCanceled = "canceled"
 	// EventCancelRequested: a running call was asked to stop.
 	EventCancelRequested = "cancel_requested"
+	// EventRedriven: a failed call was sent back to pending by a redrive
+	// (Store.Redrive); the detail is DetailRedriven.
+	EventRedriven = "redriven"
 	// EventDeduplicated: a request with a new key was answered with this
 	// call by intent deduplication (NewCall.DedupWindow); the detail is
 	// the new key, now an alias of the call.
@@ -180,6 +183,28 @@ type NewCall struct {
 	// created; the key is recorded as an alias of the newest such call
 	// and that call is returned (Deduplicated).
 	DedupWindow time.Duration
+	// TombstoneRetention > 0 makes a key whose call retention purged at
+	// most this long ago (by the database's clock) expired rather than
+	// new: CreateOrGet answers ErrKeyExpired and records nothing. 0 never
+	// consults tombstones (the key is new again, as before tombstones).
+	// A tombstone older than this is ignored even before PurgeTombstones
+	// deletes it, so the answer never depends on when the sweep ran.
+	TombstoneRetention time.Duration
+}
+
+// Tombstone is what remains of a purged call's key (docs/operations.md,
+// "Retention"): enough to refuse the key with 410 and name the call, and
+// nothing of its args or result. A call's own key and each of its alias
+// keys (intent deduplication) get one.
+type Tombstone struct {
+	Principal   string
+	IdemKey     string
+	Fingerprint string
+	CallID      string
+	Tool        string
+	// PurgedAt is when retention purged the call, Unix seconds by the
+	// database's clock.
+	PurgedAt float64
 }
 
 // Outcome says what CreateOrGet did.
@@ -466,9 +491,16 @@ type Store interface {
 	// key whose intent matches a recent call becomes an alias of it
 	// (Deduplicated) instead of creating a call.
 	//
+	// A key that is neither a call's own key nor an alias, and has a
+	// tombstone purged within n.TombstoneRetention, is expired: nothing is
+	// recorded. The check and the insert are one transaction, and a purge
+	// writes the tombstone in the transaction that deletes the call, so no
+	// request sees the key both gone and without its tombstone.
+	//
 	// Errors: ErrConflict if the key (own or alias) exists with another
 	// fingerprint (nothing changes; the error is a *ConflictError naming
-	// the existing call); ErrRefused if the database refuses the new row for good (e.g.
+	// the existing call); ErrKeyExpired (an *ExpiredError with the
+	// tombstone) for an expired key, whatever the fingerprint; ErrRefused if the database refuses the new row for good (e.g.
 	// a call id already used by another key).
 	CreateOrGet(ctx context.Context, n NewCall) (Call, Outcome, error)
 
@@ -507,6 +539,18 @@ type Store interface {
 	// Fail marks the call failed with c.Error (an empty error is stored as
 	// {}), fenced like Succeed, with the same errors.
 	Fail(ctx context.Context, c Completion) (Call, error)
+
+	// Redrive returns one failed call to pending (docs/operations.md,
+	// "Redrive") through the same reset as a same-key retry (RetryReset):
+	// error and result cleared, attempt and fingerprint kept, not-before
+	// cleared; audited redriven with DetailRedriven(by, the failure). It
+	// resets the call only if it is still failed with exactly prevErr, the
+	// error the caller selected it for (Redrivable decides, above the
+	// store), so a call reset or changed meanwhile is left alone: then
+	// ok is false and nothing is written.
+	//
+	// Errors: ErrNotFound if there is no such call.
+	Redrive(ctx context.Context, callID, by string, prevErr json.RawMessage) (c Call, ok bool, err error)
 
 	// ScheduleRetry is a server-side retry (docs/lifecycle.md, "Server-side
 	// retries"): fenced like Fail, in one transaction, it returns the call
@@ -628,11 +672,25 @@ type Store interface {
 	// running calls are never purged. Effect rows are kept: they record
 	// what was done downstream, and effects.call_id stays UNIQUE without
 	// the call row, so no second effect can ever be written for a purged
-	// call id. A purged key is unknown again: the next request with it
-	// records a new call. limit <= 0 purges nothing.
+	// call id. With tombstones, each purged call's own key and alias keys
+	// leave a Tombstone stamped with the database's now, in the same
+	// transaction (replacing an older tombstone of the key); without, a
+	// purged key is unknown again: the next request with it records a new
+	// call. limit <= 0 purges nothing.
 	//
 	// Errors: a plain error for a negative olderThan (nothing is purged).
-	Purge(ctx context.Context, olderThan time.Duration, limit int) (int, error)
+	Purge(ctx context.Context, olderThan time.Duration, limit int, tombstones bool) (int, error)
+
+	// PurgeTombstones deletes up to limit tombstones purged more than
+	// olderThan ago by the database's clock, oldest first, in one short
+	// transaction, and returns how many. limit <= 0 deletes nothing.
+	//
+	// Errors: a plain error for a negative olderThan (nothing is deleted).
+	PurgeTombstones(ctx context.Context, olderThan time.Duration, limit int) (int, error)
+
+	// Tombstone returns principal's tombstone of key (both compared
+	// exactly), however old, or ErrNotFound.
+	Tombstone(ctx context.Context, principal, key string) (Tombstone, error)
 
 	// Ping checks the database is reachable (/readyz). Errors:
 	// ErrUnavailable (also once the store is closed), or ctx's error.

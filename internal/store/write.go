@@ -19,16 +19,18 @@ type Write int
 
 // The writes, one per write method of Store.
 const (
-	WriteCreate  Write = iota // CreateOrGet: a new call, a retry reset, an alias
-	WriteClaim                // ClaimNext
-	WriteLease                // ExtendLease: a worker's heartbeat
-	WriteSucceed              // Succeed: the success and its effect row
-	WriteFail                 // Fail: a final failure
-	WriteRetry                // ScheduleRetry: a server-side retry back to pending
-	WriteRecover              // RecoverExpired: expired leases back to pending
-	WriteRelease              // Release: a dead owner's call back to pending
-	WriteCancel               // Cancel: a pending call failed, or a running one asked to stop
-	WritePurge                // Purge: the retention's delete
+	WriteCreate          Write = iota // CreateOrGet: a new call, a retry reset, an alias
+	WriteClaim                        // ClaimNext
+	WriteLease                        // ExtendLease: a worker's heartbeat
+	WriteSucceed                      // Succeed: the success and its effect row
+	WriteFail                         // Fail: a final failure
+	WriteRetry                        // ScheduleRetry: a server-side retry back to pending
+	WriteRecover                      // RecoverExpired: expired leases back to pending
+	WriteRelease                      // Release: a dead owner's call back to pending
+	WriteCancel                       // Cancel: a pending call failed, or a running one asked to stop
+	WritePurge                        // Purge: the retention's delete
+	WritePurgeTombstones              // PurgeTombstones: the tombstones' retention
+	WriteRedrive                      // Redrive: a failed call sent back to pending
 
 	// NumWrites is how many writes there are (for arrays indexed by Write).
 	NumWrites
@@ -43,7 +45,7 @@ var Writes = func() []Write {
 	return out
 }()
 
-var writeNames = [NumWrites]string{"create", "claim", "lease", "succeed", "fail", "retry", "recover", "release", "cancel", "purge"}
+var writeNames = [NumWrites]string{"create", "claim", "lease", "succeed", "fail", "retry", "recover", "release", "cancel", "purge", "purge-tombstones", "redrive"}
 
 // String is the write's name, as its failpoints, errors and logs spell it.
 func (w Write) String() string {
@@ -56,8 +58,14 @@ func (w Write) String() string {
 // hasFailpoints reports whether w has failpoints. Purge has none: it
 // deletes final calls only, whose loss or survival no invariant of the
 // lifecycle depends on, so the crash-point matrix has nothing to check
-// there.
-func (w Write) hasFailpoints() bool { return w != WritePurge }
+// there. Nor has PurgeTombstones, for the same reason (its tombstones
+// are past their retention). Nor has Redrive: an operator's one reset of
+// a final call, which a crash on either side of the commit leaves failed
+// or pending, both states the lifecycle already recovers from; the
+// matrix's load never reaches it.
+func (w Write) hasFailpoints() bool {
+	return w != WritePurge && w != WritePurgeTombstones && w != WriteRedrive
+}
 
 // BeforeCommit is the name of w's before-commit failpoint: inside the
 // write's transaction, after its statements ran and before COMMIT; it is
@@ -210,9 +218,25 @@ func (o *observed) Cancel(ctx context.Context, callID string, errJSON json.RawMe
 	return c, out, nil
 }
 
-func (o *observed) Purge(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
-	n, err := o.Store.Purge(ctx, olderThan, limit)
+func (o *observed) Redrive(ctx context.Context, callID, by string, prevErr json.RawMessage) (Call, bool, error) {
+	c, ok, err := o.Store.Redrive(ctx, callID, by, prevErr)
+	if err := o.end(WriteRedrive, ok, err); err != nil {
+		return Call{}, false, err
+	}
+	return c, ok, nil
+}
+
+func (o *observed) Purge(ctx context.Context, olderThan time.Duration, limit int, tombstones bool) (int, error) {
+	n, err := o.Store.Purge(ctx, olderThan, limit, tombstones)
 	if err := o.end(WritePurge, n > 0, err); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+func (o *observed) PurgeTombstones(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
+	n, err := o.Store.PurgeTombstones(ctx, olderThan, limit)
+	if err := o.end(WritePurgeTombstones, n > 0, err); err != nil {
 		return 0, err
 	}
 	return n, nil

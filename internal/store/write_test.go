@@ -30,10 +30,14 @@ var (
 		"Release":        store.WriteRelease,
 		"Cancel":         store.WriteCancel,
 		"Purge":          store.WritePurge,
+		// PurgeTombstones: the tombstones' own retention.
+		"PurgeTombstones": store.WritePurgeTombstones,
+		"Redrive":         store.WriteRedrive,
 	}
 	readMethods = map[string]bool{
 		"Queue": true, "PendingByPrincipal": true, "Get": true, "GetAny": true, "GetByKey": true, "ListCalls": true, "ListEffects": true, "EffectOf": true,
 		"Audit": true, "Dupes": true, "Attempts": true, "Rates": true, "Stats": true, "Ping": true, "Close": true,
+		"Tombstone": true,
 	}
 )
 
@@ -156,8 +160,14 @@ func TestFailpointHook(t *testing.T) {
 	if _, err := failpoint.Parse("purge/after-commit=error", store.Failpoints()); err == nil {
 		t.Error("purge has no failpoints, but purge/after-commit was accepted")
 	}
-	if n := len(store.Failpoints()); n != 2*(len(store.Writes)-1) {
-		t.Errorf("%d failpoints, want two for each write but purge", n)
+	if _, err := failpoint.Parse("purge-tombstones/after-commit=error", store.Failpoints()); err == nil {
+		t.Error("purge-tombstones has no failpoints, but purge-tombstones/after-commit was accepted")
+	}
+	if _, err := failpoint.Parse("redrive/after-commit=error", store.Failpoints()); err == nil {
+		t.Error("redrive has no failpoints, but redrive/after-commit was accepted")
+	}
+	if n := len(store.Failpoints()); n != 2*(len(store.Writes)-3) {
+		t.Errorf("%d failpoints, want two for each write but the two purges and redrive", n)
 	}
 }
 
@@ -183,7 +193,11 @@ func (changing) ExtendLease(context.Context, store.Lease, time.Duration) error {
 func (changing) Cancel(context.Context, string, json.RawMessage) (store.Call, store.CancelOutcome, error) {
 	return store.Call{}, store.Canceled, nil
 }
-func (changing) Purge(context.Context, time.Duration, int) (int, error) { return 1, nil }
+func (changing) Purge(context.Context, time.Duration, int, bool) (int, error) { return 1, nil }
+func (changing) Redrive(context.Context, string, string, json.RawMessage) (store.Call, bool, error) {
+	return store.Call{}, true, nil
+}
+func (changing) PurgeTombstones(context.Context, time.Duration, int) (int, error) { return 1, nil }
 
 // unchanging is a store whose writes change nothing (or are fenced).
 type unchanging struct{ changing }
@@ -222,3 +236,6 @@ func (reads) Rates(context.Context, int) (store.Rates, error)                   
 func (reads) Stats(context.Context) (store.Stats, error)                          { return store.Stats{}, nil }
 func (reads) Ping(context.Context) error                                          { return nil }
 func (reads) Close() error                                                        { return nil }
+func (reads) Tombstone(context.Context, string, string) (store.Tombstone, error) {
+	return store.Tombstone{}, nil
+}

@@ -85,3 +85,30 @@ type ToolDedup struct {
 	Args   []string `json:"args"`
 	Window string   `json:"window"`
 }
+
+// Redrive is the body of POST /v1/redrive (docs/api.md, "Redrive"): which
+// of your failed calls to send back to pending. Every field is optional.
+type Redrive struct {
+	// Tool and Code select calls of that tool, whose error has that code.
+	Tool string `json:"tool,omitempty"`
+	Code string `json:"code,omitempty"`
+	// Since and Until select calls created in [Since, Until), Unix
+	// seconds.
+	Since *float64 `json:"since,omitempty"`
+	Until *float64 `json:"until,omitempty"`
+	// Limit is the most calls redriven (0: 100; at most 1000).
+	Limit int `json:"limit,omitempty"`
+	// Force selects definite failures (retryable false) too.
+	Force bool `json:"force,omitempty"`
+	// DryRun selects without changing anything.
+	DryRun bool `json:"dry_run,omitempty"`
+}
+
+// Redriven is the answer of POST /v1/redrive: the calls selected, newest
+// first (as redriven, or as they are with dry_run), and whether more may
+// match (run it again).
+type Redriven[C any] struct {
+	DryRun bool `json:"dry_run"`
+	Calls  []C  `json:"calls"`
+	More   bool `json:"more"`
+}

@@ -8,6 +8,9 @@ const (
 	CodeMissingIdempotencyKey = "missing_idempotency_key"
 	CodeBadRequest            = "bad_request"
 	CodeIdempotencyConflict   = "idempotency_conflict"
+	// CodeIdempotencyKeyExpired: retention purged the key's call and its
+	// tombstone is still kept (410 Gone); the request is not run again.
+	CodeIdempotencyKeyExpired = "idempotency_key_expired"
 	CodeUnauthenticated       = "unauthenticated"
 	CodeAlreadyFinal          = "already_final"
 	CodeNotFound              = "not_found"

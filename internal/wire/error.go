@@ -14,8 +14,12 @@ type ErrorDetail struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	// CallID, on idempotency_conflict and already_final, is the call that
-	// holds the key, so a client can read it.
+	// holds the key, so a client can read it; on idempotency_key_expired,
+	// the purged call the key named.
 	CallID string `json:"call_id,omitempty"`
+	// PurgedAt, on idempotency_key_expired only, is when retention purged
+	// that call, Unix seconds.
+	PurgedAt *float64 `json:"purged_at,omitempty"`
 }
 
 func (e *ErrorDetail) Error() string { return e.Code + ": " + e.Message }

@@ -6,6 +6,8 @@ const (
 	PathCalls = "/v1/tool-calls"
 	// PathCallsByKey is the prefix of GET /v1/tool-calls/by-key/{key}.
 	PathCallsByKey = PathCalls + "/by-key/"
+	// PathRedrive sends failed calls back to pending (POST).
+	PathRedrive = "/v1/redrive"
 	// PathTools lists the tools (GET).
 	PathTools = "/v1/tools"
 	// PathStats counts calls against effects (GET).

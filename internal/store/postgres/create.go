@@ -43,9 +43,11 @@ func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, s
 
 // createSQL inserts a new call and its created audit row in one statement
 // ($1 call id, $2 key, $3 fingerprint, $4 client id, $5 seq, $6 tool, $7
-// args, $8 principal, $9 intent, $10 via, $11 the created audit detail),
-// unless the key is a call's own key (ON CONFLICT: nothing, no row) or an
-// alias (NOT EXISTS: nothing, no row). It returns the new call.
+// args, $8 principal, $9 intent, $10 via, $11 the created audit detail,
+// $12 the tombstones' retention in seconds, 0 for none), unless the key is
+// a call's own key (ON CONFLICT: nothing, no row), an alias or has a
+// tombstone within the retention (NOT EXISTS: nothing, no row). It
+// returns the new call.
 const createSQL = `
 WITH clock AS MATERIALIZED (
   SELECT ` + dbNow + ` AS now
@@ -55,6 +57,8 @@ WITH clock AS MATERIALIZED (
   SELECT $1, $8, $2, $3, $4, $5, $6, $7, 'pending', 0, clock.now, clock.now, $9, $10
   FROM clock
   WHERE NOT EXISTS (SELECT 1 FROM key_aliases WHERE principal = $8 AND idem_key = $2)
+    AND NOT EXISTS (SELECT 1 FROM tombstones
+                    WHERE $12 > 0 AND principal = $8 AND idem_key = $2 AND purged_at >= clock.now - $12)
   ON CONFLICT (principal, idem_key) DO NOTHING
   RETURNING ` + callColumns + `
 ), audited AS (
@@ -62,6 +66,16 @@ WITH clock AS MATERIALIZED (
   SELECT created_at, call_id, '` + store.EventCreated + `', $11::text FROM created
 )
 SELECT ` + callColumns + ` FROM created`
+
+// retryResetSQL returns the failed call $1 to pending: a same-key retry's
+// reset, and Redrive's.
+var retryResetSQL = `
+UPDATE calls
+SET status = 'pending', result_json = NULL, error_json = NULL,
+    lease_until = NULL, owner = NULL, cancel_requested = false, not_before = NULL, updated_at = clock.now
+FROM (SELECT ` + dbNow + ` AS now) AS clock
+WHERE call_id = $1 AND status = 'failed'
+RETURNING ` + callColumnsOf("calls")
 
 // lockKeySQL is the per-key advisory lock of aliasOrDedup.
 const lockKeySQL = `SELECT pg_advisory_xact_lock(hashtextextended($1 || chr(1) || $2, 0))`
@@ -105,7 +119,7 @@ func (s *Store) createOp(n store.NewCall, args string, intent *string, call *sto
 		queue: func(b *pgx.Batch) {
 			b.Queue(lockKeySQL, n.Principal, n.IdemKey)
 			b.Queue(createSQL, n.CallID, n.IdemKey, n.Fingerprint, n.ClientID, n.Seq, n.Tool, args, n.Principal, intent,
-				store.ViaOf(n.Via), store.DetailCreated(n.Tool))
+				store.ViaOf(n.Via), store.DetailCreated(n.Tool), n.TombstoneRetention.Seconds())
 			b.Queue(`SELECT `+callColumns+` FROM calls WHERE principal = $1 AND idem_key = $2`, n.Principal, n.IdemKey)
 		},
 		read: func(r *results) error {
@@ -122,7 +136,7 @@ func (s *Store) createOp(n store.NewCall, args string, intent *string, call *sto
 			case !errors.Is(err, pgx.ErrNoRows):
 				return err
 			case errors.Is(errExisting, pgx.ErrNoRows):
-				return errSlowPath // an alias, or the winner vanished
+				return errSlowPath // an alias, a tombstone, or the winner vanished
 			case errExisting != nil:
 				return errExisting
 			case existing.Fingerprint != n.Fingerprint:
@@ -217,13 +231,7 @@ RETURNING `+callColumns,
 		// A retryable failure asked for again with the same key: run it
 		// again. Attempt is kept, so the attempt count goes on.
 		prevErr := call.ErrorJSON
-		call, err = scanCall(tx.QueryRow(ctx, `
-UPDATE calls
-SET status = 'pending', result_json = NULL, error_json = NULL,
-    lease_until = NULL, owner = NULL, cancel_requested = false, not_before = NULL, updated_at = clock.now
-FROM (SELECT `+dbNow+` AS now) AS clock
-WHERE call_id = $1 AND status = 'failed'
-RETURNING `+callColumnsOf("calls"), call.CallID))
+		call, err = scanCall(tx.QueryRow(ctx, retryResetSQL, call.CallID))
 		if err != nil {
 			return err
 		}
@@ -265,6 +273,18 @@ func (s *Store) aliasOrDedup(ctx context.Context, tx pgx.Tx, n store.NewCall, ca
 		return true, err
 	case !errors.Is(err, pgx.ErrNoRows):
 		return false, err
+	}
+	if n.TombstoneRetention > 0 {
+		// Neither an alias nor (the query checks) a call's own key: a
+		// key retention purged is expired while its tombstone counts
+		// (liveTombstoneSQL).
+		t, err := scanTombstone(tx.QueryRow(ctx, liveTombstoneSQL, n.Principal, n.IdemKey, n.TombstoneRetention.Seconds()))
+		switch {
+		case err == nil:
+			return false, fmt.Errorf("postgres create: %w", &store.ExpiredError{Tombstone: t})
+		case !errors.Is(err, pgx.ErrNoRows):
+			return false, err
+		}
 	}
 	if n.DedupWindow <= 0 || n.Intent == "" {
 		return false, nil

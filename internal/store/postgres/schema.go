@@ -85,7 +85,27 @@ CREATE INDEX IF NOT EXISTS idx_calls_pending ON calls (created_at, call_id) WHER
 	migrationIntent,
 	// 6: the door a call came through (migrationVia).
 	migrationVia,
+	// 7: tombstones of purged keys (migrationTombstones).
+	migrationTombstones,
 }
+
+// migrationTombstones adds tombstones, what retention keeps of a purged
+// call's keys (store.Tombstone; docs/operations.md, "Retention"): keyed
+// like calls by (principal, idem_key), so the create path's lookup is one
+// primary-key probe, and indexed by purged_at for PurgeTombstones' oldest
+// first batches. No foreign key: the call it names is gone.
+const migrationTombstones = `
+CREATE TABLE tombstones (
+  principal    text NOT NULL,
+  idem_key     text NOT NULL,
+  fingerprint  text NOT NULL,
+  call_id      text NOT NULL,
+  tool         text NOT NULL,
+  purged_at    double precision NOT NULL,
+  PRIMARY KEY (principal, idem_key)
+);
+CREATE INDEX idx_tombstones_purged ON tombstones (purged_at);
+`
 
 // migrationVia adds calls.via, the door a call came through ('http' for
 // POST /v1/tool-calls, 'mcp' for the MCP front door): every existing call
@@ -160,9 +180,9 @@ CREATE INDEX idx_calls_principal_created ON calls (principal, created_at, call_i
 var schemaVersion = len(migrations)
 
 // minReadVersion is the oldest schema a read-only store accepts: the one
-// that added key_aliases, the last table a read (GetByKey) uses (a read-only store
+// that added tombstones, the last table a read (Tombstone) uses (a read-only store
 // cannot migrate: start a server on the database once).
-var minReadVersion = slices.Index(migrations, migrationVia) + 1
+var minReadVersion = slices.Index(migrations, migrationTombstones) + 1
 
 // migrate creates or upgrades the schema in one transaction. The advisory
 // lock makes instances that start together take turns: the first applies

@@ -62,6 +62,18 @@ func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, s
 			case !errors.Is(err, sql.ErrNoRows):
 				return err
 			}
+			// Neither: a key retention purged is expired while its
+			// tombstone counts, whatever the fingerprint (410).
+			if n.TombstoneRetention > 0 {
+				ts, err := scanTombstone(tx.StmtContext(ctx, s.wq.tombstoneByKey).QueryRowContext(ctx,
+					n.Principal, n.IdemKey, now-n.TombstoneRetention.Seconds()))
+				switch {
+				case err == nil:
+					return fmt.Errorf("sqlite create: %w", &store.ExpiredError{Tombstone: ts})
+				case !errors.Is(err, sql.ErrNoRows):
+					return err
+				}
+			}
 			if n.DedupWindow > 0 && n.Intent != "" {
 				c, err := queryCall(ctx, tx, s.wq.callByIntent, n.Principal, n.Intent, n.Tool, now-n.DedupWindow.Seconds())
 				switch {

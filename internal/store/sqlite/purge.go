@@ -20,14 +20,15 @@ const sqlPurgePick = `SELECT call_id FROM calls INDEXED BY idx_calls_final_updat
 	ORDER BY updated_at LIMIT ?`
 
 // Purge deletes up to limit final calls last updated more than olderThan
-// ago, oldest first, with their audit rows; effects stay. See store.Store.
+// ago, oldest first, with their audit rows, leaving their keys'
+// tombstones if asked (sqlBury); effects stay. See store.Store.
 //
 // It is one write of the group commit, so it holds the write lock for one
 // small batch only; the caller (the server's retention task) calls it
 // again until a batch comes back short. The pick reads
 // idx_calls_final_updated, whose WHERE the query repeats word for word
 // so the planner may use it.
-func (s *Store) Purge(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
+func (s *Store) Purge(ctx context.Context, olderThan time.Duration, limit int, tombstones bool) (int, error) {
 	if s.readOnly {
 		return 0, fmt.Errorf("sqlite purge: %w", store.ErrReadOnly)
 	}
@@ -62,6 +63,11 @@ func (s *Store) Purge(ctx context.Context, olderThan time.Duration, limit int) (
 			return err
 		}
 		for _, id := range ids {
+			if tombstones {
+				if _, err := tx.ExecContext(ctx, sqlBury, s.now(), id); err != nil {
+					return err
+				}
+			}
 			// The status is checked again by the delete itself, so a
 			// call is only ever deleted while final.
 			res, err := tx.ExecContext(ctx, `DELETE FROM calls

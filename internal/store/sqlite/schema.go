@@ -74,7 +74,27 @@ CREATE INDEX IF NOT EXISTS idx_calls_pending ON calls(created_at) WHERE status =
 	migrationIntent,
 	// 6: the door a call came through (migrationVia).
 	migrationVia,
+	// 7: tombstones of purged keys (migrationTombstones).
+	migrationTombstones,
 }
+
+// migrationTombstones adds tombstones, what retention keeps of a purged
+// call's keys (store.Tombstone; docs/operations.md, "Retention"): keyed
+// like calls by (principal, idem_key), so the create path's lookup is one
+// primary-key probe, and indexed by purged_at for PurgeTombstones' oldest
+// first batches. No foreign key: the call it names is gone.
+const migrationTombstones = `
+CREATE TABLE tombstones (
+  principal    TEXT NOT NULL,
+  idem_key     TEXT NOT NULL,
+  fingerprint  TEXT NOT NULL,
+  call_id      TEXT NOT NULL,
+  tool         TEXT NOT NULL,
+  purged_at    REAL NOT NULL,
+  PRIMARY KEY (principal, idem_key)
+);
+CREATE INDEX idx_tombstones_purged ON tombstones (purged_at);
+`
 
 // migrationVia adds calls.via, the door a call came through ('http' for
 // POST /v1/tool-calls, 'mcp' for the MCP front door): every existing call
@@ -193,10 +213,10 @@ CREATE INDEX idx_calls_principal_created ON calls(principal, created_at, call_id
 var schemaVersion = len(migrations)
 
 // minReadVersion is the oldest schema a read-only store accepts: the one
-// that added key_aliases, the last table a read (GetByKey) uses. A read-only store
+// that added tombstones, the last table a read (Tombstone) uses. A read-only store
 // cannot migrate, so inspect asks for a server to be started on an older
 // database first.
-var minReadVersion = slices.Index(migrations, migrationVia) + 1
+var minReadVersion = slices.Index(migrations, migrationTombstones) + 1
 
 // migrate brings the database to schemaVersion in one IMMEDIATE transaction,
 // so two servers starting on one file at once migrate it once.

@@ -42,6 +42,11 @@ const (
 		WHERE principal = ? AND intent = ? AND tool = ? AND created_at >= ? AND intent IS NOT NULL
 		ORDER BY created_at DESC LIMIT 1`
 
+	// sqlTombstoneByKey reads a key's tombstone purged at or after a time
+	// (store.NewCall.TombstoneRetention): one primary-key probe.
+	sqlTombstoneByKey = `SELECT ` + tombstoneColumns + ` FROM tombstones
+		WHERE principal = ? AND idem_key = ? AND purged_at >= ?`
+
 	// sqlInsertAlias records a new key as an alias of an existing call.
 	sqlInsertAlias = `INSERT INTO key_aliases (principal, idem_key, call_id, fingerprint, created_at) VALUES (?, ?, ?, ?, ?)`
 
@@ -230,6 +235,7 @@ type writeStmts struct {
 	insertCall, retryReset   *sql.Stmt
 	aliasByKey, insertAlias  *sql.Stmt
 	callByIntent             *sql.Stmt
+	tombstoneByKey           *sql.Stmt
 	insertAudit              *sql.Stmt
 	pickPending, pickExpired *sql.Stmt
 	claim                    *sql.Stmt
@@ -300,6 +306,7 @@ func (w *writeStmts) list() []prepared {
 		{&w.aliasByKey, sqlAliasByKey},
 		{&w.insertAlias, sqlInsertAlias},
 		{&w.callByIntent, sqlCallByIntent},
+		{&w.tombstoneByKey, sqlTombstoneByKey},
 		{&w.insertAudit, sqlInsertAudit},
 		{&w.pickPending, sqlPickPending},
 		{&w.pickExpired, sqlPickExpired},

@@ -106,22 +106,22 @@ func testPurge(t *testing.T, su suite) {
 		age(t, su, db, id, 2*time.Hour)
 	}
 
-	if n, err := s.Purge(ctx, time.Hour, 0); err != nil || n != 0 {
+	if n, err := s.Purge(ctx, time.Hour, 0, false); err != nil || n != 0 {
 		t.Fatalf("Purge(limit 0) = %d, %v; want 0", n, err)
 	}
-	if _, err := s.Purge(ctx, -time.Second, 10); err == nil {
+	if _, err := s.Purge(ctx, -time.Second, 10, false); err == nil {
 		t.Fatal("Purge(negative age) succeeded")
 	}
 	// A batch of one, then the rest: the limit is honoured.
-	n1, err := s.Purge(ctx, time.Hour, 1)
+	n1, err := s.Purge(ctx, time.Hour, 1, false)
 	if err != nil || n1 != 1 {
 		t.Fatalf("Purge(limit 1) = %d, %v; want 1", n1, err)
 	}
-	n2, err := s.Purge(ctx, time.Hour, 100)
+	n2, err := s.Purge(ctx, time.Hour, 100, false)
 	if err != nil || n2 != 1 {
 		t.Fatalf("second Purge = %d, %v; want the other old final call", n2, err)
 	}
-	if n, err := s.Purge(ctx, time.Hour, 100); err != nil || n != 0 {
+	if n, err := s.Purge(ctx, time.Hour, 100, false); err != nil || n != 0 {
 		t.Fatalf("third Purge = %d, %v; want nothing left", n, err)
 	}
 

@@ -15,6 +15,8 @@
 //   - reads.go: the read methods, Ping, read-only stores;
 //   - audit.go: the exact detail of every audit event;
 //   - principals.go: principal scoping, Purge, keyset listing;
+//   - tombstones.go: the tombstones of purged keys, PurgeTombstones;
+//   - redrive.go: Redrive;
 //   - filters.go: the listing filters, Rates;
 //   - dedup.go: intent deduplication and alias keys;
 //   - cancel.go: Cancel;
@@ -151,6 +153,12 @@ func Run(t *testing.T, f Factory) {
 	t.Run("PrincipalScoping", func(t *testing.T) { testPrincipalScoping(t, open) })
 	t.Run("Purge", func(t *testing.T) { testPurge(t, su) })
 	t.Run("ListKeyset", func(t *testing.T) { testListKeyset(t, su) })
+	// redrive.go
+	t.Run("Redrive", func(t *testing.T) { testRedrive(t, open) })
+	// tombstones.go
+	t.Run("Tombstones", func(t *testing.T) { testTombstones(t, su) })
+	t.Run("PurgeTombstones", func(t *testing.T) { testPurgeTombstones(t, su) })
+	t.Run("TombstoneRacesCreate", func(t *testing.T) { testTombstoneRacesCreate(t, su) })
 	// filters.go
 	t.Run("ListFilters", func(t *testing.T) { testListFilters(t, su) })
 	t.Run("Rates", func(t *testing.T) { testRates(t, su) })
