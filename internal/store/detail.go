@@ -185,17 +185,13 @@ func Retryable(errJSON json.RawMessage) bool {
 	return json.Unmarshal(errJSON, &e) == nil && e.Retryable != nil && *e.Retryable
 }
 
-// codeOutcomeUnknown is the error code of a call whose outcome is unknown
-// (issue 22): it is held to be resolved, never run again blindly, so
-// Redrivable refuses it even with force.
-const codeOutcomeUnknown = "outcome_unknown"
-
 // Redrivable reports whether a failed call whose stored error is errJSON
 // may be redriven (docs/operations.md, "Redrive"): a retryable failure
 // always; a definite one (retryable false, missing or unparsable) only
-// with force; an outcome_unknown one never, force or not.
+// with force; an outcome_unknown one never, force or not: its effect may
+// have happened, so only a same-key retry or an operator settles it.
 func Redrivable(errJSON json.RawMessage, force bool) bool {
-	if ErrorCode(errJSON) == codeOutcomeUnknown {
+	if ErrorCode(errJSON) == wire.CodeOutcomeUnknown {
 		return false
 	}
 	return force || Retryable(errJSON)
