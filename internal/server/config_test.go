@@ -15,7 +15,7 @@ import (
 func TestConfigValidate(t *testing.T) {
 	good := func() Config {
 		return Config{Addr: "127.0.0.1:8081", Config: executor.Config{Workers: 1, Lease: executor.MinLease, MaxResultBytes: 1},
-			MaxConcurrentBodies: 1, MaxHeldWaits: 1}
+			MaxConcurrentBodies: 1, MaxHeldWaits: 1, MaxBodyBytesInFlight: MaxBodyBytes}
 	}
 	if c := good(); c.Validate() != nil {
 		t.Fatalf("good config refused: %v", c.Validate())
@@ -39,6 +39,7 @@ func TestConfigValidate(t *testing.T) {
 		"retention":      {func(c *Config) { c.Retention = -time.Second }, "--retention must not be negative"},
 		"bodies 0":       {func(c *Config) { c.MaxConcurrentBodies = 0 }, "--max-concurrent-bodies must be at least 1"},
 		"held waits 0":   {func(c *Config) { c.MaxHeldWaits = 0 }, "--max-held-waits must be at least 1"},
+		"body budget":    {func(c *Config) { c.MaxBodyBytesInFlight = MaxBodyBytes - 1 }, "--max-body-bytes-in-flight must be at least"},
 		"instance host":  {func(c *Config) { c.InstanceHost = "a/b" }, "--instance-host: "},
 		"chaos remote":   {func(c *Config) { c.Chaos, c.InsecureNoAuth, c.Addr = true, true, "0.0.0.0:8081" }, "--chaos makes the process exit on request, so it is only allowed on a loopback address"},
 		"no auth remote": {func(c *Config) { c.Addr = ":8081" }, "without --auth-tokens anyone who can reach the port can read and replay every call"},
@@ -52,7 +53,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 	// Every refusal at once, one per line.
 	err := (&Config{}).Validate()
-	if err == nil || len(strings.Split(err.Error(), "\n")) != 6 {
-		t.Errorf("zero Config: Validate = %v, want the six refusals (addr, workers, lease, result bytes, bodies, held waits)", err)
+	if err == nil || len(strings.Split(err.Error(), "\n")) != 7 {
+		t.Errorf("zero Config: Validate = %v, want the seven refusals (addr, workers, lease, result bytes, bodies, held waits, body budget)", err)
 	}
 }
