@@ -261,7 +261,10 @@ func (s *Server) createOrGet(ctx context.Context, principal, key string, req cre
 			return store.Call{}, 0, err
 		}
 		call, outcome, err := s.st.CreateOrGet(ctx, req.newCall(callID, principal, key))
-		if err == nil || errors.Is(err, store.ErrConflict) || try > 0 || !s.idTaken(ctx, callID, principal, key) {
+		// An unavailable database says nothing about the id, and asking
+		// it again would only double the wait.
+		if err == nil || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrUnavailable) || try > 0 ||
+			!s.idTaken(ctx, callID, principal, key) {
 			return call, outcome, err
 		}
 		s.log.Warn("call id already taken, retrying with a fresh one", logkey.CallID, callID, logkey.Key, key)

@@ -28,6 +28,11 @@ func interpret(ctx context.Context, err error) error {
 		return err
 	}
 	if ctxErr := ctx.Err(); ctxErr != nil {
+		if cause := context.Cause(ctx); errors.As(cause, new(errNoAnswer)) {
+			// This package's own deadline (Store.step), not the caller's:
+			// the database did not answer.
+			return fmt.Errorf("%w (%v)", cause, err)
+		}
 		if errors.Is(err, ctxErr) {
 			return err
 		}

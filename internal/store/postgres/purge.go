@@ -38,6 +38,8 @@ SELECT count(*) FROM gone`
 // Purge deletes up to limit final calls last updated more than olderThan
 // ago, with their audit rows; effects stay. See store.Store.
 func (s *Store) Purge(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
+	ctx, cancel := s.scan(ctx)
+	defer cancel()
 	if err := s.writable(); err != nil {
 		return 0, err
 	}
