@@ -66,14 +66,18 @@ func interpret(ctx context.Context, err error) error {
 		}
 		return err
 	}
+	// Failures below the SQL layer: could not connect (connect_timeout
+	// included, which pgx reports as a context deadline of its own, not
+	// the caller's), connection lost mid-statement, pool closed.
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &connErr) {
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	// Failures below the SQL layer: could not connect, connection lost
-	// mid-statement, pool closed.
-	var connErr *pgconn.ConnectError
 	var netErr net.Error
-	if errors.As(err, &connErr) || errors.As(err, &netErr) ||
+	if errors.As(err, &netErr) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, net.ErrClosed) || errors.Is(err, puddle.ErrClosedPool) ||
 		pgconn.SafeToRetry(err) {
