@@ -284,7 +284,10 @@ func (s *Server) createOrGet(ctx context.Context, principal, key string, req cre
 		n := req.newCall(callID, principal, key)
 		n.TombstoneRetention = s.cfg.TombstoneRetention
 		call, outcome, err := s.st.CreateOrGet(ctx, n)
-		if err == nil || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrKeyExpired) || try > 0 || !s.idTaken(ctx, callID, principal, key) {
+		// An unavailable database says nothing about the id, and asking
+		// it again would only double the wait.
+		if err == nil || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrKeyExpired) ||
+			errors.Is(err, store.ErrUnavailable) || try > 0 || !s.idTaken(ctx, callID, principal, key) {
 			return call, outcome, err
 		}
 		s.log.Warn("call id already taken, retrying with a fresh one", logkey.CallID, callID, logkey.Key, key)

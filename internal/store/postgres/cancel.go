@@ -17,6 +17,8 @@ import (
 // transaction (or this one for it), and the status decided on is the
 // status changed.
 func (s *Store) Cancel(ctx context.Context, callID string, errJSON json.RawMessage) (store.Call, store.CancelOutcome, error) {
+	ctx, cancel := s.step(ctx)
+	defer cancel()
 	if err := s.writable(); err != nil {
 		return store.Call{}, 0, err
 	}

@@ -107,6 +107,8 @@ SELECT ` + callColumns + ` FROM claimed`
 // ClaimNext claims up to limit runnable calls for owner in one statement,
 // claimSQL.
 func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration, limit int, quotas ...store.ToolQuota) ([]store.Call, error) {
+	ctx, cancel := s.step(ctx)
+	defer cancel()
 	if err := s.writable(); err != nil {
 		return nil, err
 	}

@@ -35,6 +35,13 @@ import (
 // it committed unless its own statements did. A write's read function
 // starts from scratch when it runs again.
 //
+// A batch runs under the earliest deadline of its writes (each writer's
+// context, bounded by Store.step): a database that stops answering holds
+// a committer no longer than the first of its writers is willing to wait,
+// and each writer is answered (ErrUnavailable: its outcome unknown) by its
+// deadline. Without it a committer, and every write it took, waited on a
+// silent connection until the network came back.
+//
 // Each kind has its own group (creates, completions), and a batch holds
 // its writes in the order of their sort key (the idempotency key, the call
 // id): two batches running at once then take the row and advisory locks
@@ -100,6 +107,8 @@ type groupOp struct {
 	// read reads their results and decides the write's answer. It must
 	// only set state that a later run sets again.
 	read func(r *results) error
+	// deadline is the writer's (group.run); zero: none.
+	deadline time.Time
 }
 
 // group is the committers of one kind of write.
@@ -108,16 +117,18 @@ type group struct {
 	// wait bounds how long a write waits to be taken by a committer: the
 	// lock timeout, as for a write waiting on a lock in the database.
 	wait time.Duration
-	ops  chan *groupOp
-	quit chan struct{}
-	wg   sync.WaitGroup
+	// bound is a batch's deadline when none of its writes has one.
+	bound time.Duration
+	ops   chan *groupOp
+	quit  chan struct{}
+	wg    sync.WaitGroup
 	// reruns counts the writes run again alone after their batch failed
 	// (tests assert a batch-wide failure causes none).
 	reruns atomic.Int64
 }
 
-func newGroup(pool batchSender, wait time.Duration) *group {
-	g := &group{pool: pool, wait: wait, ops: make(chan *groupOp), quit: make(chan struct{})}
+func newGroup(pool batchSender, wait, bound time.Duration) *group {
+	g := &group{pool: pool, wait: wait, bound: bound, ops: make(chan *groupOp), quit: make(chan struct{})}
 	g.wg.Add(committers)
 	for range committers {
 		go g.loop()
@@ -136,8 +147,10 @@ func (g *group) stop() {
 // taken by a committer gives up with its ctx, or with ErrUnavailable after
 // g.wait; once taken, it runs to its end and is answered (its statements
 // run under a context without the cancellation: cancelling one statement
-// would abort the whole batch's transaction).
+// would abort the whole batch's transaction; but under the deadline of the
+// batch's earliest writer, see above).
 func (g *group) run(ctx context.Context, op *groupOp) error {
+	op.deadline, _ = ctx.Deadline()
 	return store.Submit(ctx, g.ops, op, &op.Queued, g.quit, g.wait, store.Refusals{
 		Busy:     g.busyErr,
 		Closed:   func() error { return fmt.Errorf("postgres: %w: store closed", store.ErrUnavailable) },
@@ -170,7 +183,7 @@ func (g *group) commit(ops []*groupOp) {
 		return
 	}
 	slices.SortStableFunc(live, func(a, b *groupOp) int { return strings.Compare(a.key, b.key) })
-	errs, failed := sendBatch(g.pool, live)
+	errs, failed := g.send(live)
 	var pgErr *pgconn.PgError
 	if len(live) > 1 && errors.As(failed, &pgErr) && !batchWide(pgErr) {
 		// A statement failed, so PostgreSQL rolled the whole batch back:
@@ -182,13 +195,39 @@ func (g *group) commit(ops []*groupOp) {
 		// and wait for it again, one after another.
 		for i, op := range live {
 			g.reruns.Add(1)
-			alone, _ := sendBatch(g.pool, []*groupOp{op})
+			alone, _ := g.send([]*groupOp{op})
 			errs[i] = alone[0]
 		}
 	}
 	for i, op := range live {
 		op.Answer(errs[i])
 	}
+}
+
+// send runs ops as one batch on the pool under the earliest of their
+// deadlines (g.bound from now when none has one). A batch cut off by it
+// answers each of its writes with errNoAnswer: the batch may have
+// committed, or not.
+func (g *group) send(ops []*groupOp) ([]error, error) {
+	// The writers' deadlines are Store.step's, g.bound from their start.
+	deadline := time.Now().Add(g.bound)
+	for _, op := range ops {
+		if !op.deadline.IsZero() && op.deadline.Before(deadline) {
+			deadline = op.deadline
+		}
+	}
+	ctx, cancel := context.WithDeadlineCause(context.Background(), deadline, errNoAnswer{g.bound})
+	defer cancel()
+	errs, failed := sendBatch(ctx, g.pool, ops)
+	if failed != nil && ctx.Err() != nil {
+		failed = fmt.Errorf("%w (%v)", context.Cause(ctx), failed)
+		for i := range errs {
+			if errs[i] != nil {
+				errs[i] = failed
+			}
+		}
+	}
+	return errs, failed
 }
 
 // batchSender sends a pipelined batch: the pool (one implicit
@@ -199,7 +238,7 @@ type batchSender interface {
 
 // sendBatch runs ops in one batch on q and returns each one's answer and,
 // if the batch failed, why (on the pool: then it did not commit).
-func sendBatch(q batchSender, ops []*groupOp) (errs []error, failed error) {
+func sendBatch(ctx context.Context, q batchSender, ops []*groupOp) (errs []error, failed error) {
 	errs = make([]error, len(ops))
 	b := &pgx.Batch{}
 	stmts := make([]int, len(ops))
@@ -208,7 +247,7 @@ func sendBatch(q batchSender, ops []*groupOp) (errs []error, failed error) {
 		op.queue(b)
 		stmts[i] = b.Len() - n
 	}
-	r := &results{br: q.SendBatch(context.Background(), b)}
+	r := &results{br: q.SendBatch(ctx, b)}
 	for i, op := range ops {
 		r.read = 0
 		errs[i] = read(op, r)

@@ -30,6 +30,8 @@ func (s *Store) Fail(ctx context.Context, c store.Completion) (store.Call, error
 // zero rows; then nothing is written (the effect is never inserted) and
 // the refusal is audited on its own.
 func (s *Store) complete(ctx context.Context, c store.Completion, status store.Status) (store.Call, error) {
+	ctx, cancel := s.step(ctx)
+	defer cancel()
 	if err := s.writable(); err != nil {
 		return store.Call{}, err
 	}
@@ -211,6 +213,8 @@ func (s *Store) completeFast(ctx context.Context, c store.Completion, status sto
 // database's now + delay, fenced on (owner, attempt) like complete, and
 // audits retry_scheduled in the same transaction. See store.Store.
 func (s *Store) ScheduleRetry(ctx context.Context, c store.Completion, delay time.Duration) (store.Call, error) {
+	ctx, cancel := s.step(ctx)
+	defer cancel()
 	if err := s.writable(); err != nil {
 		return store.Call{}, err
 	}

@@ -28,6 +28,8 @@ const createOrGetTries = 5
 // FOR UPDATE, so deciding on the reset and performing it cannot interleave
 // with a concurrent reset.
 func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, store.Outcome, error) {
+	ctx, cancel := s.step(ctx)
+	defer cancel()
 	if err := s.writable(); err != nil {
 		return store.Call{}, 0, err
 	}

@@ -28,6 +28,11 @@ func interpret(ctx context.Context, err error) error {
 		return err
 	}
 	if ctxErr := ctx.Err(); ctxErr != nil {
+		if cause := context.Cause(ctx); errors.As(cause, new(errNoAnswer)) {
+			// This package's own deadline (Store.step), not the caller's:
+			// the database did not answer.
+			return fmt.Errorf("%w (%v)", cause, err)
+		}
 		if errors.Is(err, ctxErr) {
 			return err
 		}
@@ -61,14 +66,18 @@ func interpret(ctx context.Context, err error) error {
 		}
 		return err
 	}
+	// Failures below the SQL layer: could not connect (connect_timeout
+	// included, which pgx reports as a context deadline of its own, not
+	// the caller's), connection lost mid-statement, pool closed.
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &connErr) {
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	// Failures below the SQL layer: could not connect, connection lost
-	// mid-statement, pool closed.
-	var connErr *pgconn.ConnectError
 	var netErr net.Error
-	if errors.As(err, &connErr) || errors.As(err, &netErr) ||
+	if errors.As(err, &netErr) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, net.ErrClosed) || errors.Is(err, puddle.ErrClosedPool) ||
 		pgconn.SafeToRetry(err) {

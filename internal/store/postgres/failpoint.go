@@ -87,7 +87,7 @@ func (s *Store) runOp(ctx context.Context, g *group, w store.Write, op *groupOp,
 		return g.run(ctx, op)
 	}
 	return s.inTx(ctx, func(tx pgx.Tx) error {
-		errs, failed := sendBatch(tx, []*groupOp{op})
+		errs, failed := sendBatch(ctx, tx, []*groupOp{op})
 		if errs[0] != nil {
 			return errs[0]
 		}

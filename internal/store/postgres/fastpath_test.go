@@ -155,7 +155,7 @@ func (p stuckPool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 // once their batches end.
 func TestGroupWaitIsBounded(t *testing.T) {
 	pool := stuckPool{entered: make(chan struct{}, committers), release: make(chan struct{})}
-	g := newGroup(pool, 100*time.Millisecond)
+	g := newGroup(pool, 100*time.Millisecond, time.Minute)
 	var releaseOnce sync.Once
 	release := func() { releaseOnce.Do(func() { close(pool.release) }) }
 	defer g.stop()

@@ -46,6 +46,8 @@ ORDER BY lease_until NULLS FIRST, created_at, call_id`
 // database's clock to pending (recoverSQL) and audits recover for each, in
 // one transaction.
 func (s *Store) RecoverExpired(ctx context.Context) ([]string, error) {
+	ctx, cancel := s.step(ctx)
+	defer cancel()
 	if err := s.writable(); err != nil {
 		return nil, err
 	}
@@ -96,6 +98,8 @@ ORDER BY n`, ts, auditIDs, events, details)
 // Release returns one running call to pending at once if it is still held
 // by owner at attempt: used when the owner process is known to be dead.
 func (s *Store) Release(ctx context.Context, l store.Lease, reason string) error {
+	ctx, done := s.step(ctx)
+	defer done()
 	callID, owner, attempt := l.CallID, l.Owner, l.Attempt
 	if err := s.writable(); err != nil {
 		return err
@@ -148,6 +152,8 @@ SELECT EXISTS (SELECT 1 FROM extended), EXISTS (SELECT 1 FROM calls WHERE call_i
 // ExtendLease moves the lease of a call still held by owner at attempt to
 // the database's now + lease, without an audit row (a heartbeat).
 func (s *Store) ExtendLease(ctx context.Context, l store.Lease, lease time.Duration) error {
+	ctx, done := s.step(ctx)
+	defer done()
 	callID, owner, attempt := l.CallID, l.Owner, l.Attempt
 	if err := s.writable(); err != nil {
 		return err

@@ -6,6 +6,8 @@ import (
 
 // PendingByPrincipal counts pending calls per principal (store.Store).
 func (s *Store) PendingByPrincipal(ctx context.Context, atLeast int64) (map[string]int64, error) {
+	ctx, cancel := s.step(ctx)
+	defer cancel()
 	rows, err := s.pool.Query(ctx, `
 SELECT principal, count(*) FROM calls WHERE status = 'pending'
 GROUP BY principal HAVING count(*) >= $1`, max(atLeast, 1))

@@ -29,6 +29,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -66,6 +67,27 @@ const (
 	defaultStatementTimeout = 30 * time.Second
 )
 
+// answerMargin is what a deadline of this package adds to the database's
+// own timeout: long enough for the database's answer at its timeout
+// (55P03, 57014) to arrive first, so a slow database is reported by the
+// database and its connection kept, and the client-side deadline fires
+// only when nothing answers at all.
+const answerMargin = time.Second
+
+// Client-side deadlines. The database's timeouts (lock_timeout,
+// statement_timeout) bound only what the database runs; they cannot end a
+// wait for a database that no longer answers (a partition: no reset, no
+// byte back), and pgx waits on such a connection for as long as its
+// context lets it. So every operation runs under a deadline of its own:
+// a row's read or write (one statement, or one short transaction) under
+// the lock timeout + answerMargin (stepTimeout), a listing or an
+// aggregate, which may legitimately run for a while, under the statement
+// timeout + answerMargin (scanTimeout). pgx's answer to a context that
+// ends mid-read is to set the connection's deadline, so the read returns
+// and the connection is closed; the pool's acquire honours the context
+// too, and a connection being opened gives up after stepTimeout
+// (connect_timeout), so no goroutine holds a pool slot for longer.
+
 // Store is a store.Store on a PostgreSQL database. It is safe for
 // concurrent use; several Stores (in one process or many) may share one
 // database.
@@ -79,6 +101,9 @@ type Store struct {
 	// production.
 	before    func(w store.Write) error
 	closeOnce sync.Once
+	// stepTimeout and scanTimeout are the client-side deadlines (above);
+	// scanTimeout is 0 when statement_timeout is off.
+	stepTimeout, scanTimeout time.Duration
 }
 
 // Open connects to the PostgreSQL database at url (a postgres:// URL or a
@@ -115,9 +140,7 @@ func openWith(ctx context.Context, url string, opts store.Options, configure fun
 	// fails with 55P03, which we report as ErrUnavailable (503), the same
 	// contract as SQLite's busy timeout. Options win over the URL, the URL
 	// over the default.
-	wait := defaultLockTimeout
 	if opts.BusyTimeout > 0 {
-		wait = opts.BusyTimeout
 		params["lock_timeout"] = fmt.Sprintf("%dms", opts.BusyTimeout.Milliseconds())
 	} else if _, ok := params["lock_timeout"]; !ok {
 		params["lock_timeout"] = fmt.Sprintf("%dms", defaultLockTimeout.Milliseconds())
@@ -129,6 +152,27 @@ func openWith(ctx context.Context, url string, opts store.Options, configure fun
 		if _, ok := params[name]; !ok {
 			params[name] = fmt.Sprintf("%dms", d.Milliseconds())
 		}
+	}
+	// The lock timeout the database applies, wherever it was set: the
+	// client-side deadlines are derived from the database's own.
+	lockTimeout, ok := pgDuration(params["lock_timeout"])
+	if !ok || lockTimeout <= 0 {
+		lockTimeout = defaultLockTimeout
+	}
+	statementTimeout, ok := pgDuration(params["statement_timeout"])
+	if !ok {
+		statementTimeout = defaultStatementTimeout
+	}
+	stepTimeout := lockTimeout + answerMargin
+	scanTimeout := time.Duration(0)
+	if statementTimeout > 0 {
+		scanTimeout = statementTimeout + answerMargin
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		// Without it, a connection being opened to a database that
+		// accepts and then says nothing waits for ever, and pgxpool
+		// counts it against pool_max_conns meanwhile.
+		cfg.ConnConfig.ConnectTimeout = stepTimeout
 	}
 	if opts.ReadOnly {
 		// Sent in the startup packet, so every transaction on every pooled
@@ -144,7 +188,8 @@ func openWith(ctx context.Context, url string, opts store.Options, configure fun
 	if err != nil {
 		return nil, fmt.Errorf("postgres: open: %w", interpret(ctx, err))
 	}
-	s := &Store{pool: pool, readOnly: opts.ReadOnly, before: opts.BeforeCommit}
+	s := &Store{pool: pool, readOnly: opts.ReadOnly, before: opts.BeforeCommit,
+		stepTimeout: stepTimeout, scanTimeout: scanTimeout}
 	// pgxpool connects lazily; fail at Open, not at the first request.
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
@@ -160,7 +205,7 @@ func openWith(ctx context.Context, url string, opts store.Options, configure fun
 		return nil, err
 	}
 	if !opts.ReadOnly {
-		s.creates, s.completions = newGroup(pool, wait), newGroup(pool, wait)
+		s.creates, s.completions = newGroup(pool, lockTimeout, stepTimeout), newGroup(pool, lockTimeout, stepTimeout)
 	}
 	return s, nil
 }
@@ -177,8 +222,59 @@ func lowerScheme(url string) string {
 	return url
 }
 
+// pgDuration reads a PostgreSQL time setting as the server does: a bare
+// number is milliseconds, a unit may follow (ms, s, min, h, d; us). ok is
+// false for a value it cannot read.
+func pgDuration(v string) (d time.Duration, ok bool) {
+	v = strings.TrimSpace(v)
+	i := 0
+	for i < len(v) && (v[i] >= '0' && v[i] <= '9' || v[i] == '.') {
+		i++
+	}
+	n, err := strconv.ParseFloat(v[:i], 64)
+	if err != nil || n < 0 {
+		return 0, false
+	}
+	units := map[string]time.Duration{"": time.Millisecond, "us": time.Microsecond, "ms": time.Millisecond,
+		"s": time.Second, "min": time.Minute, "h": time.Hour, "d": 24 * time.Hour}
+	unit, ok := units[strings.TrimSpace(v[i:])]
+	if !ok {
+		return 0, false
+	}
+	return time.Duration(n * float64(unit)), true
+}
+
+// errNoAnswer is the cause of a client-side deadline (see stepTimeout):
+// the database did not answer in time. It is ErrUnavailable (503): the
+// operation may or may not have taken effect, and a same-key retry is
+// safe either way.
+type errNoAnswer struct{ after time.Duration }
+
+func (e errNoAnswer) Error() string {
+	return fmt.Sprintf("postgres: %v: no answer from the database within %v", store.ErrUnavailable, e.after)
+}
+
+func (e errNoAnswer) Unwrap() error { return store.ErrUnavailable }
+
+// step bounds one read or write of a few rows (stepTimeout); a ctx that
+// ends sooner ends it sooner.
+func (s *Store) step(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeoutCause(ctx, s.stepTimeout, errNoAnswer{s.stepTimeout})
+}
+
+// scan bounds a listing or an aggregate (scanTimeout; none when the
+// statement timeout is off).
+func (s *Store) scan(ctx context.Context) (context.Context, context.CancelFunc) {
+	if s.scanTimeout <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeoutCause(ctx, s.scanTimeout, errNoAnswer{s.scanTimeout})
+}
+
 // Ping checks the database is reachable.
 func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := s.step(ctx)
+	defer cancel()
 	return interpret(ctx, s.pool.Ping(ctx))
 }
 
@@ -216,8 +312,11 @@ func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	}
 	if err := fn(tx); err != nil {
 		// Rollback under WithoutCancel: the caller's ctx may be the reason
-		// fn failed, and the connection must still be returned clean.
-		_ = tx.Rollback(context.WithoutCancel(ctx))
+		// fn failed, and the connection must still be returned clean; but
+		// bounded, as every round trip: the database may not answer.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.stepTimeout)
+		_ = tx.Rollback(rctx)
+		cancel()
 		return interpret(ctx, err)
 	}
 	return interpret(ctx, tx.Commit(ctx))

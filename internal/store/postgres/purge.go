@@ -66,6 +66,8 @@ SELECT count(*) FROM gone`
 // ago, with their audit rows, leaving tombstones if asked; effects stay.
 // See store.Store.
 func (s *Store) Purge(ctx context.Context, olderThan time.Duration, limit int, tombstones bool) (int, error) {
+	ctx, cancel := s.scan(ctx)
+	defer cancel()
 	if err := s.writable(); err != nil {
 		return 0, err
 	}

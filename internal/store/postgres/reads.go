@@ -17,6 +17,8 @@ import (
 
 // Get returns principal's call with that id, or ErrNotFound.
 func (s *Store) Get(ctx context.Context, principal, callID string) (store.Call, error) {
+	ctx, cancel := s.step(ctx)
+	defer cancel()
 	c, err := scanCall(s.pool.QueryRow(ctx,
 		`SELECT `+callColumns+` FROM calls WHERE call_id = $1 AND principal = $2`, callID, principal))
 	return c, interpret(ctx, err)
@@ -25,12 +27,16 @@ func (s *Store) Get(ctx context.Context, principal, callID string) (store.Call, 
 // GetAny returns the call with that id, whoever recorded it, or
 // ErrNotFound.
 func (s *Store) GetAny(ctx context.Context, callID string) (store.Call, error) {
+	ctx, cancel := s.step(ctx)
+	defer cancel()
 	c, err := scanCall(s.pool.QueryRow(ctx, `SELECT `+callColumns+` FROM calls WHERE call_id = $1`, callID))
 	return c, interpret(ctx, err)
 }
 
 // GetByKey returns principal's call for an idempotency key, or ErrNotFound.
 func (s *Store) GetByKey(ctx context.Context, principal, key string) (store.Call, error) {
+	ctx, cancel := s.step(ctx)
+	defer cancel()
 	c, err := scanCall(s.pool.QueryRow(ctx,
 		`SELECT `+callColumns+` FROM calls WHERE principal = $1 AND idem_key = $2`, principal, key))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -44,6 +50,8 @@ FROM key_aliases a JOIN calls c ON c.call_id = a.call_id WHERE a.principal = $1 
 // ListCalls returns calls newest first, optionally of one status and at
 // most f.Limit of them.
 func (s *Store) ListCalls(ctx context.Context, f store.ListFilter) ([]store.Call, error) {
+	ctx, cancel := s.scan(ctx)
+	defer cancel()
 	if f.Keyset() {
 		if f.Status != "" && !f.Status.Valid() {
 			return []store.Call{}, nil
@@ -143,6 +151,8 @@ LIMIT $1`, true
 
 // ListEffects returns effects newest first (limit 0 = all).
 func (s *Store) ListEffects(ctx context.Context, limit int) ([]store.Effect, error) {
+	ctx, cancel := s.scan(ctx)
+	defer cancel()
 	rows, err := s.pool.Query(ctx, `
 SELECT effect_id, call_id, tool, amount, created_at
 FROM effects
@@ -162,6 +172,8 @@ LIMIT $1`, limitParam(limit))
 // Audit returns audit rows oldest first; callID "" means every call. With a
 // limit, the newest limit rows, still oldest first.
 func (s *Store) Audit(ctx context.Context, callID string, limit int) ([]store.AuditEvent, error) {
+	ctx, cancel := s.scan(ctx)
+	defer cancel()
 	var filter *string
 	if callID != "" {
 		filter = &callID
@@ -191,6 +203,8 @@ ORDER BY id`, filter, limitParam(limit))
 // so this is empty unless the schema was tampered with; inspect shows it
 // as proof.
 func (s *Store) Dupes(ctx context.Context) ([]store.Dupe, error) {
+	ctx, cancel := s.scan(ctx)
+	defer cancel()
 	rows, err := s.pool.Query(ctx, `
 SELECT call_id, count(*)
 FROM effects
@@ -210,6 +224,8 @@ ORDER BY call_id`)
 
 // Attempts returns the attempt distribution, by attempt ascending.
 func (s *Store) Attempts(ctx context.Context) ([]store.AttemptBucket, error) {
+	ctx, cancel := s.scan(ctx)
+	defer cancel()
 	rows, err := s.pool.Query(ctx, `
 SELECT attempt, count(*)
 FROM calls
@@ -229,6 +245,8 @@ ORDER BY attempt`)
 // Stats counts calls, effects and calls by status, from one snapshot (one
 // statement), so calls and effects are consistent with each other.
 func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
+	ctx, cancel := s.scan(ctx)
+	defer cancel()
 	rows, err := s.pool.Query(ctx, `
 SELECT status, count(*), (SELECT count(*) FROM effects)
 FROM calls
@@ -272,6 +290,8 @@ func limitParam(limit int) *int {
 // Queue counts the pending calls and measures the oldest one's age by the
 // database's clock, from the partial index idx_calls_pending.
 func (s *Store) Queue(ctx context.Context) (store.Queue, error) {
+	ctx, cancel := s.scan(ctx)
+	defer cancel()
 	var (
 		q   store.Queue
 		age *float64
@@ -293,6 +313,8 @@ FROM calls WHERE status = 'pending'`).Scan(&q.Pending, &age)
 // snapshot), by the database server's clock. idx_calls_created and
 // idx_calls_final_updated serve the two halves.
 func (s *Store) Rates(ctx context.Context, minutes int) (store.Rates, error) {
+	ctx, cancel := s.scan(ctx)
+	defer cancel()
 	if err := store.CheckRateMinutes(minutes); err != nil {
 		return store.Rates{}, err
 	}
@@ -328,6 +350,8 @@ WHERE status IN ('succeeded', 'failed') AND updated_at >= $1::double precision G
 
 // EffectOf returns the effect row of a call, or store.ErrNotFound.
 func (s *Store) EffectOf(ctx context.Context, callID string) (store.Effect, error) {
+	ctx, cancel := s.step(ctx)
+	defer cancel()
 	var e store.Effect
 	err := s.pool.QueryRow(ctx, `
 SELECT effect_id, call_id, tool, amount, created_at FROM effects WHERE call_id = $1`, callID).

@@ -20,6 +20,8 @@ func (s *Store) Redrive(ctx context.Context, callID, by string, prevErr json.Raw
 	if err := s.writable(); err != nil {
 		return store.Call{}, false, err
 	}
+	ctx, cancel := s.step(ctx)
+	defer cancel()
 	var (
 		call store.Call
 		ok   bool

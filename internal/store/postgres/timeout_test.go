@@ -46,7 +46,7 @@ func TestLockTimeoutAnswersTheWholeBatch(t *testing.T) {
 	// own wait they may give up first, which proves nothing about
 	// batches).
 	s.creates.stop()
-	s.creates = newGroup(s.pool, time.Minute)
+	s.creates = newGroup(s.pool, time.Minute, s.stepTimeout)
 	const writes = 4 * committers
 	var (
 		wg      sync.WaitGroup

@@ -29,6 +29,8 @@ WHERE principal = $1 AND idem_key = $2 AND purged_at >= ` + dbNow + ` - $3
 
 // Tombstone returns principal's tombstone of key. See store.Store.
 func (s *Store) Tombstone(ctx context.Context, principal, key string) (store.Tombstone, error) {
+	ctx, cancel := s.step(ctx)
+	defer cancel()
 	t, err := scanTombstone(s.pool.QueryRow(ctx,
 		`SELECT `+tombstoneColumns+` FROM tombstones WHERE principal = $1 AND idem_key = $2`, principal, key))
 	return t, interpret(ctx, err)
@@ -57,6 +59,8 @@ func (s *Store) PurgeTombstones(ctx context.Context, olderThan time.Duration, li
 	if err := s.writable(); err != nil {
 		return 0, err
 	}
+	ctx, cancel := s.scan(ctx)
+	defer cancel()
 	if olderThan < 0 {
 		return 0, fmt.Errorf("postgres purge tombstones: negative age %v", olderThan)
 	}
