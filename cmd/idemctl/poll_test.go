@@ -8,7 +8,7 @@ import (
 	"github.com/idemctl/idemctl/internal/client"
 	"github.com/idemctl/idemctl/internal/exitcode"
 	"github.com/idemctl/idemctl/internal/server"
-	"github.com/idemctl/idemctl/internal/server/apitest"
+	"github.com/idemctl/idemctl/internal/server/servertest"
 	"github.com/idemctl/idemctl/internal/tool/builtin"
 	"github.com/idemctl/idemctl/internal/wire"
 )
@@ -78,7 +78,7 @@ func TestPollOptionsValidate(t *testing.T) {
 
 func pollRealServer(t *testing.T) string {
 	t.Helper()
-	return apitest.Start(t, server.Config{})
+	return servertest.Start(t, servertest.Options{Config: server.Config{}}).URL
 }
 
 // TestPollByKeyDotKeys: "." and ".." are valid keys; poll --key must find

@@ -4,13 +4,13 @@ import (
 	"testing"
 
 	"github.com/idemctl/idemctl/internal/server"
-	"github.com/idemctl/idemctl/internal/server/apitest"
+	"github.com/idemctl/idemctl/internal/server/servertest"
 	"github.com/idemctl/idemctl/internal/tool/builtin"
 )
 
 func realServer(t *testing.T) string {
 	t.Helper()
-	return apitest.Start(t, server.Config{})
+	return servertest.Start(t, servertest.Options{Config: server.Config{}}).URL
 }
 
 // TestKeysWithDotsReachTheByKeyRoute: the keys "." and ".." (and keys with

@@ -12,7 +12,7 @@ import (
 
 	"github.com/idemctl/idemctl/internal/authlimit"
 	"github.com/idemctl/idemctl/internal/server"
-	"github.com/idemctl/idemctl/internal/server/apitest"
+	"github.com/idemctl/idemctl/internal/server/servertest"
 )
 
 // TestServedByServer runs the console inside a real server with a token
@@ -29,7 +29,7 @@ func TestServedByServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := apitest.Start(t, server.Config{Auth: auth})
+	base := servertest.Start(t, servertest.Options{Config: server.Config{Auth: auth}}).URL
 	req := strings.NewReader(`{"tool":"sleep","args":{"seconds":10}}`)
 	hreq, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/v1/tool-calls", req)
 	hreq.Header.Set("Authorization", "Bearer "+aliceToken)
@@ -103,13 +103,13 @@ func TestServedByServer(t *testing.T) {
 
 // TestServerNoUI: with NoUI the console's paths are the API's 404.
 func TestServerNoUI(t *testing.T) {
-	base := apitest.Start(t, server.Config{NoUI: true})
+	base := servertest.Start(t, servertest.Options{Config: server.Config{NoUI: true}}).URL
 	for _, p := range []string{"/ui", "/ui/calls", "/ui/static/console.js", "/console/"} {
 		if r := do(t, nil, http.MethodGet, base+p, nil); r.code != http.StatusNotFound || !strings.Contains(r.raw, `"not_found"`) {
 			t.Errorf("GET %s with NoUI: %d %s, want the API's 404", p, r.code, r.raw)
 		}
 	}
-	on := apitest.Start(t, server.Config{})
+	on := servertest.Start(t, servertest.Options{Config: server.Config{}}).URL
 	if r := do(t, nil, http.MethodGet, on+"/ui", nil); r.code != http.StatusOK {
 		t.Errorf("GET /ui by default: %d", r.code)
 	}
@@ -135,7 +135,7 @@ func authServer(t *testing.T, cfg server.Config, tokens map[string]string) (stri
 		t.Fatal(err)
 	}
 	cfg.Auth = auth
-	return apitest.Start(t, cfg), path, auth
+	return servertest.Start(t, servertest.Options{Config: cfg}).URL, path, auth
 }
 
 func writeTokenFile(t *testing.T, path string, tokens map[string]string) {

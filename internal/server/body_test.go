@@ -113,11 +113,7 @@ func TestReadyzDoesNotLeakDriverError(t *testing.T) {
 	if r := b.get("/readyz"); r.status != http.StatusOK {
 		t.Fatalf("readyz on a working store: %d %s", r.status, r.body)
 	}
-	srv, err := New(Config{Logger: testLogger(t)}, unreachableStore{b.st})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := doURL(t, startHTTP(t, srv), http.MethodGet, "/readyz", nil, nil)
+	r := doURL(t, setupStore(t, unreachableStore{b.st}, false).ts.URL, http.MethodGet, "/readyz", nil, nil)
 	if r.status != http.StatusServiceUnavailable || r.errCode(t) != wire.CodeUnavailable {
 		t.Fatalf("readyz: %d %s", r.status, r.body)
 	}

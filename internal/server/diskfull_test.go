@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/store/sqlite"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -33,7 +34,7 @@ func TestDiskFull(t *testing.T) {
 		t.Fatalf("/readyz before the disk filled: %d %s", r.status, r.body)
 	}
 
-	if _, err := b.st.SetMaxPageCount(t.Context(), 1); err != nil { // 1: the file's own size
+	if _, err := b.st.(*sqlite.Store).SetMaxPageCount(t.Context(), 1); err != nil { // 1: the file's own size
 		t.Fatal(err)
 	}
 	body := fmt.Sprintf(`{"tool":"send_email","args":{"to":"a@example.com","body":%q}}`, strings.Repeat("x", 3000))
@@ -69,7 +70,7 @@ func TestDiskFull(t *testing.T) {
 	}
 
 	// Space returns: the same server, no restart.
-	if _, err := b.st.SetMaxPageCount(t.Context(), 1<<30); err != nil {
+	if _, err := b.st.(*sqlite.Store).SetMaxPageCount(t.Context(), 1<<30); err != nil {
 		t.Fatal(err)
 	}
 	r := b.post(failed, body)

@@ -303,11 +303,7 @@ func (f *faultyStore) Ping(ctx context.Context) error {
 
 func TestPanicInHandlerIs500JSON(t *testing.T) {
 	b := setup(t)
-	srv, err := New(Config{Logger: testLogger(t)}, &faultyStore{Store: b.st, panicStats: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := startHTTP(t, srv)
+	base := setupStore(t, &faultyStore{Store: b.st, panicStats: true}, false).ts.URL
 	r := doURL(t, base, http.MethodGet, "/stats", nil, nil)
 	if r.status != http.StatusInternalServerError || r.errCode(t) != wire.CodeInternal {
 		t.Fatalf("panicking handler: %d %s", r.status, r.body)
@@ -319,11 +315,7 @@ func TestPanicInHandlerIs500JSON(t *testing.T) {
 
 func TestStoreUnavailableIs503(t *testing.T) {
 	b := setup(t)
-	srv, err := New(Config{Logger: testLogger(t)}, &faultyStore{Store: b.st, unavailable: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := startHTTP(t, srv)
+	base := setupStore(t, &faultyStore{Store: b.st, unavailable: true}, false).ts.URL
 	r := doURL(t, base, http.MethodPost, "/v1/tool-calls", []byte(charge100), map[string]string{"Idempotency-Key": "k-503"})
 	if r.status != http.StatusServiceUnavailable || r.errCode(t) != wire.CodeUnavailable || r.header.Get("Retry-After") == "" {
 		t.Fatalf("store unavailable: %d %v %s", r.status, r.header, r.body)
