@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/store/storefake"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -29,35 +30,38 @@ func pgLikeError(state string) error {
 // refusedWithoutCode is a refusal whose backend gave no code.
 func refusedWithoutCode(msg string) error { return &store.RefusedError{Err: errors.New(msg)} }
 
-// refusingStore is a real SQLite store whose completions can be refused:
-// refuseSucceed / refuseFail decide per completion; each returns the error
-// to answer with, or nil to pass the completion to the database.
+// refusingStore says which completions of a real SQLite store are
+// refused: refuseSucceed / refuseFail decide per completion; each returns
+// the error to answer with, or nil to pass the completion to the database.
 type refusingStore struct {
-	store.Store
 	refuseSucceed func(c store.Completion) error
 	refuseFail    func(c store.Completion) error
 	succeeds      atomic.Int64 // Succeed calls, refused or not
 	fails         atomic.Int64 // Fail calls, refused or not
 }
 
-func (s *refusingStore) Succeed(ctx context.Context, c store.Completion) (store.Call, error) {
-	s.succeeds.Add(1)
-	if s.refuseSucceed != nil {
-		if err := s.refuseSucceed(c); err != nil {
-			return store.Call{}, err
-		}
+// over returns base with s's refusals.
+func (s *refusingStore) over(base store.Store) store.Store {
+	return &storefake.Store{Base: base,
+		SucceedFunc: func(ctx context.Context, c store.Completion) (store.Call, error) {
+			s.succeeds.Add(1)
+			if s.refuseSucceed != nil {
+				if err := s.refuseSucceed(c); err != nil {
+					return store.Call{}, err
+				}
+			}
+			return base.Succeed(ctx, c)
+		},
+		FailFunc: func(ctx context.Context, c store.Completion) (store.Call, error) {
+			s.fails.Add(1)
+			if s.refuseFail != nil {
+				if err := s.refuseFail(c); err != nil {
+					return store.Call{}, err
+				}
+			}
+			return base.Fail(ctx, c)
+		},
 	}
-	return s.Store.Succeed(ctx, c)
-}
-
-func (s *refusingStore) Fail(ctx context.Context, c store.Completion) (store.Call, error) {
-	s.fails.Add(1)
-	if s.refuseFail != nil {
-		if err := s.refuseFail(c); err != nil {
-			return store.Call{}, err
-		}
-	}
-	return s.Store.Fail(ctx, c)
 }
 
 // setupRefusing starts an executor (one worker) on a refusingStore over a
@@ -67,7 +71,7 @@ func setupRefusing(t *testing.T, lease time.Duration, rs *refusingStore) *bundle
 	return setup(t, func(c *testConfig) {
 		c.Workers = 1
 		c.Lease = lease
-		c.wrap = func(st store.Store) store.Store { rs.Store = st; return rs }
+		c.wrap = rs.over
 	})
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/idemctl/idemctl/internal/inspect"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/sqlite"
+	"github.com/idemctl/idemctl/internal/store/storefake"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -514,18 +515,16 @@ func TestStats(t *testing.T) {
 // effect: the schema's UNIQUE(effects.call_id) makes a real duplicate
 // impossible to write, which is the point, so the read path is tested with
 // what a database without the constraint would return.
-type dupeStore struct {
-	store.Store
-	callID, extraEffect string
-}
-
-func (d dupeStore) Dupes(context.Context) ([]store.Dupe, error) {
-	return []store.Dupe{{CallID: d.callID, Effects: 2}}, nil
-}
-
-func (d dupeStore) ListEffects(ctx context.Context, limit int) ([]store.Effect, error) {
-	effs, err := d.Store.ListEffects(ctx, limit)
-	return append(effs, store.Effect{EffectID: d.extraEffect, CallID: d.callID, Tool: "charge"}), err
+func dupeStore(base store.Store, callID, extraEffect string) store.Store {
+	return &storefake.Store{Base: base,
+		DupesFunc: func(context.Context) ([]store.Dupe, error) {
+			return []store.Dupe{{CallID: callID, Effects: 2}}, nil
+		},
+		ListEffectsFunc: func(ctx context.Context, limit int) ([]store.Effect, error) {
+			effs, err := base.ListEffects(ctx, limit)
+			return append(effs, store.Effect{EffectID: extraEffect, CallID: callID, Tool: "charge"}), err
+		},
+	}
 }
 
 func TestDupes(t *testing.T) {
@@ -551,7 +550,7 @@ func TestDupes(t *testing.T) {
 	})
 
 	t.Run("forced duplicate", func(t *testing.T) {
-		ds := dupeStore{Store: f.st, callID: f.paid.CallID, extraEffect: "eff_forged00000000"}
+		ds := dupeStore(f.st, f.paid.CallID, "eff_forged00000000")
 		var buf bytes.Buffer
 		got, err := inspect.Dupes(ctx, ds, inspect.DupesOptions{Output: inspect.FormatTable}, &buf)
 		if err != nil || len(got) != 1 {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/store/storefake"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -331,19 +332,21 @@ func TestRetentionPurge(t *testing.T) {
 	}
 }
 
-// countingPurge records the size of every purge batch.
+// countingPurge records the size of every purge batch of the store over
+// returns.
 type countingPurge struct {
-	store.Store
 	batches []int
 	longest time.Duration
 }
 
-func (c *countingPurge) Purge(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
-	start := time.Now()
-	n, err := c.Store.Purge(ctx, olderThan, limit)
-	c.longest = max(c.longest, time.Since(start))
-	c.batches = append(c.batches, n)
-	return n, err
+func (c *countingPurge) over(base store.Store) store.Store {
+	return &storefake.Store{Base: base, PurgeFunc: func(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
+		start := time.Now()
+		n, err := base.Purge(ctx, olderThan, limit)
+		c.longest = max(c.longest, time.Since(start))
+		c.batches = append(c.batches, n)
+		return n, err
+	}}
 }
 
 // TestPurgeInSmallBatches: the purge never deletes more than PurgeBatch
@@ -363,8 +366,8 @@ INSERT INTO calls (call_id, principal, idem_key, fingerprint, tool, args_json, s
 SELECT printf('c_%016x', i), '', 'bulk-' || i, 'f', 'charge', '{}', 'succeeded', 1, 1 FROM seq`, n); err != nil {
 		t.Fatal(err)
 	}
-	cp := &countingPurge{Store: b.st}
-	srv, err := New(Config{Retention: time.Hour}, cp)
+	cp := &countingPurge{}
+	srv, err := New(Config{Retention: time.Hour}, cp.over(b.st))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/store/storefake"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -113,7 +114,7 @@ func TestReadyzDoesNotLeakDriverError(t *testing.T) {
 	if r := b.get("/readyz"); r.status != http.StatusOK {
 		t.Fatalf("readyz on a working store: %d %s", r.status, r.body)
 	}
-	r := doURL(t, setupStore(t, unreachableStore{b.st}, false).ts.URL, http.MethodGet, "/readyz", nil, nil)
+	r := doURL(t, setupStore(t, unreachableStore(b.st), false).ts.URL, http.MethodGet, "/readyz", nil, nil)
 	if r.status != http.StatusServiceUnavailable || r.errCode(t) != wire.CodeUnavailable {
 		t.Fatalf("readyz: %d %s", r.status, r.body)
 	}
@@ -123,9 +124,9 @@ func TestReadyzDoesNotLeakDriverError(t *testing.T) {
 }
 
 // unreachableStore fails Ping the way a driver does: with the address.
-type unreachableStore struct{ store.Store }
-
-func (unreachableStore) Ping(context.Context) error {
-	return &net.OpError{Op: "dial", Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 5432},
-		Err: io.ErrUnexpectedEOF}
+func unreachableStore(base store.Store) store.Store {
+	return &storefake.Store{Base: base, PingFunc: func(context.Context) error {
+		return &net.OpError{Op: "dial", Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 5432},
+			Err: io.ErrUnexpectedEOF}
+	}}
 }

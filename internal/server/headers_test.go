@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/store/storefake"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -273,37 +274,28 @@ func TestStatsHealthReady(t *testing.T) {
 	}
 }
 
-// faultyStore wraps a store and misbehaves on chosen methods.
-type faultyStore struct {
-	store.Store
-	panicStats  bool
-	unavailable bool
-}
-
-func (f *faultyStore) Stats(ctx context.Context) (store.Stats, error) {
-	if f.panicStats {
+// panickingStats is base whose Stats panics: a bug in a handler's
+// dependency.
+func panickingStats(base store.Store) store.Store {
+	return &storefake.Store{Base: base, StatsFunc: func(context.Context) (store.Stats, error) {
 		panic("boom: a bug in a handler's dependency")
-	}
-	return f.Store.Stats(ctx)
+	}}
 }
 
-func (f *faultyStore) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, store.Outcome, error) {
-	if f.unavailable {
-		return store.Call{}, 0, store.ErrUnavailable
+// unavailableStore is base with its database gone: creations and pings
+// answer ErrUnavailable.
+func unavailableStore(base store.Store) store.Store {
+	return &storefake.Store{Base: base,
+		CreateOrGetFunc: func(context.Context, store.NewCall) (store.Call, store.Outcome, error) {
+			return store.Call{}, 0, store.ErrUnavailable
+		},
+		PingFunc: func(context.Context) error { return store.ErrUnavailable },
 	}
-	return f.Store.CreateOrGet(ctx, n)
-}
-
-func (f *faultyStore) Ping(ctx context.Context) error {
-	if f.unavailable {
-		return store.ErrUnavailable
-	}
-	return f.Store.Ping(ctx)
 }
 
 func TestPanicInHandlerIs500JSON(t *testing.T) {
 	b := setup(t)
-	base := setupStore(t, &faultyStore{Store: b.st, panicStats: true}, false).ts.URL
+	base := setupStore(t, panickingStats(b.st), false).ts.URL
 	r := doURL(t, base, http.MethodGet, "/stats", nil, nil)
 	if r.status != http.StatusInternalServerError || r.errCode(t) != wire.CodeInternal {
 		t.Fatalf("panicking handler: %d %s", r.status, r.body)
@@ -315,7 +307,7 @@ func TestPanicInHandlerIs500JSON(t *testing.T) {
 
 func TestStoreUnavailableIs503(t *testing.T) {
 	b := setup(t)
-	base := setupStore(t, &faultyStore{Store: b.st, unavailable: true}, false).ts.URL
+	base := setupStore(t, unavailableStore(b.st), false).ts.URL
 	r := doURL(t, base, http.MethodPost, "/v1/tool-calls", []byte(charge100), map[string]string{"Idempotency-Key": "k-503"})
 	if r.status != http.StatusServiceUnavailable || r.errCode(t) != wire.CodeUnavailable || r.header.Get("Retry-After") == "" {
 		t.Fatalf("store unavailable: %d %v %s", r.status, r.header, r.body)
