@@ -14,6 +14,7 @@ import (
 )
 
 func TestPollByIDPrintsFinalCall(t *testing.T) {
+	t.Parallel()
 	fs := newCLIFakeServer(t, nil, []func(http.ResponseWriter){
 		cliAnswer(200, cliCall("pending")),
 		cliAnswer(200, cliCall("succeeded")),
@@ -29,6 +30,7 @@ func TestPollByIDPrintsFinalCall(t *testing.T) {
 }
 
 func TestPollByKeyUnknownExitsOne(t *testing.T) {
+	t.Parallel()
 	fs := newCLIFakeServer(t, nil, []func(http.ResponseWriter){
 		cliAnswer(404, `{"error":{"code":"not_found","message":"no such key"}}`),
 	})
@@ -48,6 +50,7 @@ func TestPollByKeyUnknownExitsOne(t *testing.T) {
 }
 
 func TestPollDeadlinePrintsLastState(t *testing.T) {
+	t.Parallel()
 	fs := newCLIFakeServer(t, nil, []func(http.ResponseWriter){cliAnswer(200, cliCall("running"))})
 	out, _, code := cliRun(t, "poll", "c_1", "--deadline", "200ms", "--base", fs.URL)
 	if code != exitcode.Failed {
@@ -60,6 +63,7 @@ func TestPollDeadlinePrintsLastState(t *testing.T) {
 }
 
 func TestPollOptionsValidate(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		o  pollOptions
 		ok bool
@@ -85,6 +89,7 @@ func pollRealServer(t *testing.T) string {
 // their calls rather than be redirected by the router's dot-segment
 // cleaning (which ended in 405).
 func TestPollByKeyDotKeys(t *testing.T) {
+	t.Parallel()
 	base := pollRealServer(t)
 	c := &client.Client{Base: base}
 	for _, key := range []string{"..", "."} {
@@ -108,6 +113,7 @@ func TestPollByKeyDotKeys(t *testing.T) {
 // (here: a space) was never recorded, so poll --key is a usage error,
 // without a request, instead of polling until the deadline.
 func TestPollByKeyRefusesImpossibleKey(t *testing.T) {
+	t.Parallel()
 	fs := newCLIFakeServer(t, nil, []func(http.ResponseWriter){
 		cliAnswer(404, `{"error":{"code":"not_found","message":"no such key"}}`),
 	})

@@ -14,6 +14,7 @@ import (
 // scheme, no host) is an error before any request, not a transport failure
 // retried until the retries or the poll deadline run out.
 func TestBadBaseEndsAtOnce(t *testing.T) {
+	t.Parallel()
 	for _, base := range []string{"nothttp", "ftp://127.0.0.1:8081", "http://", "127.0.0.1:8081", "http//127.0.0.1:8081", ""} {
 		c, rec := setup(t, base)
 		var attempts int
@@ -46,6 +47,7 @@ func TestBadBaseEndsAtOnce(t *testing.T) {
 // deadline error says so ("connection refused") instead of only "not found",
 // and keeps its code (deadline_exceeded by id, unknown by key).
 func TestPollDeadlineNamesTheLastFailure(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -130,6 +130,7 @@ func errJSON(code string) string {
 }
 
 func TestCallTimeoutsThenSuccessKeepSameKey(t *testing.T) {
+	t.Parallel()
 	fs := newFakeServer(t, hang, hang, respond(202, callJSON("c_1", "K", "pending")))
 	c, rec := setup(t, fs.srv.URL)
 	var records []AttemptRecord
@@ -164,6 +165,7 @@ func TestCallTimeoutsThenSuccessKeepSameKey(t *testing.T) {
 }
 
 func TestCallEndsAtOnceOnClientErrors(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		status   int
 		code     string
@@ -200,6 +202,7 @@ func TestCallEndsAtOnceOnClientErrors(t *testing.T) {
 }
 
 func TestCall503HonoursRetryAfter(t *testing.T) {
+	t.Parallel()
 	fs := newFakeServer(t,
 		respond(503, errJSON("unavailable"), "Retry-After", "2"),
 		respond(200, callJSON("c_1", "K", "succeeded"), "Idempotent-Replayed", "true"))
@@ -223,6 +226,7 @@ func TestCall503HonoursRetryAfter(t *testing.T) {
 }
 
 func TestCall429IsRetried(t *testing.T) {
+	t.Parallel()
 	fs := newFakeServer(t,
 		respond(429, errJSON("rate_limited")),
 		respond(429, errJSON("rate_limited"), "Retry-After", "0"),
@@ -240,6 +244,7 @@ func TestCall429IsRetried(t *testing.T) {
 }
 
 func TestCall408IsRetriedWithTheSameKey(t *testing.T) {
+	t.Parallel()
 	fs := newFakeServer(t,
 		respond(408, errJSON("bad_request")),
 		respond(202, callJSON("c_1", "K", "pending")))
@@ -258,6 +263,7 @@ func TestCall408IsRetriedWithTheSameKey(t *testing.T) {
 }
 
 func TestCallExhaustedOn503(t *testing.T) {
+	t.Parallel()
 	fs := newFakeServer(t, respond(503, errJSON("unavailable")))
 	c, _ := setup(t, fs.srv.URL)
 	c.Retries = 1
@@ -272,6 +278,7 @@ func TestCallExhaustedOn503(t *testing.T) {
 }
 
 func TestCallConnectionRefusedExhausts(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -303,6 +310,7 @@ func TestCallConnectionRefusedExhausts(t *testing.T) {
 }
 
 func TestCallPreferWait(t *testing.T) {
+	t.Parallel()
 	var got []string
 	var mu sync.Mutex
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -329,6 +337,7 @@ func TestCallPreferWait(t *testing.T) {
 }
 
 func TestCallNewKeyOnRetry(t *testing.T) {
+	t.Parallel()
 	fs := newFakeServer(t, hang, respond(503, errJSON("unavailable")), respond(202, callJSON("c_3", "K-2", "pending")))
 	c, _ := setup(t, fs.srv.URL)
 	c.NewKeyOnRetry = true
@@ -345,6 +354,7 @@ func TestCallNewKeyOnRetry(t *testing.T) {
 }
 
 func TestCallStopsWhenContextEnds(t *testing.T) {
+	t.Parallel()
 	fs := newFakeServer(t, respond(503, errJSON("unavailable")))
 	c, _ := setup(t, fs.srv.URL)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -359,6 +369,7 @@ func TestCallStopsWhenContextEnds(t *testing.T) {
 }
 
 func TestCallArgsForms(t *testing.T) {
+	t.Parallel()
 	fs := newFakeServer(t, respond(202, callJSON("c_1", "K", "pending")))
 	c, _ := setup(t, fs.srv.URL)
 	seq := int64(7)
@@ -377,6 +388,7 @@ func TestCallArgsForms(t *testing.T) {
 }
 
 func TestAttemptRecordJSON(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		rec  AttemptRecord
 		want string
@@ -393,6 +405,7 @@ func TestAttemptRecordJSON(t *testing.T) {
 }
 
 func TestBackoff(t *testing.T) {
+	t.Parallel()
 	want := []time.Duration{100, 200, 400, 800, 1000, 1000, 1000}
 	for i, w := range want {
 		if got := Backoff(i); got != w*time.Millisecond {
@@ -411,6 +424,7 @@ func TestBackoff(t *testing.T) {
 }
 
 func TestParseRetryAfter(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
 		in   string
@@ -427,6 +441,7 @@ func TestParseRetryAfter(t *testing.T) {
 }
 
 func TestCallMarshalKeepsServerBytes(t *testing.T) {
+	t.Parallel()
 	raw := `{"call_id":"c_1","status":"succeeded","extra":1}`
 	var c Call
 	if err := json.Unmarshal([]byte(raw), &c); err != nil {
@@ -445,6 +460,7 @@ func TestCallMarshalKeepsServerBytes(t *testing.T) {
 }
 
 func TestStats(t *testing.T) {
+	t.Parallel()
 	fs := newFakeServer(t, respond(200, `{"calls":1,"effects":1,"by_status":{"succeeded":1},"extra":true}`))
 	c, _ := setup(t, fs.srv.URL)
 	s, err := c.Stats(t.Context())

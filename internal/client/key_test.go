@@ -8,6 +8,7 @@ import (
 )
 
 func TestCheckKey(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		key string
 		ok  bool
@@ -38,6 +39,7 @@ func TestCheckKey(t *testing.T) {
 // was never recorded; PollByKey says so at once instead of polling until
 // the deadline, and sends nothing.
 func TestPollByKeyRefusesAnImpossibleKey(t *testing.T) {
+	t.Parallel()
 	fs := newFakeServer(t, respond(404, errJSON("not_found")))
 	c, rec := setup(t, fs.srv.URL)
 	_, err := c.PollByKey(t.Context(), "has space", 200*time.Millisecond)

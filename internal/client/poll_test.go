@@ -10,6 +10,7 @@ import (
 )
 
 func TestPollUntilFinal(t *testing.T) {
+	t.Parallel()
 	fs := newFakeServer(t,
 		respond(200, callJSON("c_1", "K", "pending")),
 		respond(200, callJSON("c_1", "K", "running")),
@@ -32,6 +33,7 @@ func TestPollUntilFinal(t *testing.T) {
 }
 
 func TestPollHonoursRetryAfterAndSurvives503(t *testing.T) {
+	t.Parallel()
 	fs := newFakeServer(t,
 		respond(200, callJSON("c_1", "K", "running"), "Retry-After", "1"),
 		respond(503, errJSON("unavailable")),
@@ -47,6 +49,7 @@ func TestPollHonoursRetryAfterAndSurvives503(t *testing.T) {
 }
 
 func TestPollByIDNotFoundEndsAtOnce(t *testing.T) {
+	t.Parallel()
 	fs := newFakeServer(t, respond(404, errJSON("not_found")))
 	c, _ := setup(t, fs.srv.URL)
 	_, err := c.Poll(t.Context(), "c_missing", 10*time.Second)
@@ -59,6 +62,7 @@ func TestPollByIDNotFoundEndsAtOnce(t *testing.T) {
 }
 
 func TestPollByKeyNotFoundThenFound(t *testing.T) {
+	t.Parallel()
 	fs := newFakeServer(t,
 		respond(404, errJSON("not_found")),
 		respond(404, errJSON("not_found")),
@@ -75,6 +79,7 @@ func TestPollByKeyNotFoundThenFound(t *testing.T) {
 }
 
 func TestPollByKeyUnknownAtDeadline(t *testing.T) {
+	t.Parallel()
 	fs := newFakeServer(t, respond(404, errJSON("not_found")))
 	c, _ := setup(t, fs.srv.URL)
 	c.Sleep = nil // real pauses: the deadline is wall time
@@ -89,6 +94,7 @@ func TestPollByKeyUnknownAtDeadline(t *testing.T) {
 }
 
 func TestPollDeadline(t *testing.T) {
+	t.Parallel()
 	fs := newFakeServer(t, respond(200, callJSON("c_1", "K", "running")))
 	c, _ := setup(t, fs.srv.URL)
 	c.Sleep = nil
@@ -102,6 +108,7 @@ func TestPollDeadline(t *testing.T) {
 }
 
 func TestGetAndGetByKey(t *testing.T) {
+	t.Parallel()
 	fs := newFakeServer(t, respond(200, callJSON("c_1", "K", "pending")), respond(404, errJSON("not_found")))
 	c, _ := setup(t, fs.srv.URL)
 	if call, err := c.Get(t.Context(), "c_1"); err != nil || call.CallID != "c_1" || len(call.Raw) == 0 {

@@ -17,6 +17,7 @@ func realServer(t *testing.T) string {
 // dot segments after a '/') are valid idempotency keys; escaped naively they
 // are path segments the router cleans away (a redirect, then 405).
 func TestKeysWithDotsReachTheByKeyRoute(t *testing.T) {
+	t.Parallel()
 	c := &Client{Base: realServer(t)}
 	for _, key := range []string{".", "..", "...", "a/../b", "./x", "x/.", "../..", "a.b"} {
 		t.Run(key, func(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 // TestViaHeader: a Client with Via names its door on every POST; without
 // it, no header is sent.
 func TestViaHeader(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var got []string
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

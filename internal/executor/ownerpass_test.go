@@ -15,6 +15,7 @@ import (
 // call and every finished run, but looks for calls of dead owners (a listing
 // of every running call) at most once per interval, not on every wake-up.
 func TestDeadOwnerPassOncePerInterval(t *testing.T) {
+	t.Parallel()
 	var running atomic.Int64 // listings of running calls, the dead-owner pass's query
 	b := setup(t, func(c *testConfig) {
 		c.RecoverInterval = time.Hour

@@ -105,6 +105,7 @@ func countEvents(events []string) map[string]int {
 // one completion recorded and no effect — instead of being re-run once per
 // lease for ever.
 func TestRefusedSucceedEndsFailed(t *testing.T) {
+	t.Parallel()
 	rs := &refusingStore{refuseSucceed: func(store.Completion) error { return pgLikeError("22P05") }}
 	b := setupRefusing(t, 30*time.Second, rs)
 
@@ -150,6 +151,7 @@ func TestRefusedSucceedEndsFailed(t *testing.T) {
 // the database refuses is replaced by the safe internal error, so that
 // call ends too. The refusal here carries no SQLSTATE.
 func TestRefusedToolFailureEndsFailed(t *testing.T) {
+	t.Parallel()
 	rs := &refusingStore{refuseFail: func(c store.Completion) error {
 		if strings.Contains(string(c.Error), "tool_failed") {
 			return refusedWithoutCode("sqlite fail: value " + secretValue + " too big")
@@ -176,6 +178,7 @@ func TestRefusedToolFailureEndsFailed(t *testing.T) {
 // "not this": the executor retries it and then leaves the call to its
 // lease; it never records a failure the tool did not have.
 func TestTransientCommitErrorKeepsTheLease(t *testing.T) {
+	t.Parallel()
 	var refuse atomic.Bool
 	refuse.Store(true)
 	rs := &refusingStore{refuseSucceed: func(store.Completion) error {
@@ -205,6 +208,7 @@ func TestTransientCommitErrorKeepsTheLease(t *testing.T) {
 // record is refused too, it is tried once, and the call goes back to the
 // lease path as before (recovered and run again).
 func TestRefusalFallbackRefusedLeavesItToTheLease(t *testing.T) {
+	t.Parallel()
 	refusal := func(store.Completion) error { return refusedWithoutCode("sqlite: constraint failed") }
 	rs := &refusingStore{refuseSucceed: refusal, refuseFail: refusal}
 	b := setupRefusing(t, MinLease, rs)
@@ -229,6 +233,7 @@ func TestRefusalFallbackRefusedLeavesItToTheLease(t *testing.T) {
 
 // TestRefusalReason: only an SQLSTATE-shaped code is echoed, never text.
 func TestRefusalReason(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		err  error
 		want string

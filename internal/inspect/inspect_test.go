@@ -147,6 +147,7 @@ func cells(line string) []string {
 }
 
 func TestCalls(t *testing.T) {
+	t.Parallel()
 	f := setup(t)
 	ctx := t.Context()
 
@@ -260,6 +261,7 @@ func TestCalls(t *testing.T) {
 }
 
 func TestEffects(t *testing.T) {
+	t.Parallel()
 	f := setup(t)
 	ctx := t.Context()
 
@@ -304,6 +306,7 @@ func TestEffects(t *testing.T) {
 }
 
 func TestAuditTimeline(t *testing.T) {
+	t.Parallel()
 	f := setup(t)
 	ctx := t.Context()
 
@@ -371,6 +374,7 @@ func TestAuditTimeline(t *testing.T) {
 }
 
 func TestAuditAllCalls(t *testing.T) {
+	t.Parallel()
 	f := setup(t)
 	ctx := t.Context()
 
@@ -403,6 +407,7 @@ func TestAuditAllCalls(t *testing.T) {
 }
 
 func TestAuditUnknownCall(t *testing.T) {
+	t.Parallel()
 	f := setup(t)
 	var buf bytes.Buffer
 	_, err := inspect.Audit(t.Context(), f.st, inspect.AuditOptions{CallID: "c_ffffffffffffffff"}, &buf)
@@ -412,6 +417,7 @@ func TestAuditUnknownCall(t *testing.T) {
 }
 
 func TestAttempts(t *testing.T) {
+	t.Parallel()
 	f := setup(t)
 	ctx := t.Context()
 
@@ -462,6 +468,7 @@ func TestAttempts(t *testing.T) {
 }
 
 func TestAttemptsNoHintWhenHealthy(t *testing.T) {
+	t.Parallel()
 	rep := inspect.Distribution([]store.AttemptBucket{{Attempt: 1, Calls: 99}, {Attempt: 2, Calls: 1}}, 0)
 	if rep.Hint != "" || rep.MultiAttemptPct != 1 {
 		t.Errorf("1%% multi-attempt: %+v, want no hint", rep)
@@ -477,6 +484,7 @@ func TestAttemptsNoHintWhenHealthy(t *testing.T) {
 }
 
 func TestStats(t *testing.T) {
+	t.Parallel()
 	f := setup(t)
 	ctx := t.Context()
 
@@ -528,6 +536,7 @@ func dupeStore(base store.Store, callID, extraEffect string) store.Store {
 }
 
 func TestDupes(t *testing.T) {
+	t.Parallel()
 	f := setup(t)
 	ctx := t.Context()
 
@@ -573,6 +582,7 @@ func TestDupes(t *testing.T) {
 }
 
 func TestReadOnlyStore(t *testing.T) {
+	t.Parallel()
 	f := setup(t)
 	ctx := t.Context()
 	// Reopen the same file read-only, as the command does, while the
@@ -598,6 +608,7 @@ func TestReadOnlyStore(t *testing.T) {
 }
 
 func TestParseFormat(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]inspect.Format{"": inspect.FormatTable, "table": inspect.FormatTable, "JSON": inspect.FormatJSON} {
 		if got, err := inspect.ParseFormat(in); err != nil || got != want {
 			t.Errorf("ParseFormat(%q) = %q, %v", in, got, err)

@@ -59,6 +59,7 @@ func sendPartial(t *testing.T, ts *httptest.Server, key string, halfClose bool) 
 // same key creates the call. A body cut short is 400, also without the
 // network error's text.
 func TestSlowBodyIs408(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	ts := httptest.NewUnstartedServer(b.srv.Handler())
 	ts.Config.ReadTimeout = 300 * time.Millisecond
@@ -110,6 +111,7 @@ func TestSlowBodyIs408(t *testing.T) {
 // TestReadyzDoesNotLeakDriverError: /readyz says the database is
 // unreachable without the driver's message (which names its address).
 func TestReadyzDoesNotLeakDriverError(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	if r := b.get("/readyz"); r.status != http.StatusOK {
 		t.Fatalf("readyz on a working store: %d %s", r.status, r.body)

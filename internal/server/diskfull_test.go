@@ -19,6 +19,7 @@ import (
 // still there, and once space returns the same server takes the retried
 // request and is ready again, without a restart.
 func TestDiskFull(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	b.srv.health.retest = time.Hour // only a write may make it ready again here
 	acked := map[string]string{}
@@ -95,6 +96,7 @@ func TestDiskFull(t *testing.T) {
 // the same kind the database answered, or writeRetest without any, makes
 // it ready again; another kind's success or a caller giving up does not.
 func TestWriteHealth(t *testing.T) {
+	t.Parallel()
 	h := &writeHealth{log: testLogger(t), retest: time.Hour}
 	if !h.ready() {
 		t.Fatal("not ready before any write")

@@ -15,6 +15,7 @@ import (
 )
 
 func TestResponseHeaders(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	// A call that stays running for a while, so the replay is non-final.
 	body := `{"tool":"sleep","args":{"seconds":0.3}}`
@@ -74,6 +75,7 @@ func TestResponseHeaders(t *testing.T) {
 }
 
 func TestPreferWaitOnPost(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	r := b.post("k-wait-post", `{"tool":"sleep","args":{"seconds":0.3}}`, "Prefer", "wait=10")
 	if r.status != http.StatusOK {
@@ -94,6 +96,7 @@ func TestPreferWaitOnPost(t *testing.T) {
 }
 
 func TestPreferWaitOnGet(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	c := b.post("k-wait-get", `{"tool":"sleep","args":{"seconds":0.3}}`).call(t)
 	r := b.get(wire.CallPath(c.CallID), "Prefer", "respond-async, wait=10")
@@ -111,6 +114,7 @@ func TestPreferWaitOnGet(t *testing.T) {
 }
 
 func TestPreferWaitExpiresNonFinal(t *testing.T) {
+	t.Parallel()
 	b := setup(t, func(c *Config) { c.ShutdownGrace = 50 * time.Millisecond })
 	r := b.post("k-wait-short", `{"tool":"sleep","args":{"seconds":5}}`, "Prefer", "wait=1")
 	if r.status != http.StatusAccepted {
@@ -125,6 +129,7 @@ func TestPreferWaitExpiresNonFinal(t *testing.T) {
 }
 
 func TestPreferWaitClampedAndMalformed(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	c := b.post("k-wait-clamp", `{"tool":"charge","args":{"amount":1}}`).call(t)
 	b.waitFinal(c.CallID)
@@ -140,6 +145,7 @@ func TestPreferWaitClampedAndMalformed(t *testing.T) {
 }
 
 func TestPreferWaitParse(t *testing.T) {
+	t.Parallel()
 	max := 30 * time.Second
 	cases := []struct {
 		in   []string
@@ -178,6 +184,7 @@ func TestPreferWaitParse(t *testing.T) {
 }
 
 func TestPreferWaitReleasedOnShutdown(t *testing.T) {
+	t.Parallel()
 	b := setup(t, func(c *Config) { c.ShutdownGrace = 100 * time.Millisecond })
 	c := b.post("k-wait-shutdown", `{"tool":"sleep","args":{"seconds":10}}`).call(t)
 	done := make(chan resp, 1)
@@ -195,6 +202,7 @@ func TestPreferWaitReleasedOnShutdown(t *testing.T) {
 }
 
 func TestNotFoundAndMethodNotAllowedJSON(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	cases := []struct {
 		method, path string
@@ -224,6 +232,7 @@ func TestNotFoundAndMethodNotAllowedJSON(t *testing.T) {
 }
 
 func TestGetByKey(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	for _, key := range []string{"plain", "with/slash", "with?query", "pct%41", "sp#hash"} {
 		c := b.post(key, `{"tool":"charge","args":{"amount":2}}`).call(t)
@@ -239,6 +248,7 @@ func TestGetByKey(t *testing.T) {
 }
 
 func TestStatsHealthReady(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	var s map[string]any
 	if err := json.Unmarshal(b.get("/stats").body, &s); err != nil {
@@ -294,6 +304,7 @@ func unavailableStore(base store.Store) store.Store {
 }
 
 func TestPanicInHandlerIs500JSON(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	base := setupStore(t, panickingStats(b.st), false).ts.URL
 	r := doURL(t, base, http.MethodGet, "/stats", nil, nil)
@@ -306,6 +317,7 @@ func TestPanicInHandlerIs500JSON(t *testing.T) {
 }
 
 func TestStoreUnavailableIs503(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	base := setupStore(t, unavailableStore(b.st), false).ts.URL
 	r := doURL(t, base, http.MethodPost, "/v1/tool-calls", []byte(charge100), map[string]string{"Idempotency-Key": "k-503"})

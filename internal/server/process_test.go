@@ -78,6 +78,7 @@ func serverStats(t *testing.T, base string) wire.Stats {
 // the old owner is gone and runs the call again at once: it finishes well
 // before the lease could have expired, with exactly one effect.
 func TestProcessCrashBeforeCommitRecoveredByDeadOwner(t *testing.T) {
+	t.Parallel()
 	bin := idemctlBinary(t)
 	db := filepath.Join(t.TempDir(), "idem.db")
 	p := startServe(t, bin, "--db", db, "--chaos")
@@ -121,6 +122,7 @@ func TestProcessCrashBeforeCommitRecoveredByDeadOwner(t *testing.T) {
 // (b) SIGKILL in the middle of a sleep call: restart, and the call
 // finishes; a charge finished before the kill keeps its one effect.
 func TestProcessKillDuringSleepThenRestart(t *testing.T) {
+	t.Parallel()
 	bin := idemctlBinary(t)
 	db := filepath.Join(t.TempDir(), "idem.db")
 	p := startServe(t, bin, "--db", db)
@@ -150,6 +152,7 @@ func TestProcessKillDuringSleepThenRestart(t *testing.T) {
 
 // (c) Every call acknowledged with a 2xx survives SIGKILL right after.
 func TestProcessAcknowledgedCallsSurviveKill(t *testing.T) {
+	t.Parallel()
 	bin := idemctlBinary(t)
 	db := filepath.Join(t.TempDir(), "idem.db")
 	p := startServe(t, bin, "--db", db, "--workers", "2")
@@ -210,6 +213,7 @@ func TestProcessAcknowledgedCallsSurviveKill(t *testing.T) {
 // (d) Crash right after the commit: the restarted server answers the same
 // key with the original result, and there is still one effect.
 func TestProcessCrashAfterCommitThenSameKey(t *testing.T) {
+	t.Parallel()
 	bin := idemctlBinary(t)
 	db := filepath.Join(t.TempDir(), "idem.db")
 	body := `{"tool":"charge","args":{"amount":13,"_crash_after_commit":true}}`
@@ -235,6 +239,7 @@ func TestProcessCrashAfterCommitThenSameKey(t *testing.T) {
 
 // SIGTERM stops the server cleanly (exit 0) after the running tool finished.
 func TestProcessSigtermGraceful(t *testing.T) {
+	t.Parallel()
 	bin := idemctlBinary(t)
 	db := filepath.Join(t.TempDir(), "idem.db")
 	p := startServe(t, bin, "--db", db)
@@ -258,6 +263,7 @@ func TestProcessSigtermGraceful(t *testing.T) {
 // only lease expiry can recover the call, not dead-owner recovery) runs it
 // again: attempt 2, succeeded, the recovery audited as a lease expiry.
 func TestProcessKillDuringHeartbeatedTool(t *testing.T) {
+	t.Parallel()
 	bin := idemctlBinary(t)
 	db := filepath.Join(t.TempDir(), "idem.db")
 	p := startServe(t, bin, "--db", db, "--lease", "1s")

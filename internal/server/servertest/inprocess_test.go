@@ -46,6 +46,7 @@ func post(t *testing.T, base, key, prefer string) wire.Call {
 // configuration (NoUI: /ui is the API's 404) and runs its executor: a call
 // becomes final.
 func TestStartRunsTheAPIAndExecutor(t *testing.T) {
+	t.Parallel()
 	srv := Start(t, Options{Config: server.Config{NoUI: true}})
 	if call := post(t, srv.URL, "k-start", "wait=5"); call.Status != wire.StatusSucceeded {
 		t.Fatalf("call = %+v; want succeeded (the executor runs)", call)
@@ -66,6 +67,7 @@ func TestStartRunsTheAPIAndExecutor(t *testing.T) {
 // TestStartNoExecutorLeavesCallsPending: without the executor a call is
 // recorded and stays pending.
 func TestStartNoExecutorLeavesCallsPending(t *testing.T) {
+	t.Parallel()
 	srv := Start(t, Options{NoExecutor: true})
 	call := post(t, srv.URL, "k-pending", "")
 	if call.Status != wire.StatusPending {
@@ -81,6 +83,7 @@ func TestStartNoExecutorLeavesCallsPending(t *testing.T) {
 // TestStartClosesAGivenStore: the store a test hands to Start is the
 // server's, and is closed when the test ends.
 func TestStartClosesAGivenStore(t *testing.T) {
+	t.Parallel()
 	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "idem.db"), store.Options{})
 	if err != nil {
 		t.Fatal(err)
