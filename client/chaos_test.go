@@ -14,7 +14,7 @@ import (
 	"github.com/idemctl/idemctl/client"
 	"github.com/idemctl/idemctl/internal/chaos"
 	"github.com/idemctl/idemctl/internal/server"
-	"github.com/idemctl/idemctl/internal/server/apitest"
+	"github.com/idemctl/idemctl/internal/server/servertest"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -23,7 +23,7 @@ import (
 // server charged. Call retries with the same key and returns the one call,
 // and the server holds one call and one effect: no second charge.
 func TestCallSurvivesADroppedAnswer(t *testing.T) {
-	base := apitest.Start(t, server.Config{})
+	base := servertest.Start(t, servertest.Options{Config: server.Config{}}).URL
 	target, _ := url.Parse(base)
 	proxy, err := chaos.New(chaos.Options{Target: target, Mode: chaos.ModeDropResponse,
 		Select: chaos.First(1), DropHold: 10 * time.Millisecond})
@@ -100,7 +100,7 @@ func (ct *countingTransport) lists() int {
 // first, fetching one keyset page after another; breaking out of the loop
 // fetches no further page.
 func TestListIteratesOverPages(t *testing.T) {
-	base := apitest.Start(t, server.Config{})
+	base := servertest.Start(t, servertest.Options{Config: server.Config{}}).URL
 	ct := &countingTransport{}
 	c, err := client.New(base, client.WithHTTPClient(&http.Client{Transport: ct}))
 	if err != nil {
@@ -145,7 +145,7 @@ func TestListIteratesOverPages(t *testing.T) {
 // TestListEndsWithTheError: a failing page ends the iteration with its
 // error as the last pair.
 func TestListEndsWithTheError(t *testing.T) {
-	base := apitest.Start(t, server.Config{})
+	base := servertest.Start(t, servertest.Options{Config: server.Config{}}).URL
 	c, err := client.New(base)
 	if err != nil {
 		t.Fatal(err)
@@ -166,7 +166,7 @@ func TestListEndsWithTheError(t *testing.T) {
 // filters: a prefix keeps its keys' calls, a window after every call keeps
 // none, and one before none of them keeps all.
 func TestListFilters(t *testing.T) {
-	base := apitest.Start(t, server.Config{})
+	base := servertest.Start(t, servertest.Options{Config: server.Config{}}).URL
 	c, err := client.New(base)
 	if err != nil {
 		t.Fatal(err)

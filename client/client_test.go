@@ -133,6 +133,7 @@ func errJSON(code string) string {
 }
 
 func TestSubmitTimeoutsThenSuccessKeepSameKey(t *testing.T) {
+	t.Parallel()
 	fs := newFakeServer(t, hang, hang, respond(202, callJSON("c_1", "K", "pending")))
 	var records []AttemptRecord
 	c, rec := setup(t, fs.srv.URL, WithOnAttempt(func(r AttemptRecord) { records = append(records, r) }))
@@ -166,6 +167,7 @@ func TestSubmitTimeoutsThenSuccessKeepSameKey(t *testing.T) {
 }
 
 func TestSubmitEndsAtOnceOnClientErrors(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		status   int
 		code     string
@@ -202,6 +204,7 @@ func TestSubmitEndsAtOnceOnClientErrors(t *testing.T) {
 }
 
 func TestSubmit503HonoursRetryAfter(t *testing.T) {
+	t.Parallel()
 	fs := newFakeServer(t,
 		respond(503, errJSON("unavailable"), "Retry-After", "2"),
 		respond(200, callJSON("c_1", "K", "succeeded"), "Idempotent-Replayed", "true"))
@@ -225,6 +228,7 @@ func TestSubmit503HonoursRetryAfter(t *testing.T) {
 }
 
 func TestSubmit429IsRetried(t *testing.T) {
+	t.Parallel()
 	fs := newFakeServer(t,
 		respond(429, errJSON("rate_limited")),
 		respond(429, errJSON("rate_limited"), "Retry-After", "0"),
@@ -242,6 +246,7 @@ func TestSubmit429IsRetried(t *testing.T) {
 }
 
 func TestSubmit408IsRetriedWithTheSameKey(t *testing.T) {
+	t.Parallel()
 	fs := newFakeServer(t,
 		respond(408, errJSON("bad_request")),
 		respond(202, callJSON("c_1", "K", "pending")))
@@ -260,6 +265,7 @@ func TestSubmit408IsRetriedWithTheSameKey(t *testing.T) {
 }
 
 func TestSubmitExhaustedOn503(t *testing.T) {
+	t.Parallel()
 	fs := newFakeServer(t, respond(503, errJSON("unavailable")))
 	c, _ := setup(t, fs.srv.URL, WithRetries(1))
 	_, err := c.Submit(t.Context(), "charge", nil, WithKey("K"))
@@ -273,6 +279,7 @@ func TestSubmitExhaustedOn503(t *testing.T) {
 }
 
 func TestSubmitConnectionRefusedExhausts(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -303,6 +310,7 @@ func TestSubmitConnectionRefusedExhausts(t *testing.T) {
 }
 
 func TestSubmitPreferWait(t *testing.T) {
+	t.Parallel()
 	var got []string
 	var mu sync.Mutex
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -327,6 +335,7 @@ func TestSubmitPreferWait(t *testing.T) {
 }
 
 func TestSubmitNewKeyOnRetry(t *testing.T) {
+	t.Parallel()
 	fs := newFakeServer(t, hang, respond(503, errJSON("unavailable")), respond(202, callJSON("c_3", "K-2", "pending")))
 	c, _ := setup(t, fs.srv.URL)
 	res, err := c.Submit(clientknob.WithNewKeyOnRetry(t.Context()), "charge", nil, WithKey("K"))
@@ -342,6 +351,7 @@ func TestSubmitNewKeyOnRetry(t *testing.T) {
 }
 
 func TestSubmitStopsWhenContextEnds(t *testing.T) {
+	t.Parallel()
 	fs := newFakeServer(t, respond(503, errJSON("unavailable")))
 	c, _ := setup(t, fs.srv.URL)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -356,6 +366,7 @@ func TestSubmitStopsWhenContextEnds(t *testing.T) {
 }
 
 func TestSubmitArgsForms(t *testing.T) {
+	t.Parallel()
 	fs := newFakeServer(t, respond(202, callJSON("c_1", "K", "pending")))
 	c, _ := setup(t, fs.srv.URL)
 	seq := int64(7)
@@ -374,6 +385,7 @@ func TestSubmitArgsForms(t *testing.T) {
 }
 
 func TestAttemptRecordJSON(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		rec  AttemptRecord
 		want string
@@ -390,6 +402,7 @@ func TestAttemptRecordJSON(t *testing.T) {
 }
 
 func TestBackoff(t *testing.T) {
+	t.Parallel()
 	want := []time.Duration{100, 200, 400, 800, 1000, 1000, 1000}
 	for i, w := range want {
 		if got := Backoff(i); got != w*time.Millisecond {
@@ -408,6 +421,7 @@ func TestBackoff(t *testing.T) {
 }
 
 func TestParseRetryAfter(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
 		in   string
@@ -424,6 +438,7 @@ func TestParseRetryAfter(t *testing.T) {
 }
 
 func TestCallMarshalKeepsServerBytes(t *testing.T) {
+	t.Parallel()
 	raw := `{"call_id":"c_1","status":"succeeded","extra":1}`
 	var c Call
 	if err := json.Unmarshal([]byte(raw), &c); err != nil {
@@ -442,6 +457,7 @@ func TestCallMarshalKeepsServerBytes(t *testing.T) {
 }
 
 func TestStats(t *testing.T) {
+	t.Parallel()
 	fs := newFakeServer(t, respond(200, `{"calls":1,"effects":1,"by_status":{"succeeded":1},"extra":true}`))
 	c, _ := setup(t, fs.srv.URL)
 	s, err := c.Stats(t.Context())

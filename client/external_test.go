@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/idemctl/idemctl/internal/server"
-	"github.com/idemctl/idemctl/internal/server/apitest"
+	"github.com/idemctl/idemctl/internal/server/servertest"
 )
 
 // TestFromAnotherModule builds and runs client/testdata/usermod, a module
@@ -34,7 +34,7 @@ func TestFromAnotherModule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := apitest.Start(t, server.Config{Auth: auth})
+	base := servertest.Start(t, servertest.Options{Config: server.Config{Auth: auth}}).URL
 
 	cmd := exec.CommandContext(t.Context(), goCmd, "run", ".")
 	cmd.Dir = filepath.Join("testdata", "usermod")

@@ -16,6 +16,7 @@ import (
 // answers key A normally (the connection stays open for reuse), then reads
 // key B's request on that connection and hangs up without a reply.
 func TestTransportDoesNotResendAKeyedPOST(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	seen := map[string]int{} // physical requests per key
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -8,6 +8,7 @@ import (
 )
 
 func TestCheckKey(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		key string
 		ok  bool
@@ -38,6 +39,7 @@ func TestCheckKey(t *testing.T) {
 // was never recorded; WaitByKey says so at once instead of polling until
 // the deadline, and sends nothing.
 func TestWaitByKeyRefusesAnImpossibleKey(t *testing.T) {
+	t.Parallel()
 	fs := newFakeServer(t, respond(404, errJSON("not_found")))
 	c, rec := setup(t, fs.srv.URL, WithWaitTimeout(200*time.Millisecond))
 	_, err := c.WaitByKey(t.Context(), "has space")

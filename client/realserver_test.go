@@ -4,19 +4,20 @@ import (
 	"testing"
 
 	"github.com/idemctl/idemctl/internal/server"
-	"github.com/idemctl/idemctl/internal/server/apitest"
+	"github.com/idemctl/idemctl/internal/server/servertest"
 	"github.com/idemctl/idemctl/internal/tool/builtin"
 )
 
 func realServer(t *testing.T) string {
 	t.Helper()
-	return apitest.Start(t, server.Config{})
+	return servertest.Start(t, servertest.Options{Config: server.Config{}}).URL
 }
 
 // TestKeysWithDotsReachTheByKeyRoute: the keys "." and ".." (and keys with
 // dot segments after a '/') are valid idempotency keys; escaped naively they
 // are path segments the router cleans away (a redirect, then 405).
 func TestKeysWithDotsReachTheByKeyRoute(t *testing.T) {
+	t.Parallel()
 	c, _ := setup(t, realServer(t))
 	for _, key := range []string{".", "..", "...", "a/../b", "./x", "x/.", "../..", "a.b"} {
 		t.Run(key, func(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 // only idemctl's own code can reach) sends it on every POST; without it,
 // no header is sent.
 func TestViaHeader(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var got []string
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -10,6 +10,7 @@ import (
 )
 
 func TestWaitUntilFinal(t *testing.T) {
+	t.Parallel()
 	fs := newFakeServer(t,
 		respond(200, callJSON("c_1", "K", "pending")),
 		respond(200, callJSON("c_1", "K", "running")),
@@ -32,6 +33,7 @@ func TestWaitUntilFinal(t *testing.T) {
 }
 
 func TestWaitHonoursRetryAfterAndSurvives503(t *testing.T) {
+	t.Parallel()
 	fs := newFakeServer(t,
 		respond(200, callJSON("c_1", "K", "running"), "Retry-After", "1"),
 		respond(503, errJSON("unavailable")),
@@ -48,6 +50,7 @@ func TestWaitHonoursRetryAfterAndSurvives503(t *testing.T) {
 }
 
 func TestWaitByIDNotFoundEndsAtOnce(t *testing.T) {
+	t.Parallel()
 	fs := newFakeServer(t, respond(404, errJSON("not_found")))
 	c, _ := setup(t, fs.srv.URL, WithWaitTimeout(10*time.Second))
 	_, err := c.Wait(t.Context(), "c_missing")
@@ -60,6 +63,7 @@ func TestWaitByIDNotFoundEndsAtOnce(t *testing.T) {
 }
 
 func TestWaitByKeyNotFoundThenFound(t *testing.T) {
+	t.Parallel()
 	fs := newFakeServer(t,
 		respond(404, errJSON("not_found")),
 		respond(404, errJSON("not_found")),
@@ -76,6 +80,7 @@ func TestWaitByKeyNotFoundThenFound(t *testing.T) {
 }
 
 func TestWaitByKeyUnknownAtDeadline(t *testing.T) {
+	t.Parallel()
 	fs := newFakeServer(t, respond(404, errJSON("not_found")))
 	c, _ := setup(t, fs.srv.URL, WithWaitTimeout(300*time.Millisecond))
 	c.sleep = nil // real pauses: the deadline is wall time
@@ -90,6 +95,7 @@ func TestWaitByKeyUnknownAtDeadline(t *testing.T) {
 }
 
 func TestWaitDeadline(t *testing.T) {
+	t.Parallel()
 	fs := newFakeServer(t, respond(200, callJSON("c_1", "K", "running")))
 	c, _ := setup(t, fs.srv.URL, WithWaitTimeout(300*time.Millisecond))
 	c.sleep = nil
@@ -103,6 +109,7 @@ func TestWaitDeadline(t *testing.T) {
 }
 
 func TestGetAndGetByKey(t *testing.T) {
+	t.Parallel()
 	fs := newFakeServer(t, respond(200, callJSON("c_1", "K", "pending")), respond(404, errJSON("not_found")))
 	c, _ := setup(t, fs.srv.URL)
 	if call, err := c.Get(t.Context(), "c_1"); err != nil || call.CallID != "c_1" || len(call.Raw) == 0 {

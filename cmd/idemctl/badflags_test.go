@@ -11,6 +11,7 @@ import (
 // usage error (exit 2) before any request, not four retried "attempts"
 // ending in retry_exhausted, nor a poll spinning until its deadline.
 func TestCallAndPollRefuseBadBase(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"call", "--key", "K", "--base", "nothttp"},
 		{"call", "--key", "K", "--base", "ftp://127.0.0.1:8081"},
@@ -28,6 +29,7 @@ func TestCallAndPollRefuseBadBase(t *testing.T) {
 // TestCallArgsNullSaysNull: --args null is refused with a message that says
 // what was wrong, not "<nil>".
 func TestCallArgsNullSaysNull(t *testing.T) {
+	t.Parallel()
 	o := callOptions{Base: "http://127.0.0.1:8081", Key: "K", Tool: "charge", AttemptTimeout: 1, Args: "null"}
 	err := o.Validate()
 	if err == nil || strings.Contains(err.Error(), "<nil>") || !strings.Contains(err.Error(), "null") {
@@ -38,6 +40,7 @@ func TestCallArgsNullSaysNull(t *testing.T) {
 // TestInspectErrorHidesPassword: inspect's "opening DB" error printed the
 // DSN as given, password included; serve already redacted it.
 func TestInspectErrorHidesPassword(t *testing.T) {
+	t.Parallel()
 	for _, dsn := range []string{
 		"postgres://u:hunter2@127.0.0.1:1/db?sslmode=disable&connect_timeout=2",
 		"postgres://u@127.0.0.1:1/db?sslmode=disable&connect_timeout=2&password=hunter2",

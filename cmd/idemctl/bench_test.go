@@ -37,6 +37,7 @@ func benchFake(t *testing.T, after string) string {
 }
 
 func TestBenchSameKeyTwoEffectsExitsOne(t *testing.T) {
+	t.Parallel()
 	base := benchFake(t, `{"calls":1,"effects":2,"by_status":{"succeeded":1}}`)
 	out, errOut, code := cliRun(t, "bench", "--base", base, "-n", "20", "-c", "4", "--same-key", "--drain-timeout", "1s")
 	if code != exitcode.Failed {
@@ -48,6 +49,7 @@ func TestBenchSameKeyTwoEffectsExitsOne(t *testing.T) {
 }
 
 func TestBenchHealthyFakeExitsZero(t *testing.T) {
+	t.Parallel()
 	base := benchFake(t, `{"calls":1,"effects":1,"by_status":{"succeeded":1}}`)
 	out, errOut, code := cliRun(t, "bench", "--base", base, "-n", "20", "-c", "4", "--same-key", "-o", "json")
 	if code != exitcode.OK {
@@ -64,6 +66,7 @@ func TestBenchHealthyFakeExitsZero(t *testing.T) {
 }
 
 func TestBenchInProcess(t *testing.T) {
+	t.Parallel()
 	out, errOut, code := cliRun(t, "bench", "-n", "30", "-c", "5", "--workers", "2", "--ceiling", "-o", "json")
 	if code != exitcode.OK {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
@@ -97,6 +100,7 @@ func TestBenchInProcess(t *testing.T) {
 }
 
 func TestBenchBadFlags(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"bench", "-n", "0"},
 		{"bench", "-c", "0"},
@@ -112,6 +116,7 @@ func TestBenchBadFlags(t *testing.T) {
 }
 
 func TestInspectUnknownSubcommand(t *testing.T) {
+	t.Parallel()
 	if _, errOut, code := cliRun(t, "inspect", "cals"); code == exitcode.OK || !strings.Contains(errOut, "unknown command") {
 		t.Errorf("exit %d, stderr %q", code, errOut)
 	}

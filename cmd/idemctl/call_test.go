@@ -81,6 +81,7 @@ func cliLines(t *testing.T, out string) []map[string]any {
 }
 
 func TestCallPrintsAttemptsThenFinalCall(t *testing.T) {
+	t.Parallel()
 	fs := newCLIFakeServer(t,
 		[]func(http.ResponseWriter){
 			cliAnswer(503, `{"error":{"code":"unavailable","message":"busy"}}`, "Retry-After", "0"),
@@ -113,6 +114,7 @@ func TestCallPrintsAttemptsThenFinalCall(t *testing.T) {
 }
 
 func TestCallFailedExitsOne(t *testing.T) {
+	t.Parallel()
 	fs := newCLIFakeServer(t,
 		[]func(http.ResponseWriter){cliAnswer(200, strings.Replace(cliCall("failed"), `"error":null`, `"error":{"code":"tool_failed","message":"boom","retryable":false}`, 1), "Idempotent-Replayed", "true")},
 		nil)
@@ -127,6 +129,7 @@ func TestCallFailedExitsOne(t *testing.T) {
 }
 
 func TestCallConflictEndsAtOnce(t *testing.T) {
+	t.Parallel()
 	fs := newCLIFakeServer(t,
 		[]func(http.ResponseWriter){cliAnswer(409, `{"error":{"code":"idempotency_conflict","message":"different args"}}`)}, nil)
 	out, errOut, code := cliRun(t, "call", "--base", fs.URL, "--key", "K", "--amount", "5")
@@ -143,6 +146,7 @@ func TestCallConflictEndsAtOnce(t *testing.T) {
 }
 
 func TestCallRetryExhaustedAgainstClosedPort(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -161,6 +165,7 @@ func TestCallRetryExhaustedAgainstClosedPort(t *testing.T) {
 }
 
 func TestCallNewKeyOnRetryFlag(t *testing.T) {
+	t.Parallel()
 	fs := newCLIFakeServer(t,
 		[]func(http.ResponseWriter){
 			cliAnswer(503, `{"error":{"code":"unavailable","message":"busy"}}`, "Retry-After", "0"),
@@ -176,6 +181,7 @@ func TestCallNewKeyOnRetryFlag(t *testing.T) {
 }
 
 func TestCallOptionsValidate(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		o    callOptions

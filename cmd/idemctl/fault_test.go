@@ -11,6 +11,7 @@ import (
 )
 
 func TestFaultDryRunPrintsPlansOnly(t *testing.T) {
+	t.Parallel()
 	out, errOut, code := cliRun(t, "fault", "--dry-run", "--crash")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
@@ -26,6 +27,7 @@ func TestFaultDryRunPrintsPlansOnly(t *testing.T) {
 }
 
 func TestFaultNeedsAScenario(t *testing.T) {
+	t.Parallel()
 	_, errOut, code := cliRun(t, "fault")
 	if code != exitcode.Usage || !strings.Contains(errOut, "choose a scenario") {
 		t.Fatalf("exit %d, stderr %s", code, errOut)
@@ -33,6 +35,7 @@ func TestFaultNeedsAScenario(t *testing.T) {
 }
 
 func TestFaultOptionsAllSelectsEveryScenario(t *testing.T) {
+	t.Parallel()
 	opts := &faultOptions{Selected: map[string]*bool{}, All: true, Timeout: 1, Concurrency: 1}
 	for _, name := range fault.Names() {
 		opts.Selected[name] = new(bool)
@@ -54,6 +57,7 @@ func TestFaultOptionsAllSelectsEveryScenario(t *testing.T) {
 // with a freshly built idemctl as --binary (a test binary has no serve
 // command, so the default, the running executable, is refused here).
 func TestFaultCommandRunsAScenario(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts real idemctl serve processes; skipped under -short")
 	}

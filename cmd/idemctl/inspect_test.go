@@ -50,6 +50,7 @@ func inspectDB(t *testing.T) (path, paidID string) {
 }
 
 func TestInspectStatsJSON(t *testing.T) {
+	t.Parallel()
 	path, _ := inspectDB(t)
 	out, errOut, code := cliRun(t, "inspect", "stats", "--db", path, "--output", "json")
 	if code != exitcode.OK {
@@ -68,6 +69,7 @@ func TestInspectStatsJSON(t *testing.T) {
 }
 
 func TestInspectCallsFilterAndDSN(t *testing.T) {
+	t.Parallel()
 	path, paid := inspectDB(t)
 	// sqlite:// DSN, --status filter, table output.
 	out, errOut, code := cliRun(t, "inspect", "calls", "--db", "sqlite://"+path, "--status", "pending")
@@ -86,6 +88,7 @@ func TestInspectCallsFilterAndDSN(t *testing.T) {
 }
 
 func TestInspectAuditTimeline(t *testing.T) {
+	t.Parallel()
 	path, paid := inspectDB(t)
 	out, errOut, code := cliRun(t, "inspect", "audit", paid, "--db", path)
 	if code != exitcode.OK {
@@ -105,6 +108,7 @@ func TestInspectAuditTimeline(t *testing.T) {
 }
 
 func TestInspectAttemptsAndEffects(t *testing.T) {
+	t.Parallel()
 	path, paid := inspectDB(t)
 	out, _, code := cliRun(t, "inspect", "attempts", "--db", path, "-o", "json")
 	var a struct {
@@ -123,6 +127,7 @@ func TestInspectAttemptsAndEffects(t *testing.T) {
 }
 
 func TestInspectDupesNone(t *testing.T) {
+	t.Parallel()
 	path, _ := inspectDB(t)
 	out, errOut, code := cliRun(t, "inspect", "dupes", "--db", path)
 	if code != exitcode.OK || strings.TrimSpace(out) != "no duplicate effects" {
@@ -136,6 +141,7 @@ func TestInspectDupesNone(t *testing.T) {
 // against) and a second
 // effect for the paid call is inserted. dupes must show it and exit 1.
 func TestInspectDupesExitsOne(t *testing.T) {
+	t.Parallel()
 	path, paid := inspectDB(t)
 	db, err := sql.Open("sqlite", path)
 	if err != nil {

@@ -44,6 +44,7 @@ func stdioCall(t *testing.T, cs *mcp.ClientSession, tool string, args map[string
 }
 
 func TestMCPStdio(t *testing.T) {
+	t.Parallel()
 	base := pollRealServer(t)
 	cs := mustTools(t, mcpStdio(t, base, "--wait", "1ms"))
 
@@ -137,6 +138,7 @@ func mustTools(t *testing.T, cs *mcp.ClientSession) *mcp.ClientSession {
 }
 
 func TestMCPFlagsValidated(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"mcp", "--base", "ftp://x"},
 		{"mcp", "--wait", "0s"},

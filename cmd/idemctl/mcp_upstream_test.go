@@ -9,7 +9,7 @@ import (
 	"github.com/idemctl/idemctl/internal/demomcp"
 	"github.com/idemctl/idemctl/internal/mcpdoor"
 	"github.com/idemctl/idemctl/internal/server"
-	"github.com/idemctl/idemctl/internal/server/apitest"
+	"github.com/idemctl/idemctl/internal/server/servertest"
 	"github.com/idemctl/idemctl/internal/toolreg"
 )
 
@@ -28,7 +28,7 @@ func TestMCPStdioUpstreamResult(t *testing.T) {
 	if err := reg.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	base := apitest.Start(t, server.Config{Tools: reg})
+	base := servertest.Start(t, servertest.Options{Config: server.Config{Tools: reg}}).URL
 	cs := mcpStdio(t, base)
 	args := map[string]any{"to": "ann", "amount": 5, mcpdoor.KeyArg: "stdio-up"}
 	for i := range 2 {

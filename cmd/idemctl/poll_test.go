@@ -8,12 +8,13 @@ import (
 	"github.com/idemctl/idemctl/client"
 	"github.com/idemctl/idemctl/internal/exitcode"
 	"github.com/idemctl/idemctl/internal/server"
-	"github.com/idemctl/idemctl/internal/server/apitest"
+	"github.com/idemctl/idemctl/internal/server/servertest"
 	"github.com/idemctl/idemctl/internal/tool/builtin"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
 func TestPollByIDPrintsFinalCall(t *testing.T) {
+	t.Parallel()
 	fs := newCLIFakeServer(t, nil, []func(http.ResponseWriter){
 		cliAnswer(200, cliCall("pending")),
 		cliAnswer(200, cliCall("succeeded")),
@@ -29,6 +30,7 @@ func TestPollByIDPrintsFinalCall(t *testing.T) {
 }
 
 func TestPollByKeyUnknownExitsOne(t *testing.T) {
+	t.Parallel()
 	fs := newCLIFakeServer(t, nil, []func(http.ResponseWriter){
 		cliAnswer(404, `{"error":{"code":"not_found","message":"no such key"}}`),
 	})
@@ -48,6 +50,7 @@ func TestPollByKeyUnknownExitsOne(t *testing.T) {
 }
 
 func TestPollDeadlinePrintsLastState(t *testing.T) {
+	t.Parallel()
 	fs := newCLIFakeServer(t, nil, []func(http.ResponseWriter){cliAnswer(200, cliCall("running"))})
 	out, _, code := cliRun(t, "poll", "c_1", "--deadline", "200ms", "--base", fs.URL)
 	if code != exitcode.Failed {
@@ -60,6 +63,7 @@ func TestPollDeadlinePrintsLastState(t *testing.T) {
 }
 
 func TestPollOptionsValidate(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		o  pollOptions
 		ok bool
@@ -78,13 +82,14 @@ func TestPollOptionsValidate(t *testing.T) {
 
 func pollRealServer(t *testing.T) string {
 	t.Helper()
-	return apitest.Start(t, server.Config{})
+	return servertest.Start(t, servertest.Options{Config: server.Config{}}).URL
 }
 
 // TestPollByKeyDotKeys: "." and ".." are valid keys; poll --key must find
 // their calls rather than be redirected by the router's dot-segment
 // cleaning (which ended in 405).
 func TestPollByKeyDotKeys(t *testing.T) {
+	t.Parallel()
 	base := pollRealServer(t)
 	c, err := client.New(base)
 	if err != nil {
@@ -111,6 +116,7 @@ func TestPollByKeyDotKeys(t *testing.T) {
 // (here: a space) was never recorded, so poll --key is a usage error,
 // without a request, instead of polling until the deadline.
 func TestPollByKeyRefusesImpossibleKey(t *testing.T) {
+	t.Parallel()
 	fs := newCLIFakeServer(t, nil, []func(http.ResponseWriter){
 		cliAnswer(404, `{"error":{"code":"not_found","message":"no such key"}}`),
 	})

@@ -16,6 +16,7 @@ import (
 // TestServePprof: --pprof serves the runtime profiles on a listener of its
 // own, stops with the server, and is refused off loopback.
 func TestServePprof(t *testing.T) {
+	t.Parallel()
 	if _, errOut, code := cliRun(t, "serve", "--pprof", "0.0.0.0:6060", "--db", filepath.Join(t.TempDir(), "x.db")); code != exitcode.Usage || !strings.Contains(errOut, "--pprof") {
 		t.Fatalf("--pprof off loopback: exit %d, stderr %q; want a usage error naming --pprof", code, errOut)
 	}
@@ -71,6 +72,7 @@ func TestServePprof(t *testing.T) {
 // with every --db password replaced, whether the DSN is a URL or key=value,
 // given as "--db=VALUE" or as the next argument.
 func TestPprofCmdlineRedacted(t *testing.T) {
+	t.Parallel()
 	args := []string{"idemctl", "serve", "--db=postgres://idem:url-secret@db:5432/idem?sslpassword=ssl-secret",
 		"--db", "host=db password='kv secret' dbname=idem", "--addr", "127.0.0.1:8081"}
 	rec := httptest.NewRecorder()

@@ -17,6 +17,7 @@ import (
 )
 
 func TestProxyOptionsValidate(t *testing.T) {
+	t.Parallel()
 	base := proxyOptions{Listen: "127.0.0.1:0", Target: "http://127.0.0.1:8081", Mode: "pass", LogFormat: "text", LogLevel: "info"}
 	for _, tc := range []struct {
 		name string
@@ -78,6 +79,7 @@ func (s *cliSyncBuffer) String() string {
 }
 
 func TestProxyCommandDuplicates(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var keys []string
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -138,6 +140,7 @@ func TestProxyCommandDuplicates(t *testing.T) {
 // and --delay or --drop-hold with a mode they do not tune, are usage errors
 // (exit 2) and nothing listens.
 func TestProxyCommandRefusals(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		want string

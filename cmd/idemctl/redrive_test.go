@@ -9,7 +9,7 @@ import (
 	"github.com/idemctl/idemctl/client"
 	"github.com/idemctl/idemctl/internal/exitcode"
 	"github.com/idemctl/idemctl/internal/server"
-	"github.com/idemctl/idemctl/internal/server/apitest"
+	"github.com/idemctl/idemctl/internal/server/servertest"
 	"github.com/idemctl/idemctl/internal/tool/builtin"
 	"github.com/idemctl/idemctl/internal/wire"
 )
@@ -19,7 +19,7 @@ import (
 // and runs again (a fail tool with times 1 then succeeds at attempt 2);
 // --force adds the definite failure; a bad answer exits 1 with its code.
 func TestRedriveCommand(t *testing.T) {
-	base := apitest.Start(t, server.Config{})
+	base := servertest.Start(t, servertest.Options{Config: server.Config{}}).URL
 	c, err := client.New(base, client.WithPreferWait(0))
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 // records nothing; with --allowed-hosts naming it, the same requests are
 // served. A bad --allowed-hosts entry is a usage error.
 func TestServeRefusesForeignHost(t *testing.T) {
+	t.Parallel()
 	if _, errOut, code := cliRun(t, "serve", "--allowed-hosts", "evil.example:8081", "--db", filepath.Join(t.TempDir(), "x.db")); code != exitcode.Usage || !strings.Contains(errOut, "--allowed-hosts") {
 		t.Fatalf("--allowed-hosts with a port: exit %d, stderr %q; want a usage error naming the flag", code, errOut)
 	}

@@ -28,6 +28,7 @@ func dirEntries(t *testing.T, dir string) []string {
 // use fails naming the address, before it opens (and so creates and
 // migrates) the database.
 func TestServeBusyPortCreatesNoDatabase(t *testing.T) {
+	t.Parallel()
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -48,6 +49,7 @@ func TestServeBusyPortCreatesNoDatabase(t *testing.T) {
 // TestServeDatabaseErrorFreesThePort: when the database cannot be opened
 // after the listener is up, the listener is closed again.
 func TestServeDatabaseErrorFreesThePort(t *testing.T) {
+	t.Parallel()
 	probe, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -70,6 +72,7 @@ func TestServeDatabaseErrorFreesThePort(t *testing.T) {
 // TestServeChaosOffLoopbackRefusedBeforeBinding: a refused --chaos binds
 // nothing and creates no database (the flags are checked first).
 func TestServeChaosOffLoopbackRefusedBeforeBinding(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for _, addr := range []string{"0.0.0.0:0", ":0", "192.0.2.1:0", "example.invalid:0"} {
 		_, errOut, code := cliRun(t, "serve", "--addr", addr, "--chaos", "--db", filepath.Join(dir, "idem.db"))

@@ -45,6 +45,7 @@ func unavailable(n int) []error {
 }
 
 func TestOpenWithWaitRetriesUnavailable(t *testing.T) {
+	t.Parallel()
 	o := &opener{t: t, errs: unavailable(3)}
 	st, err := openWithWait(context.Background(), o.open, time.Minute, time.Millisecond, quiet, "postgres://u:secret@h/db")
 	if err != nil || st == nil {
@@ -56,6 +57,7 @@ func TestOpenWithWaitRetriesUnavailable(t *testing.T) {
 }
 
 func TestOpenWithWaitFailsAtOnceOnOtherErrors(t *testing.T) {
+	t.Parallel()
 	bad := errors.New("password authentication failed")
 	o := &opener{t: t, errs: []error{bad}}
 	_, err := openWithWait(context.Background(), o.open, time.Minute, time.Millisecond, quiet, "x")
@@ -65,6 +67,7 @@ func TestOpenWithWaitFailsAtOnceOnOtherErrors(t *testing.T) {
 }
 
 func TestOpenWithWaitGivesUpAfterWait(t *testing.T) {
+	t.Parallel()
 	o := &opener{t: t, errs: unavailable(1 << 20)}
 	_, err := openWithWait(context.Background(), o.open, 50*time.Millisecond, 5*time.Millisecond, quiet, "x")
 	if !errors.Is(err, store.ErrUnavailable) {

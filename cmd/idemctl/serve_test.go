@@ -15,6 +15,7 @@ import (
 )
 
 func TestServeOptionsValidate(t *testing.T) {
+	t.Parallel()
 	good := func() serveOptions {
 		return serveOptions{Addr: "127.0.0.1:0", DB: "x.db", Workers: 1, Lease: time.Second,
 			LogFormat: "text", LogLevel: "info", ShutdownGrace: time.Second, MaxBodies: 1, MaxHeldWaits: 1,
@@ -55,6 +56,7 @@ func TestServeOptionsValidate(t *testing.T) {
 }
 
 func TestServeFlagDefaults(t *testing.T) {
+	t.Parallel()
 	cmd := newServeCmd(&IOStreams{In: strings.NewReader(""), Out: io.Discard, ErrOut: io.Discard})
 	want := map[string]string{
 		"addr": "127.0.0.1:8081", "db": "idem.db", "workers": "256", "lease": "30s", "max-pending": "100000", "chaos": "false",
@@ -98,6 +100,7 @@ func (b *serveBuffer) String() string {
 // prints its serving line, answers, and returns cleanly when its context is
 // cancelled (what SIGINT/SIGTERM do through root.go).
 func TestServeRunsAndStopsOnCancel(t *testing.T) {
+	t.Parallel()
 	errOut := &serveBuffer{}
 	streams := &IOStreams{In: strings.NewReader(""), Out: io.Discard, ErrOut: errOut}
 	root := newRootCmd(streams)
@@ -151,6 +154,7 @@ func TestServeRunsAndStopsOnCancel(t *testing.T) {
 }
 
 func TestServeRefusesChaosOffLoopback(t *testing.T) {
+	t.Parallel()
 	_, errOut, code := cliRun(t, "serve", "--addr", "0.0.0.0:0", "--chaos", "--db", filepath.Join(t.TempDir(), "x.db"))
 	if code != exitcode.Usage || !strings.Contains(errOut, "loopback") {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
@@ -158,6 +162,7 @@ func TestServeRefusesChaosOffLoopback(t *testing.T) {
 }
 
 func TestServeRefusesBadFlags(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"serve", "--workers", "0"},
 		{"serve", "--lease", "0s"},

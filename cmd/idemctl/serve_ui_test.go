@@ -10,6 +10,7 @@ import (
 // loopback address, off on a non-loopback address without tokens
 // (--insecure-no-auth), and --ui given on the command line wins both ways.
 func TestServeUIDefault(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		args []string
 		want bool

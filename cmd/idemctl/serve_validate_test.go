@@ -17,6 +17,7 @@ import (
 // runtime error, after the port was bound). An unreadable token file is
 // still a runtime error: the flags were fine.
 func TestServeRefusesWhatTheServerRefuses(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	db := filepath.Join(dir, "idem.db")
 	for _, c := range []struct {

@@ -17,6 +17,7 @@ import (
 )
 
 func TestSoakRefusesBadFlagCombinations(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		args []string
 		want string
@@ -138,6 +139,7 @@ func TestSoakPostgresPausesAndPartitions(t *testing.T) {
 
 // TestSoakSQLite is the CI soak on SQLite: 20 faults on one server.
 func TestSoakSQLite(t *testing.T) {
+	t.Parallel()
 	bin := servertest.Binary(t)
 	out, errOut, code := cliRun(t, "soak", "--binary", bin, "--cycles", "20", "--min-gap", "100ms", "--max-gap", "500ms",
 		"--clients", "6", "--seed", "20", "--drain-timeout", "60s")
@@ -199,6 +201,7 @@ func crashHookSeed(t *testing.T, n int) uint64 {
 // a crash hook makes the server rerun an http call; the ledger check must
 // name that call, and soak exit 1 with the seed.
 func TestSoakCatchesADownstreamIgnoringKeys(t *testing.T) {
+	t.Parallel()
 	bin := servertest.Binary(t)
 	seed := crashHookSeed(t, 3)
 	out, errOut, code := cliRun(t, "soak", "--binary", bin, "--cycles", "3", "--min-gap", "100ms", "--max-gap", "300ms",
@@ -215,6 +218,7 @@ func TestSoakCatchesADownstreamIgnoringKeys(t *testing.T) {
 // TestSoakAgainstABase runs the workload against a server the test runs:
 // no kills, the checks the API allows, the others skipped with a reason.
 func TestSoakAgainstABase(t *testing.T) {
+	t.Parallel()
 	bin := servertest.Binary(t)
 	srv := servertest.StartServe(t, bin, "--db", t.TempDir()+"/idem.db", "--log-level", "warn")
 	out, errOut, code := cliRun(t, "soak", "--base", srv.URL, "--cycles", "10", "--min-gap", "50ms", "--max-gap", "150ms", "--clients", "4")
@@ -240,6 +244,7 @@ func TestSoakAgainstABase(t *testing.T) {
 // PostgreSQL DSN is an error (exit 4) that quotes the serve command line,
 // with the password redacted there and everywhere else.
 func TestSoakNeverPrintsTheDatabasePassword(t *testing.T) {
+	t.Parallel()
 	bin := servertest.Binary(t)
 	// With --pg-partition the servers' DSN points at the proxies: a DSN of
 	// its own per instance, redacted all the same.

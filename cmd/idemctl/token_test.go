@@ -18,6 +18,7 @@ import (
 )
 
 func TestTokenNew(t *testing.T) {
+	t.Parallel()
 	out, errOut, code := cliRun(t, "token", "new", "alice")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
@@ -46,6 +47,7 @@ func TestTokenNew(t *testing.T) {
 }
 
 func TestServeOptionsAuth(t *testing.T) {
+	t.Parallel()
 	o := serveOptions{Addr: "0.0.0.0:8081", DB: "x.db", Workers: 1, Lease: time.Second,
 		LogFormat: "text", LogLevel: "info", MaxResultBytes: 1, MaxBodies: 1, MaxHeldWaits: 1, MaxBodyBytes: 1 << 20}
 	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "--auth-tokens") {
@@ -168,6 +170,7 @@ func TestServeAuthTokensAndSIGHUP(t *testing.T) {
 // TestCallsListsOwnCallsPageByPage: idemctl calls prints the token's
 // principal's calls, one per line, following pages with --all.
 func TestCallsListsOwnCallsPageByPage(t *testing.T) {
+	t.Parallel()
 	tok, other := "idem_calls-test-token-0123456789abcdefgh", "idem_calls-test-other-0123456789abcdefgh"
 	file := filepath.Join(t.TempDir(), "tokens")
 	content := "alice:" + server.HashToken(tok) + "\nbob:" + server.HashToken(other) + "\n"
@@ -200,6 +203,7 @@ func TestCallsListsOwnCallsPageByPage(t *testing.T) {
 // TestCancelCommand: idemctl cancel stops a running call by id and
 // reports an already final one (by key) with exit 1.
 func TestCancelCommand(t *testing.T) {
+	t.Parallel()
 	tok := "idem_cancel-test-token-0123456789abcdefg"
 	file := filepath.Join(t.TempDir(), "tokens")
 	if err := os.WriteFile(file, []byte("alice:"+server.HashToken(tok)+"\n"), 0o600); err != nil {
@@ -241,6 +245,7 @@ func TestCancelCommand(t *testing.T) {
 // --auth-tokens; without the token every request is refused and a check
 // fails.
 func TestBenchWithToken(t *testing.T) {
+	t.Parallel()
 	tok := "idem_bench-test-token-0123456789abcdefgh"
 	file := filepath.Join(t.TempDir(), "tokens")
 	if err := os.WriteFile(file, []byte("alice:"+server.HashToken(tok)+"\n"), 0o600); err != nil {

@@ -53,6 +53,7 @@ func getUntilUp(t *testing.T, url string) []byte {
 // key tools, is a usage error (exit 2) naming the tool and the field, and
 // nothing is started: no database is created.
 func TestServeToolsFileErrors(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	tools := filepath.Join(dir, "tools.yaml")
 	if err := os.WriteFile(tools, []byte("tools:\n  - {name: create_refund, kind: http, url: 'http://127.0.0.1:9000/refunds', timeout: abc}\n"), 0o600); err != nil {
@@ -137,6 +138,7 @@ func TestServeToolsListed(t *testing.T) {
 // one charge; a non-loopback --listen is refused (exit 2) unless
 // --allow-remote.
 func TestDemoDownstream(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	_, errOut, code := cliRunCtx(ctx, t, "demo-downstream", "--listen", "0.0.0.0:0")
 	cancel()

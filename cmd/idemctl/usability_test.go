@@ -24,6 +24,7 @@ import (
 // reported as such, with the --db value, as a runtime error (exit 4, not
 // the usage status 2), and no file is created.
 func TestInspectMissingSQLiteFileSaysSo(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "nope.db")
 	_, errOut, code := cliRun(t, "inspect", "stats", "--db", path)
 	if code != exitcode.Error || !strings.Contains(errOut, "does not exist") || !strings.Contains(errOut, "--db "+path) {
@@ -37,6 +38,7 @@ func TestInspectMissingSQLiteFileSaysSo(t *testing.T) {
 // TestInspectAuditUnknownCallNamesIt: "store: not found" alone did not say
 // what was looked for.
 func TestInspectAuditUnknownCallNamesIt(t *testing.T) {
+	t.Parallel()
 	path, _ := inspectDB(t)
 	_, errOut, code := cliRun(t, "inspect", "audit", "c_ffffffffffffffff", "--db", path)
 	if code != exitcode.Failed || !strings.Contains(errOut, "inspect audit c_ffffffffffffffff") || !strings.Contains(errOut, "no call c_ffffffffffffffff") {
@@ -48,6 +50,7 @@ func TestInspectAuditUnknownCallNamesIt(t *testing.T) {
 // the total; stdout keeps only the rows (JSON stays an array of them); an
 // uncut listing says nothing.
 func TestInspectLimitNotice(t *testing.T) {
+	t.Parallel()
 	path, _ := inspectDB(t) // two calls, one effect, four audit rows
 	out, errOut, code := cliRun(t, "inspect", "calls", "--db", path, "--limit", "1", "-o", "json")
 	var rows []map[string]any
@@ -180,6 +183,7 @@ func TestCallTimeoutFlagNames(t *testing.T) {
 // TestCallAmountAndArgsAmountRefused: --amount 5 with {"amount":7} in
 // --args used to send 5 silently; it is a usage error and sends nothing.
 func TestCallAmountAndArgsAmountRefused(t *testing.T) {
+	t.Parallel()
 	fs := newCLIFakeServer(t, []func(http.ResponseWriter){cliAnswer(200, cliCall("succeeded"))}, nil)
 	out, errOut, code := cliRun(t, "call", "--base", fs.URL, "--key", "K", "--amount", "5", "--args", `{"amount":7}`)
 	if code != exitcode.Usage || out != "" || !strings.Contains(errOut, "--amount") {
@@ -193,6 +197,7 @@ func TestCallAmountAndArgsAmountRefused(t *testing.T) {
 // TestBenchRefusesInProcessFlagsWithBase: --workers and --lease set up the
 // in-process server; with --base they were silently ignored.
 func TestBenchRefusesInProcessFlagsWithBase(t *testing.T) {
+	t.Parallel()
 	base := benchFake(t, `{"calls":0,"effects":0,"by_status":{}}`)
 	for _, extra := range [][]string{{"--workers", "32"}, {"--lease", "5s"}} {
 		args := append([]string{"bench", "--base", base, "-n", "1"}, extra...)

@@ -7,6 +7,7 @@ import (
 )
 
 func TestClientSendsBearer(t *testing.T) {
+	t.Parallel()
 	var got []string
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got = append(got, r.Header.Get("Authorization"))

@@ -79,6 +79,7 @@ func checkNamed(t *testing.T, rep Report, name string) Check {
 }
 
 func TestRunInProcessDistinctKeys(t *testing.T) {
+	t.Parallel()
 	rep := run(t, small())
 	consistent(t, "service", rep.LoadStats, 40)
 	if rep.Status["202"] != 40 || rep.Status0 != 0 {
@@ -108,6 +109,7 @@ func TestRunInProcessDistinctKeys(t *testing.T) {
 }
 
 func TestRunInProcessSameKey(t *testing.T) {
+	t.Parallel()
 	opts := small()
 	opts.SameKey = true
 	rep := run(t, opts)
@@ -128,6 +130,7 @@ func TestRunInProcessSameKey(t *testing.T) {
 }
 
 func TestRunCeiling(t *testing.T) {
+	t.Parallel()
 	opts := small()
 	opts.Ceiling = true
 	rep := run(t, opts)
@@ -151,6 +154,7 @@ func TestRunCeiling(t *testing.T) {
 }
 
 func TestRunDuration(t *testing.T) {
+	t.Parallel()
 	opts := small()
 	opts.N = 0
 	opts.Duration = 300 * time.Millisecond
@@ -166,6 +170,7 @@ func TestRunDuration(t *testing.T) {
 }
 
 func TestRunNoEffectTool(t *testing.T) {
+	t.Parallel()
 	opts := small()
 	opts.Tool = "fail"
 	rep := run(t, opts)
@@ -236,6 +241,7 @@ func (f *fakeService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func TestInvariantViolationDetected(t *testing.T) {
+	t.Parallel()
 	// A same-key run whose /stats says the one call left two effects: the
 	// duplicate that must never happen.
 	fake := &fakeService{
@@ -270,6 +276,7 @@ func TestInvariantViolationDetected(t *testing.T) {
 }
 
 func TestStuckServiceFailsDrain(t *testing.T) {
+	t.Parallel()
 	// The one call stays pending for ever: the drain gives up after the idle
 	// timeout and the run fails on "drained" (every accepted call reaches a
 	// final state: docs/lifecycle.md, "Invariants").
@@ -289,6 +296,7 @@ func TestStuckServiceFailsDrain(t *testing.T) {
 }
 
 func TestKeys(t *testing.T) {
+	t.Parallel()
 	for _, same := range []bool{false, true} {
 		fake := &fakeService{
 			before: Stats{}, after: Stats{Calls: 10, Effects: 10},
@@ -320,6 +328,7 @@ func TestKeys(t *testing.T) {
 }
 
 func TestStatus0Counted(t *testing.T) {
+	t.Parallel()
 	// Every 4th request gets no reply. The service "recorded" all 20 keys
 	// (a dropped reply does not mean the call was not stored), so only the
 	// bounds acked ≤ delta ≤ sent can be checked, and they hold.
@@ -336,6 +345,7 @@ func TestStatus0Counted(t *testing.T) {
 }
 
 func TestReportJSONShape(t *testing.T) {
+	t.Parallel()
 	opts := small()
 	opts.Ceiling = true
 	var out bytes.Buffer
@@ -396,6 +406,7 @@ func TestReportJSONShape(t *testing.T) {
 }
 
 func TestTextReport(t *testing.T) {
+	t.Parallel()
 	opts := small()
 	opts.Output = FormatTable
 	opts.Ceiling = true
@@ -417,6 +428,7 @@ func TestTextReport(t *testing.T) {
 }
 
 func TestProgressBar(t *testing.T) {
+	t.Parallel()
 	opts := small()
 	var bar bytes.Buffer
 	opts.Progress = &bar
@@ -430,6 +442,7 @@ func TestProgressBar(t *testing.T) {
 // interval prints plain progress lines (sent, rate, queue depth) instead of
 // staying silent; no bar is drawn.
 func TestProgressLines(t *testing.T) {
+	t.Parallel()
 	opts := small()
 	opts.N = 0
 	opts.Duration = 300 * time.Millisecond
@@ -448,6 +461,7 @@ func TestProgressLines(t *testing.T) {
 }
 
 func TestPercentiles(t *testing.T) {
+	t.Parallel()
 	var lat []time.Duration
 	for i := 100; i >= 1; i-- { // unsorted on purpose
 		lat = append(lat, time.Duration(i)*time.Millisecond)
@@ -466,6 +480,7 @@ func TestPercentiles(t *testing.T) {
 }
 
 func TestChecks(t *testing.T) {
+	t.Parallel()
 	failed := func(cs []Check) []string {
 		var out []string
 		for _, c := range cs {
@@ -519,6 +534,7 @@ func TestChecks(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
+	t.Parallel()
 	ok := Options{N: 1, Concurrency: 1}
 	if err := ok.Validate(); err != nil || ok.Tool != "charge" || ok.Timeout != DefaultTimeout || ok.Workers != DefaultWorkers || ok.Output != FormatTable {
 		t.Errorf("defaults: %+v, %v", ok, err)
@@ -549,6 +565,7 @@ func TestValidate(t *testing.T) {
 // status counts. Before, every invariant held vacuously (0 calls, 0
 // effects) and the run passed.
 func TestAllRefusedFails(t *testing.T) {
+	t.Parallel()
 	opts := small()
 	opts.Args = json.RawMessage(`{"amount":0}`)
 	opts.Output = FormatTable
@@ -587,6 +604,7 @@ func TestAllRefusedFails(t *testing.T) {
 // fails on acknowledged — while /stats, which is the bench's bookkeeping
 // and not bound by --timeout, is still read.
 func TestAllTimedOutFails(t *testing.T) {
+	t.Parallel()
 	fake := &fakeService{before: Stats{ByStatus: map[store.Status]int64{}}, after: Stats{ByStatus: map[store.Status]int64{}},
 		status: func(int64) int { return 0 }}
 	ts := httptest.NewServer(fake)
@@ -617,6 +635,7 @@ func TestAllTimedOutFails(t *testing.T) {
 // later"; among acknowledged requests they are reported, not failed. A
 // single 500 or 404 fails the run.
 func TestBackpressureIsNotAFailure(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		status func(n int64) int
@@ -679,6 +698,7 @@ func TestBackpressureIsNotAFailure(t *testing.T) {
 // TestServeBare: the exported ceiling answers 202 {"ok":true} on any path
 // and stops when its context ends.
 func TestServeBare(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 // falls back to the built-ins' table for a server without one, and refuses
 // a tool the server does not list.
 func TestToolEffect(t *testing.T) {
+	t.Parallel()
 	listing := `{"tools":[{"name":"charge","effect":true},{"name":"create_charge","effect":true},{"name":"lookup","effect":false}]}`
 	for _, tc := range []struct {
 		name, tool string

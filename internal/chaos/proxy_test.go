@@ -115,6 +115,7 @@ func post(t *testing.T, ctx context.Context, base, key, body string) (*http.Resp
 const charge = `{"tool":"charge","args":{"amount":100}}`
 
 func TestPassForwardsAndStreams(t *testing.T) {
+	t.Parallel()
 	b := setup(t, Options{Mode: ModePass})
 	resp, body, err := post(t, t.Context(), b.srv.URL, "K", charge)
 	if err != nil || resp.StatusCode != 202 || body != `{"n":1,"len":39}` {
@@ -136,6 +137,7 @@ func TestPassForwardsAndStreams(t *testing.T) {
 }
 
 func TestDropResponseClientTimesOutServerActed(t *testing.T) {
+	t.Parallel()
 	b := setup(t, Options{Mode: ModeDropResponse, Select: First(1)})
 	c, err := client.New(b.srv.URL, client.WithAttemptTimeout(300*time.Millisecond), client.WithRetries(1),
 		client.WithPreferWait(0))
@@ -165,6 +167,7 @@ func TestDropResponseClientTimesOutServerActed(t *testing.T) {
 }
 
 func TestDropResponseHangsUpAfterHold(t *testing.T) {
+	t.Parallel()
 	b := setup(t, Options{Mode: ModeDropResponse, DropHold: 10 * time.Millisecond})
 	_, _, err := post(t, t.Context(), b.srv.URL, "K", charge)
 	// No status line at all: the client sees the connection end.
@@ -177,6 +180,7 @@ func TestDropResponseHangsUpAfterHold(t *testing.T) {
 }
 
 func TestDelayResponse(t *testing.T) {
+	t.Parallel()
 	b := setup(t, Options{Mode: ModeDelayResponse, Delay: 50 * time.Millisecond})
 	resp, body, err := post(t, t.Context(), b.srv.URL, "K", charge)
 	if err != nil || resp.StatusCode != 202 || body != `{"n":1,"len":39}` {
@@ -191,6 +195,7 @@ func TestDelayResponse(t *testing.T) {
 }
 
 func TestDelayResponseLongerThanClientTimeout(t *testing.T) {
+	t.Parallel()
 	b := setup(t, Options{Mode: ModeDelayResponse, Delay: 10 * time.Second})
 	// The server answers at once; the delay then outlasts the client.
 	c, err := client.New(b.srv.URL, client.WithAttemptTimeout(300*time.Millisecond), client.WithRetries(0),
@@ -205,6 +210,7 @@ func TestDelayResponseLongerThanClientTimeout(t *testing.T) {
 }
 
 func TestDuplicateRequest(t *testing.T) {
+	t.Parallel()
 	b := setup(t, Options{Mode: ModeDuplicateRequest})
 	resp, body, err := post(t, t.Context(), b.srv.URL, "dup-1", charge)
 	if err != nil || resp.StatusCode != 202 {
@@ -221,6 +227,7 @@ func TestDuplicateRequest(t *testing.T) {
 }
 
 func TestDuplicateRequestBodyLimit(t *testing.T) {
+	t.Parallel()
 	b := setup(t, Options{Mode: ModeDuplicateRequest, MaxBody: int64(len(charge))})
 	// Exactly at the limit: duplicated.
 	if resp, _, err := post(t, t.Context(), b.srv.URL, "K", charge); err != nil || resp.StatusCode != 202 {
@@ -237,6 +244,7 @@ func TestDuplicateRequestBodyLimit(t *testing.T) {
 }
 
 func TestSelectorEveryThroughProxy(t *testing.T) {
+	t.Parallel()
 	b := setup(t, Options{Mode: ModeDuplicateRequest, Select: Every(2)})
 	for i := 1; i <= 4; i++ {
 		if resp, _, err := post(t, t.Context(), b.srv.URL, fmt.Sprintf("K%d", i), charge); err != nil || resp.StatusCode != 202 {
@@ -266,6 +274,7 @@ func TestSelectorEveryThroughProxy(t *testing.T) {
 }
 
 func TestUpstreamDownIs503(t *testing.T) {
+	t.Parallel()
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := ln.Addr().String()
 	ln.Close()
@@ -283,6 +292,7 @@ func TestUpstreamDownIs503(t *testing.T) {
 }
 
 func TestSelectorHit(t *testing.T) {
+	t.Parallel()
 	never := func() float64 { t.Fatal("rand called"); return 0 }
 	seq := func(vals ...float64) func() float64 {
 		return func() float64 { v := vals[0]; vals = vals[1:]; return v }
@@ -311,6 +321,7 @@ func TestSelectorHit(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
+	t.Parallel()
 	target, _ := url.Parse("http://127.0.0.1:8081")
 	for _, tc := range []struct {
 		name string
@@ -336,6 +347,7 @@ func TestValidate(t *testing.T) {
 }
 
 func TestServeStopsOnCancel(t *testing.T) {
+	t.Parallel()
 	b := setup(t, Options{Mode: ModePass})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -357,6 +369,7 @@ func TestServeStopsOnCancel(t *testing.T) {
 // the proxy forwards the chaos hooks, so it serves beyond loopback only
 // when told to (AllowRemote).
 func TestServeRefusesRemoteListenerUnlessAllowed(t *testing.T) {
+	t.Parallel()
 	target, _ := url.Parse("http://127.0.0.1:8081")
 	for _, allow := range []bool{false, true} {
 		p, err := New(Options{Target: target, Mode: ModePass, AllowRemote: allow})

@@ -27,6 +27,7 @@ func signIn(t *testing.T, b bundle, token string) *http.Client {
 // sets an HttpOnly, SameSite=Strict cookie holding no plain token that
 // then authenticates the pages; sign-out clears it.
 func TestSignIn(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 0, true)
 	b.create(t, "alice", "alice-key", "echo", `{}`)
 	for _, p := range []string{"/ui", "/ui/calls", "/ui/calls/c_0000000000000001", "/ui/search?q=x"} {
@@ -93,6 +94,7 @@ func TestSignIn(t *testing.T) {
 // another session's token, or a cross-site request, is 403 and leaves the
 // call as it was (Cancel is not even called).
 func TestCancelCSRF(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 0, true)
 	call := b.create(t, "alice", "to-cancel", "sleep", `{}`)
 	action := "/ui/calls/" + call.CallID + "/cancel"
@@ -143,6 +145,7 @@ func TestCancelCSRF(t *testing.T) {
 // not the token in any encoding; after sign-out the same cookie, replayed,
 // opens nothing; two sign-ins with one token get two sessions.
 func TestSessionIsNotTheToken(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 0, true)
 	c := signIn(t, b, "tok-alice")
 	id := sessionCookie(t, c, b.url)

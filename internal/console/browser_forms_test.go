@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,8 +17,8 @@ import (
 	"github.com/chromedp/chromedp/kb"
 
 	"github.com/idemctl/idemctl/internal/server"
+	"github.com/idemctl/idemctl/internal/server/servertest"
 	"github.com/idemctl/idemctl/internal/store"
-	"github.com/idemctl/idemctl/internal/store/sqlite"
 )
 
 // TestBrowserForms submits the console's forms in headless Chromium as a
@@ -131,21 +130,8 @@ func startAuthServer(t *testing.T, tokens map[string]string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "idem.db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := server.New(server.Config{Addr: "127.0.0.1:0", Auth: auth, Logger: slog.New(slog.DiscardHandler)}, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		ts.Close()
-		_ = srv.Shutdown(context.Background())
-		_ = st.Close()
-	})
-	return ts.URL
+	return servertest.Start(t, servertest.Options{NoExecutor: true,
+		Config: server.Config{Auth: auth, Logger: slog.New(slog.DiscardHandler)}}).URL
 }
 
 // apiCall is what the form tests read of a call through the API.

@@ -15,6 +15,7 @@ import (
 // TestOverview checks the queue cards, the rate and attempt charts'
 // numbers and the recent failures (the principal's only).
 func TestOverview(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 0, true)
 	ctx := t.Context()
 	b.create(t, "alice", "a", "echo", `{}`)
@@ -65,6 +66,7 @@ func TestOverview(t *testing.T) {
 // success with an effect, and checks the timeline's events in order with
 // their owner, attempt, delay and heartbeat count, and the effect row.
 func TestCallTimeline(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 0, false)
 	ctx := t.Context()
 	c := b.create(t, "", "order-42", "charge", `{"amount":7}`)
@@ -127,6 +129,7 @@ func TestCallTimeline(t *testing.T) {
 // TestCallPageStates: a pending call offers cancel and has no result,
 // effect or error; a failed one shows its error.
 func TestCallPageStates(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 0, false)
 	pending := b.create(t, "", "k-pending", "echo", `{"n":1}`)
 	r := b.get(t, "/ui/calls/"+pending.CallID, "")
@@ -149,6 +152,7 @@ func TestCallPageStates(t *testing.T) {
 // TestEscaping shows hostile keys, tools and args as text on every page:
 // no element comes from user data.
 func TestEscaping(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 0, false)
 	const hostile = `<script>alert(1)</script>`
 	c := b.create(t, "", hostile, `<img src=x onerror=alert(3)>`, `{"x":"</pre><script>alert(2)</script>"}`)
@@ -194,6 +198,7 @@ func TestEscaping(t *testing.T) {
 // TestOtherPrincipalNotFound: another principal's call is 404 on every
 // page that names it, exactly like an unknown id, and cannot be canceled.
 func TestOtherPrincipalNotFound(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 0, true)
 	c := b.create(t, "alice", "k", "echo", `{}`)
 	if r := b.get(t, "/ui/calls/"+c.CallID, "tok-alice"); r.code != http.StatusOK {
@@ -227,6 +232,7 @@ func TestOtherPrincipalNotFound(t *testing.T) {
 // TestCallsListFilters walks /ui/calls page by page (each call once,
 // newest first) and narrows it by key prefix, status and time.
 func TestCallsListFilters(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 3, false)
 	var want []string
 	for i := range 8 {
@@ -278,6 +284,7 @@ func TestCallsListFilters(t *testing.T) {
 // TestSearch: an id or a key goes to the call; anything else lists the
 // calls with that key prefix; another principal's id or key is not found.
 func TestSearch(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 0, true)
 	c := b.create(t, "alice", "order/7", "echo", `{}`)
 	b.create(t, "bob", "bobs-key", "echo", `{}`)
@@ -299,6 +306,7 @@ func TestSearch(t *testing.T) {
 
 // TestLegacyRedirect: /console/... moved to /ui/... (308, query kept).
 func TestLegacyRedirect(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 0, false)
 	for from, to := range map[string]string{"/console/": "/ui", "/console/calls/c_0000000000000001": "/ui/calls/c_0000000000000001",
 		"/console/?status=failed&after=x": "/ui/calls?status=failed&after=x"} {

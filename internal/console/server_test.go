@@ -12,7 +12,7 @@ import (
 
 	"github.com/idemctl/idemctl/internal/authlimit"
 	"github.com/idemctl/idemctl/internal/server"
-	"github.com/idemctl/idemctl/internal/server/apitest"
+	"github.com/idemctl/idemctl/internal/server/servertest"
 )
 
 // TestServedByServer runs the console inside a real server with a token
@@ -20,6 +20,7 @@ import (
 // header opens both, another principal's call is 404, a console cancel
 // goes through the API's cancel path, and no page holds a token.
 func TestServedByServer(t *testing.T) {
+	t.Parallel()
 	const aliceToken, bobToken = "alice-secret-token-1", "bob-secret-token-2"
 	path := filepath.Join(t.TempDir(), "tokens")
 	if err := os.WriteFile(path, []byte("alice:"+server.HashToken(aliceToken)+"\nbob:"+server.HashToken(bobToken)+"\n"), 0o600); err != nil {
@@ -29,7 +30,7 @@ func TestServedByServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := apitest.Start(t, server.Config{Auth: auth})
+	base := servertest.Start(t, servertest.Options{Config: server.Config{Auth: auth}}).URL
 	req := strings.NewReader(`{"tool":"sleep","args":{"seconds":10}}`)
 	hreq, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/v1/tool-calls", req)
 	hreq.Header.Set("Authorization", "Bearer "+aliceToken)
@@ -103,13 +104,14 @@ func TestServedByServer(t *testing.T) {
 
 // TestServerNoUI: with NoUI the console's paths are the API's 404.
 func TestServerNoUI(t *testing.T) {
-	base := apitest.Start(t, server.Config{NoUI: true})
+	t.Parallel()
+	base := servertest.Start(t, servertest.Options{Config: server.Config{NoUI: true}}).URL
 	for _, p := range []string{"/ui", "/ui/calls", "/ui/static/console.js", "/console/"} {
 		if r := do(t, nil, http.MethodGet, base+p, nil); r.code != http.StatusNotFound || !strings.Contains(r.raw, `"not_found"`) {
 			t.Errorf("GET %s with NoUI: %d %s, want the API's 404", p, r.code, r.raw)
 		}
 	}
-	on := apitest.Start(t, server.Config{})
+	on := servertest.Start(t, servertest.Options{Config: server.Config{}}).URL
 	if r := do(t, nil, http.MethodGet, on+"/ui", nil); r.code != http.StatusOK {
 		t.Errorf("GET /ui by default: %d", r.code)
 	}
@@ -135,7 +137,7 @@ func authServer(t *testing.T, cfg server.Config, tokens map[string]string) (stri
 		t.Fatal(err)
 	}
 	cfg.Auth = auth
-	return apitest.Start(t, cfg), path, auth
+	return servertest.Start(t, servertest.Options{Config: cfg}).URL, path, auth
 }
 
 func writeTokenFile(t *testing.T, path string, tokens map[string]string) {
@@ -153,6 +155,7 @@ func writeTokenFile(t *testing.T, path string, tokens map[string]string) {
 // the file reloaded, as SIGHUP does) ends the console sessions signed in
 // with it at their next page; another token's session goes on.
 func TestSessionEndsWithItsToken(t *testing.T) {
+	t.Parallel()
 	const aliceToken, bobToken = "alice-secret-token-1", "bob-secret-token-2"
 	base, path, auth := authServer(t, server.Config{}, map[string]string{aliceToken: "alice", bobToken: "bob"})
 	alice, bob := client(t), client(t)
@@ -177,6 +180,7 @@ func TestSessionEndsWithItsToken(t *testing.T) {
 // trusted proxy says the client used HTTPS, and only then: the same
 // header from a peer that is not a trusted proxy changes nothing.
 func TestSecureCookieBehindProxy(t *testing.T) {
+	t.Parallel()
 	const token = "alice-secret-token-1"
 	tokens := map[string]string{token: "alice"}
 	proxied, _, _ := authServer(t, server.Config{TrustedProxies: []string{"127.0.0.0/8"}}, tokens)
@@ -210,6 +214,7 @@ func TestSecureCookieBehindProxy(t *testing.T) {
 // token, and without the token being checked; another client (as a
 // trusted proxy reports it) is not affected.
 func TestFailedSignInsThrottled(t *testing.T) {
+	t.Parallel()
 	const token = "alice-secret-token-1"
 	base, _, _ := authServer(t, server.Config{TrustedProxies: []string{"127.0.0.0/8"}}, map[string]string{token: "alice"})
 	attacker := []string{"X-Forwarded-For", "198.51.100.7"}

@@ -9,6 +9,7 @@ import (
 // TestSessionExpiry: a session ends after SessionIdle unused, and after
 // SessionLifetime however much it is used; end ends it at once.
 func TestSessionExpiry(t *testing.T) {
+	t.Parallel()
 	now := time.Unix(1_000_000, 0)
 	s := newSessions(time.Hour, 3*time.Hour, func() time.Time { return now })
 	h := sha256.Sum256([]byte("tok"))
@@ -49,6 +50,7 @@ func TestSessionExpiry(t *testing.T) {
 // MaxSessionsPerPrincipal sessions; the least recently used goes first,
 // and other principals' sessions are untouched.
 func TestSessionCap(t *testing.T) {
+	t.Parallel()
 	now := time.Unix(1_000_000, 0)
 	s := newSessions(time.Hour, 3*time.Hour, func() time.Time { return now })
 	h := sha256.Sum256([]byte("tok"))
@@ -74,6 +76,7 @@ func TestSessionCap(t *testing.T) {
 }
 
 func TestHumanDuration(t *testing.T) {
+	t.Parallel()
 	for d, want := range map[time.Duration]string{
 		DefaultSessionIdle: "12 hours", DefaultSessionLifetime: "7 days", time.Hour: "1 hour",
 		36 * time.Hour: "36 hours", 90 * time.Minute: "90 minutes", 24 * time.Hour: "1 day",

@@ -39,6 +39,7 @@ func (p *concurrencyProbe) open() { p.once.Do(func() { close(p.gate) }) }
 // (pending, attempt 0: never held idle under a lease) while the scheduler
 // keeps claiming; and calls of other tools queued behind them run.
 func TestPerToolConcurrency(t *testing.T) {
+	t.Parallel()
 	probe := &concurrencyProbe{gate: make(chan struct{})}
 	b := setup(t, withPolicy(builtin.Sleep, ToolPolicy{MaxAttempts: 1, Concurrency: 2}), func(c *testConfig) {
 		c.Workers = 8

@@ -10,6 +10,7 @@ import (
 // naming its flag, zeros included (New applies WithDefaults before it
 // validates), and every bad value is reported at once.
 func TestConfigValidate(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		set  func(*Config)
 		want string
@@ -44,6 +45,7 @@ func TestConfigValidate(t *testing.T) {
 // TestConfigDefaults: the zero Config takes the documented defaults, and
 // values that are set are kept.
 func TestConfigDefaults(t *testing.T) {
+	t.Parallel()
 	d := Config{}.WithDefaults()
 	if d.Workers != 256 || d.Lease != 30*time.Second || d.RecoverInterval != 200*time.Millisecond ||
 		d.ShutdownGrace != 15*time.Second || d.MaxResultBytes != 1<<20 || d.Exit == nil || d.Policies != nil {

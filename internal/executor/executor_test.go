@@ -21,6 +21,7 @@ import (
 // completion is the only one that lands, the stale one is fenced, and there
 // is exactly one effect (docs/design.md, "The attempt as fencing token").
 func TestLeaseTakeoverFencesStaleWorker(t *testing.T) {
+	t.Parallel()
 	paused := make(chan store.Call, 1)
 	resume := make(chan struct{})
 	var once sync.Once
@@ -75,6 +76,7 @@ func TestLeaseTakeoverFencesStaleWorker(t *testing.T) {
 // is a process of this host that no longer exists is released at once —
 // its lease has an hour left, so only dead-owner recovery can finish it.
 func TestDeadOwnerRecoveredWithoutWaitingForLease(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	host := selfHost(t)
 	// pid_max is at most 2^22 on Linux: this pid cannot exist.
@@ -173,6 +175,7 @@ func TestHiddenOwnerNotReleased(t *testing.T) {
 // TestLiveAndForeignOwnersUntouched: dead-owner recovery never takes a
 // call from a live process, another host, or an owner it cannot parse.
 func TestLiveAndForeignOwnersUntouched(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	host := selfHost(t)
 
@@ -240,6 +243,7 @@ func claimWithOwner(t *testing.T, path, key, owner string, lease time.Duration) 
 // TestChaosCrashBeforeCommit: with chaos, the process "exits" after the
 // tool ran and before its commit; nothing is committed, no effect.
 func TestChaosCrashBeforeCommit(t *testing.T) {
+	t.Parallel()
 	b := setup(t, func(c *testConfig) { c.Chaos = true })
 	c := b.submit("k-crash-before", `{"tool":"charge","args":{"amount":3,"_crash_before_commit":true}}`)
 	select {
@@ -265,6 +269,7 @@ func TestChaosCrashBeforeCommit(t *testing.T) {
 // TestGracefulShutdownFinishesRunningTools: a stop waits for running tools
 // within the grace period; they complete normally.
 func TestGracefulShutdownFinishesRunningTools(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	c := b.submit("k-graceful", `{"tool":"sleep","args":{"seconds":0.3}}`)
 	eventually(t, "the call runs", func() bool {
@@ -283,6 +288,7 @@ func TestGracefulShutdownFinishesRunningTools(t *testing.T) {
 // TestShutdownGraceAbandonsAndReleases: a tool still running when the grace
 // ends is cancelled and its call released, not left under a lease.
 func TestShutdownGraceAbandonsAndReleases(t *testing.T) {
+	t.Parallel()
 	b := setup(t, func(c *testConfig) { c.ShutdownGrace = 100 * time.Millisecond })
 	c := b.submit("k-abandon", `{"tool":"sleep","args":{"seconds":10}}`)
 	eventually(t, "the call runs", func() bool {

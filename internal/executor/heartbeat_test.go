@@ -34,6 +34,7 @@ func lastDetail(t *testing.T, st store.Store, callID, event string) string {
 // same server would recover and run the call again, and the first
 // attempt's commit would be fenced.
 func TestHeartbeatKeepsLongToolOnOneAttempt(t *testing.T) {
+	t.Parallel()
 	b := setup(t, func(c *testConfig) { c.Lease = MinLease })
 	c := b.submit("k-long", `{"tool":"sleep","args":{"seconds":3}}`)
 	done := b.waitFinal(c.CallID)
@@ -67,6 +68,7 @@ func TestHeartbeatKeepsLongToolOnOneAttempt(t *testing.T) {
 // new owner's attempt stays untouched. One worker, busy with the tool, so
 // the server cannot claim the released call itself.
 func TestRefusedExtensionCancelsTool(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	returned := make(chan time.Time, 1)
 	b := setup(t, func(c *testConfig) {

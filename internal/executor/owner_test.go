@@ -11,6 +11,7 @@ import (
 )
 
 func TestParseOwner(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		in   string
 		want ownerID
@@ -39,6 +40,7 @@ func TestParseOwner(t *testing.T) {
 }
 
 func TestParseProcStat(t *testing.T) {
+	t.Parallel()
 	// comm may contain spaces and parentheses: fields count from the last ')'.
 	line := "4242 (we ird) (name) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 12345 678 18446744073709551615\n"
 	st, err := parseProcStat(line)
@@ -76,6 +78,7 @@ func fakeProcAt(t *testing.T, root string, procs map[int][2]string) procFS {
 }
 
 func TestOwnerGone(t *testing.T) {
+	t.Parallel()
 	proc := fakeProc(t, map[int][2]string{
 		10: {"S", "1000"}, // self
 		20: {"S", "2000"}, // a live other process
@@ -174,6 +177,7 @@ func fakeHost(t *testing.T, root, bootID, pidNS string) {
 // (machine) or another pid namespace (container) → another host identity,
 // so neither can release the other's live calls.
 func TestHostIDSeparatesMachinesAndNamespaces(t *testing.T) {
+	t.Parallel()
 	id := func(bootID, pidNS string) string {
 		t.Helper()
 		root := t.TempDir()
@@ -299,6 +303,7 @@ func procMount(mountPoint, superOpts string) string {
 // TestLivenessCertain: dead-owner recovery is trusted only with a proc
 // mount without hidepid and a visible pid 1.
 func TestLivenessCertain(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name   string
 		mounts func(root string) []string // nil: no mountinfo file

@@ -18,6 +18,7 @@ import (
 // commit is fenced. One call, one effect, fenced in the audit and counted
 // by A.
 func TestChaosPauseBeforeCommitFencedAfterTakeover(t *testing.T) {
+	t.Parallel()
 	a := setup(t, func(c *testConfig) {
 		c.Chaos = true
 		// One worker, busy with the paused attempt: A can recover the
@@ -118,6 +119,7 @@ func TestChaosPauseBeforeCommitFencedAfterTakeover(t *testing.T) {
 // outcome is committed (the lease is still ours), instead of the stop
 // waiting out the whole pause.
 func TestChaosPauseBeforeCommitEndsAtShutdownGrace(t *testing.T) {
+	t.Parallel()
 	b := setup(t, func(c *testConfig) {
 		c.Chaos = true
 		c.ShutdownGrace = 100 * time.Millisecond

@@ -12,6 +12,7 @@ import (
 // replaces the estimate; a read is due at first and then once per
 // interval.
 func TestQueueGaugeEstimate(t *testing.T) {
+	t.Parallel()
 	q := &queueGauge{}
 	if q.pending() != 0 || !q.due(time.Hour) {
 		t.Fatalf("before any read: pending %d due %v, want 0 and due", q.pending(), q.due(time.Hour))

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/store/storefake"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -29,35 +30,38 @@ func pgLikeError(state string) error {
 // refusedWithoutCode is a refusal whose backend gave no code.
 func refusedWithoutCode(msg string) error { return &store.RefusedError{Err: errors.New(msg)} }
 
-// refusingStore is a real SQLite store whose completions can be refused:
-// refuseSucceed / refuseFail decide per completion; each returns the error
-// to answer with, or nil to pass the completion to the database.
+// refusingStore says which completions of a real SQLite store are
+// refused: refuseSucceed / refuseFail decide per completion; each returns
+// the error to answer with, or nil to pass the completion to the database.
 type refusingStore struct {
-	store.Store
 	refuseSucceed func(c store.Completion) error
 	refuseFail    func(c store.Completion) error
 	succeeds      atomic.Int64 // Succeed calls, refused or not
 	fails         atomic.Int64 // Fail calls, refused or not
 }
 
-func (s *refusingStore) Succeed(ctx context.Context, c store.Completion) (store.Call, error) {
-	s.succeeds.Add(1)
-	if s.refuseSucceed != nil {
-		if err := s.refuseSucceed(c); err != nil {
-			return store.Call{}, err
-		}
+// over returns base with s's refusals.
+func (s *refusingStore) over(base store.Store) store.Store {
+	return &storefake.Store{Base: base,
+		SucceedFunc: func(ctx context.Context, c store.Completion) (store.Call, error) {
+			s.succeeds.Add(1)
+			if s.refuseSucceed != nil {
+				if err := s.refuseSucceed(c); err != nil {
+					return store.Call{}, err
+				}
+			}
+			return base.Succeed(ctx, c)
+		},
+		FailFunc: func(ctx context.Context, c store.Completion) (store.Call, error) {
+			s.fails.Add(1)
+			if s.refuseFail != nil {
+				if err := s.refuseFail(c); err != nil {
+					return store.Call{}, err
+				}
+			}
+			return base.Fail(ctx, c)
+		},
 	}
-	return s.Store.Succeed(ctx, c)
-}
-
-func (s *refusingStore) Fail(ctx context.Context, c store.Completion) (store.Call, error) {
-	s.fails.Add(1)
-	if s.refuseFail != nil {
-		if err := s.refuseFail(c); err != nil {
-			return store.Call{}, err
-		}
-	}
-	return s.Store.Fail(ctx, c)
 }
 
 // setupRefusing starts an executor (one worker) on a refusingStore over a
@@ -67,7 +71,7 @@ func setupRefusing(t *testing.T, lease time.Duration, rs *refusingStore) *bundle
 	return setup(t, func(c *testConfig) {
 		c.Workers = 1
 		c.Lease = lease
-		c.wrap = func(st store.Store) store.Store { rs.Store = st; return rs }
+		c.wrap = rs.over
 	})
 }
 
@@ -101,6 +105,7 @@ func countEvents(events []string) map[string]int {
 // one completion recorded and no effect — instead of being re-run once per
 // lease for ever.
 func TestRefusedSucceedEndsFailed(t *testing.T) {
+	t.Parallel()
 	rs := &refusingStore{refuseSucceed: func(store.Completion) error { return pgLikeError("22P05") }}
 	b := setupRefusing(t, 30*time.Second, rs)
 
@@ -146,6 +151,7 @@ func TestRefusedSucceedEndsFailed(t *testing.T) {
 // the database refuses is replaced by the safe internal error, so that
 // call ends too. The refusal here carries no SQLSTATE.
 func TestRefusedToolFailureEndsFailed(t *testing.T) {
+	t.Parallel()
 	rs := &refusingStore{refuseFail: func(c store.Completion) error {
 		if strings.Contains(string(c.Error), "tool_failed") {
 			return refusedWithoutCode("sqlite fail: value " + secretValue + " too big")
@@ -172,6 +178,7 @@ func TestRefusedToolFailureEndsFailed(t *testing.T) {
 // "not this": the executor retries it and then leaves the call to its
 // lease; it never records a failure the tool did not have.
 func TestTransientCommitErrorKeepsTheLease(t *testing.T) {
+	t.Parallel()
 	var refuse atomic.Bool
 	refuse.Store(true)
 	rs := &refusingStore{refuseSucceed: func(store.Completion) error {
@@ -201,6 +208,7 @@ func TestTransientCommitErrorKeepsTheLease(t *testing.T) {
 // record is refused too, it is tried once, and the call goes back to the
 // lease path as before (recovered and run again).
 func TestRefusalFallbackRefusedLeavesItToTheLease(t *testing.T) {
+	t.Parallel()
 	refusal := func(store.Completion) error { return refusedWithoutCode("sqlite: constraint failed") }
 	rs := &refusingStore{refuseSucceed: refusal, refuseFail: refusal}
 	b := setupRefusing(t, MinLease, rs)
@@ -225,6 +233,7 @@ func TestRefusalFallbackRefusedLeavesItToTheLease(t *testing.T) {
 
 // TestRefusalReason: only an SQLSTATE-shaped code is echoed, never text.
 func TestRefusalReason(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		err  error
 		want string

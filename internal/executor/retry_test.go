@@ -64,6 +64,7 @@ func retryGaps(t *testing.T, st store.Store, callID string) []retryGap {
 // retry_scheduled, each claim waiting at least the announced delay, and
 // each delay within the jittered exponential backoff.
 func TestServerSideRetry(t *testing.T) {
+	t.Parallel()
 	p := ToolPolicy{MaxAttempts: 3, InitialBackoff: 200 * time.Millisecond, MaxBackoff: time.Second}
 	b := setup(t, withPolicy(builtin.Fail, p))
 	c := b.submit("k-retry", `{"tool":"fail","args":{"times":2,"retryable":true}}`)
@@ -91,6 +92,7 @@ func TestServerSideRetry(t *testing.T) {
 // the error as the tool reported it (retryable stays true), so a same-key
 // request still resets it.
 func TestServerSideRetryExhausted(t *testing.T) {
+	t.Parallel()
 	b := setup(t, withPolicy(builtin.Fail, ToolPolicy{MaxAttempts: 3, InitialBackoff: time.Millisecond}))
 	c := b.submit("k-exhausted", `{"tool":"fail","args":{"retryable":true}}`)
 	done := b.waitFinal(c.CallID)
@@ -113,6 +115,7 @@ func TestServerSideRetryExhausted(t *testing.T) {
 // TestNoServerSideRetryByDefault: without a policy a retryable failure is
 // final at once, as before server-side retries existed.
 func TestNoServerSideRetryByDefault(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	c := b.submit("k-default", `{"tool":"fail","args":{"times":1,"retryable":true}}`)
 	done := b.waitFinal(c.CallID)
@@ -127,6 +130,7 @@ func TestNoServerSideRetryByDefault(t *testing.T) {
 // TestRetryAfterHonoured: a tool's RetryAfter (a downstream's Retry-After)
 // lengthens the delay beyond the computed backoff and its cap.
 func TestRetryAfterHonoured(t *testing.T) {
+	t.Parallel()
 	var runs atomic.Int64
 	b := setup(t, withPolicy(builtin.Sleep, ToolPolicy{MaxAttempts: 2, InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond}),
 		func(c *testConfig) {
@@ -149,6 +153,7 @@ func TestRetryAfterHonoured(t *testing.T) {
 }
 
 func TestRetryDelay(t *testing.T) {
+	t.Parallel()
 	p := ToolPolicy{MaxAttempts: 10, InitialBackoff: 100 * time.Millisecond, MaxBackoff: time.Second}
 	for _, tc := range []struct {
 		attempt    int64

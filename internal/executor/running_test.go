@@ -9,6 +9,7 @@ import (
 // TestCancelBeforeToolStarts: a cancel that reaches this process between
 // the claim and the tool's start still cancels the tool.
 func TestCancelBeforeToolStarts(t *testing.T) {
+	t.Parallel()
 	r := newRunningCalls()
 	r.cancel("c_1")
 	ctx, done := r.track(context.Background(), "c_1")

@@ -19,6 +19,7 @@ import (
 // completion made it final; the scheduled retry before it (the call is
 // pending again) is not announced.
 func TestOnFinalOnlyWhenFinal(t *testing.T) {
+	t.Parallel()
 	b := setup(t, withPolicy(builtin.Fail, ToolPolicy{MaxAttempts: 2, InitialBackoff: time.Millisecond}))
 	c := b.submit("k-final", `{"tool":"fail","args":{"times":1,"retryable":true}}`)
 	if done := b.waitFinal(c.CallID); done.Status != store.StatusSucceeded || done.Attempt != 2 {
@@ -50,6 +51,7 @@ func TestOnFinalOnlyWhenFinal(t *testing.T) {
 // context ends, and the lease is long enough that no heartbeat (the other
 // way a cancel reaches a tool) comes before the test gives up.
 func TestCancelStopsRunningTool(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	started := make(chan struct{}, 1)
 	b := setup(t, func(c *testConfig) {
@@ -87,6 +89,7 @@ func TestCancelStopsRunningTool(t *testing.T) {
 // executor that never started returns at once, and a second Shutdown
 // returns the first one's result.
 func TestStartOnceShutdownIdle(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	if err := b.ex.Start(context.Background()); err == nil {
 		t.Error("a second Start was accepted")

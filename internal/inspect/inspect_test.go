@@ -15,6 +15,7 @@ import (
 	"github.com/idemctl/idemctl/internal/inspect"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/sqlite"
+	"github.com/idemctl/idemctl/internal/store/storefake"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -146,6 +147,7 @@ func cells(line string) []string {
 }
 
 func TestCalls(t *testing.T) {
+	t.Parallel()
 	f := setup(t)
 	ctx := t.Context()
 
@@ -259,6 +261,7 @@ func TestCalls(t *testing.T) {
 }
 
 func TestEffects(t *testing.T) {
+	t.Parallel()
 	f := setup(t)
 	ctx := t.Context()
 
@@ -303,6 +306,7 @@ func TestEffects(t *testing.T) {
 }
 
 func TestAuditTimeline(t *testing.T) {
+	t.Parallel()
 	f := setup(t)
 	ctx := t.Context()
 
@@ -370,6 +374,7 @@ func TestAuditTimeline(t *testing.T) {
 }
 
 func TestAuditAllCalls(t *testing.T) {
+	t.Parallel()
 	f := setup(t)
 	ctx := t.Context()
 
@@ -403,6 +408,7 @@ func TestAuditAllCalls(t *testing.T) {
 }
 
 func TestAuditUnknownCall(t *testing.T) {
+	t.Parallel()
 	f := setup(t)
 	var buf bytes.Buffer
 	_, err := inspect.Audit(t.Context(), f.st, inspect.AuditOptions{CallID: "c_ffffffffffffffff"}, &buf)
@@ -412,6 +418,7 @@ func TestAuditUnknownCall(t *testing.T) {
 }
 
 func TestAttempts(t *testing.T) {
+	t.Parallel()
 	f := setup(t)
 	ctx := t.Context()
 
@@ -462,6 +469,7 @@ func TestAttempts(t *testing.T) {
 }
 
 func TestAttemptsNoHintWhenHealthy(t *testing.T) {
+	t.Parallel()
 	rep := inspect.Distribution([]store.AttemptBucket{{Attempt: 1, Calls: 99}, {Attempt: 2, Calls: 1}}, 0)
 	if rep.Hint != "" || rep.MultiAttemptPct != 1 {
 		t.Errorf("1%% multi-attempt: %+v, want no hint", rep)
@@ -477,6 +485,7 @@ func TestAttemptsNoHintWhenHealthy(t *testing.T) {
 }
 
 func TestStats(t *testing.T) {
+	t.Parallel()
 	f := setup(t)
 	ctx := t.Context()
 
@@ -515,21 +524,20 @@ func TestStats(t *testing.T) {
 // effect: the schema's UNIQUE(effects.call_id) makes a real duplicate
 // impossible to write, which is the point, so the read path is tested with
 // what a database without the constraint would return.
-type dupeStore struct {
-	store.Store
-	callID, extraEffect string
-}
-
-func (d dupeStore) Dupes(context.Context) ([]store.Dupe, error) {
-	return []store.Dupe{{CallID: d.callID, Effects: 2}}, nil
-}
-
-func (d dupeStore) ListEffects(ctx context.Context, limit int) ([]store.Effect, error) {
-	effs, err := d.Store.ListEffects(ctx, limit)
-	return append(effs, store.Effect{EffectID: d.extraEffect, CallID: d.callID, Tool: "charge"}), err
+func dupeStore(base store.Store, callID, extraEffect string) store.Store {
+	return &storefake.Store{Base: base,
+		DupesFunc: func(context.Context) ([]store.Dupe, error) {
+			return []store.Dupe{{CallID: callID, Effects: 2}}, nil
+		},
+		ListEffectsFunc: func(ctx context.Context, limit int) ([]store.Effect, error) {
+			effs, err := base.ListEffects(ctx, limit)
+			return append(effs, store.Effect{EffectID: extraEffect, CallID: callID, Tool: "charge"}), err
+		},
+	}
 }
 
 func TestDupes(t *testing.T) {
+	t.Parallel()
 	f := setup(t)
 	ctx := t.Context()
 
@@ -552,7 +560,7 @@ func TestDupes(t *testing.T) {
 	})
 
 	t.Run("forced duplicate", func(t *testing.T) {
-		ds := dupeStore{Store: f.st, callID: f.paid.CallID, extraEffect: "eff_forged00000000"}
+		ds := dupeStore(f.st, f.paid.CallID, "eff_forged00000000")
 		var buf bytes.Buffer
 		got, err := inspect.Dupes(ctx, ds, inspect.DupesOptions{Output: inspect.FormatTable}, &buf)
 		if err != nil || len(got) != 1 {
@@ -575,6 +583,7 @@ func TestDupes(t *testing.T) {
 }
 
 func TestReadOnlyStore(t *testing.T) {
+	t.Parallel()
 	f := setup(t)
 	ctx := t.Context()
 	// Reopen the same file read-only, as the command does, while the
@@ -600,6 +609,7 @@ func TestReadOnlyStore(t *testing.T) {
 }
 
 func TestParseFormat(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]inspect.Format{"": inspect.FormatTable, "table": inspect.FormatTable, "JSON": inspect.FormatJSON} {
 		if got, err := inspect.ParseFormat(in); err != nil || got != want {
 			t.Errorf("ParseFormat(%q) = %q, %v", in, got, err)

@@ -40,6 +40,7 @@ tools:
 // principal only the tools it may call; a named principal's call goes
 // through.
 func TestToolAccessAPI(t *testing.T) {
+	t.Parallel()
 	b, _ := setupAuth(t, func(c *Config) { c.Tools = scopedTools(t) })
 	before := b.snapshot()
 	for _, body := range []string{
@@ -95,6 +96,7 @@ func TestToolAccessAPI(t *testing.T) {
 // only the tools it may call (and the helper tools), and a tools/call of
 // another is refused as tool_forbidden with nothing recorded.
 func TestToolAccessMCP(t *testing.T) {
+	t.Parallel()
 	b, _ := setupAuth(t, func(c *Config) { c.Tools = scopedTools(t) })
 	for principal, token := range map[string]string{"alice": aliceToken, "bob": bobToken} {
 		cs := mustMCP(t, b, token)
@@ -142,6 +144,7 @@ func TestToolAccessMCP(t *testing.T) {
 // on a server without tokens (every caller would be the default
 // principal, which no list names), and so is a name no token could have.
 func TestToolAccessNeedsAuth(t *testing.T) {
+	t.Parallel()
 	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "idem.db"), store.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/store/storefake"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -51,6 +52,7 @@ func setupAuth(t *testing.T, opts ...func(*Config)) (*bundle, *Auth) {
 func bearer(token string) string { return "Bearer " + token }
 
 func TestAuthTable(t *testing.T) {
+	t.Parallel()
 	b, _ := setupAuth(t)
 	const body = `{"tool":"charge","args":{"amount":1}}`
 	cases := []struct {
@@ -118,6 +120,7 @@ func TestAuthTable(t *testing.T) {
 }
 
 func TestAuthReloadKeepsLastGoodFile(t *testing.T) {
+	t.Parallel()
 	b, a := setupAuth(t)
 	writeTokens(t, a.Path(), "carol", "carol-token-0123456789abcdef0123456789ab")
 	// Not reloaded yet: the old set holds.
@@ -146,6 +149,7 @@ func TestAuthReloadKeepsLastGoodFile(t *testing.T) {
 }
 
 func TestTokenFileErrors(t *testing.T) {
+	t.Parallel()
 	h := HashToken("x")
 	for name, content := range map[string]string{
 		"empty":             "# nothing\n",
@@ -206,6 +210,7 @@ func TestTokenCompareConstantTime(t *testing.T) {
 // TestPrincipalsScopeKeys: the same key from two principals is two calls,
 // and neither can read the other's, by id or by key.
 func TestPrincipalsScopeKeys(t *testing.T) {
+	t.Parallel()
 	b, _ := setupAuth(t)
 	ra := b.post("same", `{"tool":"charge","args":{"amount":1}}`, "Authorization", bearer(aliceToken))
 	rb := b.post("same", `{"tool":"charge","args":{"amount":2}}`, "Authorization", bearer(bobToken))
@@ -236,6 +241,7 @@ func TestPrincipalsScopeKeys(t *testing.T) {
 }
 
 func TestNonLoopbackNeedsAuth(t *testing.T) {
+	t.Parallel()
 	b, a := setupAuth(t)
 	for _, addr := range []string{"0.0.0.0:8081", ":8081", "10.1.2.3:80"} {
 		if _, err := New(Config{Addr: addr}, b.st); err == nil || !strings.Contains(err.Error(), "loopback") {
@@ -256,6 +262,7 @@ func TestNonLoopbackNeedsAuth(t *testing.T) {
 // TestConflictNamesCall: the 409 body carries the id of the call that
 // holds the key.
 func TestConflictNamesCall(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	first := b.post("k-conflict", `{"tool":"charge","args":{"amount":1}}`).call(t)
 	r := b.post("k-conflict", `{"tool":"charge","args":{"amount":2}}`)
@@ -272,6 +279,7 @@ func TestConflictNamesCall(t *testing.T) {
 }
 
 func TestServiceInfo(t *testing.T) {
+	t.Parallel()
 	b, _ := setupAuth(t, func(c *Config) { c.Retention = 2 * time.Hour; c.Version = "v9.9.9"; c.MaxPending = 123 })
 	r := b.get("/v1", "Authorization", bearer(aliceToken))
 	if r.status != http.StatusOK {
@@ -296,6 +304,7 @@ func TestServiceInfo(t *testing.T) {
 // retention, not recent ones; the purged key is new again and its effect
 // stays.
 func TestRetentionPurge(t *testing.T) {
+	t.Parallel()
 	b := setup(t, func(c *Config) { c.Retention = time.Hour })
 	old := b.waitFinal(b.post("k-old", `{"tool":"charge","args":{"amount":5}}`).call(t).CallID)
 	recent := b.waitFinal(b.post("k-recent", `{"tool":"charge","args":{"amount":5}}`).call(t).CallID)
@@ -331,25 +340,28 @@ func TestRetentionPurge(t *testing.T) {
 	}
 }
 
-// countingPurge records the size of every purge batch.
+// countingPurge records the size of every purge batch of the store over
+// returns.
 type countingPurge struct {
-	store.Store
 	batches []int
 	longest time.Duration
 }
 
-func (c *countingPurge) Purge(ctx context.Context, olderThan time.Duration, limit int, tombstones bool) (int, error) {
-	start := time.Now()
-	n, err := c.Store.Purge(ctx, olderThan, limit, tombstones)
-	c.longest = max(c.longest, time.Since(start))
-	c.batches = append(c.batches, n)
-	return n, err
+func (c *countingPurge) over(base store.Store) store.Store {
+	return &storefake.Store{Base: base, PurgeFunc: func(ctx context.Context, olderThan time.Duration, limit int, tombstones bool) (int, error) {
+		start := time.Now()
+		n, err := base.Purge(ctx, olderThan, limit, tombstones)
+		c.longest = max(c.longest, time.Since(start))
+		c.batches = append(c.batches, n)
+		return n, err
+	}}
 }
 
 // TestPurgeInSmallBatches: the purge never deletes more than PurgeBatch
 // calls in one transaction, so a writer waits for one small batch at
 // most; it goes on until nothing old is left.
 func TestPurgeInSmallBatches(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	db, err := sql.Open("sqlite", b.dbPath)
 	if err != nil {
@@ -363,8 +375,8 @@ INSERT INTO calls (call_id, principal, idem_key, fingerprint, tool, args_json, s
 SELECT printf('c_%016x', i), '', 'bulk-' || i, 'f', 'charge', '{}', 'succeeded', 1, 1 FROM seq`, n); err != nil {
 		t.Fatal(err)
 	}
-	cp := &countingPurge{Store: b.st}
-	srv, err := New(Config{Retention: time.Hour}, cp)
+	cp := &countingPurge{}
+	srv, err := New(Config{Retention: time.Hour}, cp.over(b.st))
 	if err != nil {
 		t.Fatal(err)
 	}

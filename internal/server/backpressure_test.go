@@ -17,6 +17,7 @@ import (
 // one are served as always, reads too; the refusal is counted in /metrics
 // and /stats, and the queue gauges show the depth.
 func TestBackPressureRefusesNewKeysOnly(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	b := setup(t, func(c *Config) {
 		c.Workers = 1 // busy with the sleep below, so the next calls stay pending
@@ -92,6 +93,7 @@ func TestBackPressureRefusesNewKeysOnly(t *testing.T) {
 
 // TestBackPressureOff: NoPendingLimit accepts new keys whatever the queue.
 func TestBackPressureOff(t *testing.T) {
+	t.Parallel()
 	b := setup(t, func(c *Config) {
 		c.Workers = 1
 		c.MaxPending = NoPendingLimit

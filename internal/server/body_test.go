@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/store/storefake"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -58,6 +59,7 @@ func sendPartial(t *testing.T, ts *httptest.Server, key string, halfClose bool) 
 // same key creates the call. A body cut short is 400, also without the
 // network error's text.
 func TestSlowBodyIs408(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	ts := httptest.NewUnstartedServer(b.srv.Handler())
 	ts.Config.ReadTimeout = 300 * time.Millisecond
@@ -109,15 +111,12 @@ func TestSlowBodyIs408(t *testing.T) {
 // TestReadyzDoesNotLeakDriverError: /readyz says the database is
 // unreachable without the driver's message (which names its address).
 func TestReadyzDoesNotLeakDriverError(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	if r := b.get("/readyz"); r.status != http.StatusOK {
 		t.Fatalf("readyz on a working store: %d %s", r.status, r.body)
 	}
-	srv, err := New(Config{Logger: testLogger(t)}, unreachableStore{b.st})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := doURL(t, startHTTP(t, srv), http.MethodGet, "/readyz", nil, nil)
+	r := doURL(t, setupStore(t, unreachableStore(b.st), false).ts.URL, http.MethodGet, "/readyz", nil, nil)
 	if r.status != http.StatusServiceUnavailable || r.errCode(t) != wire.CodeUnavailable {
 		t.Fatalf("readyz: %d %s", r.status, r.body)
 	}
@@ -127,9 +126,9 @@ func TestReadyzDoesNotLeakDriverError(t *testing.T) {
 }
 
 // unreachableStore fails Ping the way a driver does: with the address.
-type unreachableStore struct{ store.Store }
-
-func (unreachableStore) Ping(context.Context) error {
-	return &net.OpError{Op: "dial", Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 5432},
-		Err: io.ErrUnexpectedEOF}
+func unreachableStore(base store.Store) store.Store {
+	return &storefake.Store{Base: base, PingFunc: func(context.Context) error {
+		return &net.OpError{Op: "dial", Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 5432},
+			Err: io.ErrUnexpectedEOF}
+	}}
 }

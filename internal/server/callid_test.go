@@ -13,6 +13,7 @@ import (
 // an id made later sorts after one made earlier, so inserts keyed by call id
 // land together (newCallID); ids made at once still differ.
 func TestCallIDsSortByCreation(t *testing.T) {
+	t.Parallel()
 	// Five ids, 10 ms (two or more ticks) apart, must come out in order:
 	// random ids would, one time in 120.
 	var ids []string
@@ -49,6 +50,7 @@ func TestCallIDsSortByCreation(t *testing.T) {
 // names another call, the create is tried once more with a fresh id: the
 // new key gets a call of its own and the other call is untouched.
 func TestCreateRetriesTakenCallID(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	body := `{"tool":"charge","args":{"amount":1}}`
 	first := b.post("k-id-first", body).call(t)

@@ -30,6 +30,7 @@ func errorCodeOf(t *testing.T, c wire.Call) string {
 // cancelled in this process), a final one is 409 already_final with the
 // call, and a canceled key replays the canceled call.
 func TestCancelEachState(t *testing.T) {
+	t.Parallel()
 	b := setup(t, func(c *Config) { c.Workers = 1 })
 	running := b.post("k-sleep", `{"tool":"sleep","args":{"seconds":10}}`).call(t)
 	eventuallyStatus(t, b, running.CallID, "running")
@@ -96,6 +97,7 @@ func eventuallyStatus(t *testing.T, b *bundle, id, status string) {
 // TestCancelOtherPrincipal: another principal's call cannot be canceled,
 // and is not changed.
 func TestCancelOtherPrincipal(t *testing.T) {
+	t.Parallel()
 	b, _ := setupAuth(t, func(c *Config) { c.Workers = 1 })
 	c := b.post("k", `{"tool":"sleep","args":{"seconds":10}}`, "Authorization", bearer(aliceToken)).call(t)
 	r := b.do(http.MethodPost, wire.CallPath(c.CallID)+"/cancel", nil, map[string]string{"Authorization": bearer(bobToken)})
@@ -115,6 +117,7 @@ func TestCancelOtherPrincipal(t *testing.T) {
 // TestResultSizeLimit: a result above MaxResultBytes fails the call with
 // result_too_large, not retryable, and leaves no effect.
 func TestResultSizeLimit(t *testing.T) {
+	t.Parallel()
 	b := setup(t, func(c *Config) { c.MaxResultBytes = 10 })
 	c := b.waitFinal(b.post("k-big", `{"tool":"charge","args":{"amount":1}}`).call(t).CallID)
 	if c.Status != "failed" || errorCodeOf(t, c) != wire.CodeResultTooLarge {
@@ -135,6 +138,7 @@ func TestResultSizeLimit(t *testing.T) {
 // heartbeat: the 10 s sleep ends failed canceled long before it would
 // have finished, with no effect.
 func TestCancelThroughAnotherInstanceAtHeartbeat(t *testing.T) {
+	t.Parallel()
 	b := setup(t, func(c *Config) { c.Workers = 1; c.Lease = executor.MinLease })
 	running := b.post("k-sleep", `{"tool":"sleep","args":{"seconds":10}}`).call(t)
 	eventuallyStatus(t, b, running.CallID, "running")

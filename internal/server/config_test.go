@@ -13,6 +13,7 @@ import (
 // they are (a zero that New would fill is refused), and accepts a complete
 // configuration, auth on a non-loopback address included.
 func TestConfigValidate(t *testing.T) {
+	t.Parallel()
 	good := func() Config {
 		return Config{Addr: "127.0.0.1:8081", Config: executor.Config{Workers: 1, Lease: executor.MinLease, MaxResultBytes: 1},
 			MaxConcurrentBodies: 1, MaxHeldWaits: 1, MaxBodyBytesInFlight: MaxBodyBytes}

@@ -30,6 +30,7 @@ tools:
 // a key of its own; other args are another call; a tool without a rule is
 // as before.
 func TestIntentDedupHTTP(t *testing.T) {
+	t.Parallel()
 	b := setup(t, func(c *Config) { c.Tools = dedupTools(t) })
 	first := b.post("k1", `{"tool":"charge","args":{"amount":5}}`)
 	if first.status != http.StatusAccepted && first.status != http.StatusOK {
@@ -89,6 +90,7 @@ func TestIntentDedupHTTP(t *testing.T) {
 // args is the same call, one effect; without a rule it is refused
 // (TestMCPNoKeyOnEffectToolRefused).
 func TestIntentDedupMCP(t *testing.T) {
+	t.Parallel()
 	b := setup(t, func(c *Config) { c.Tools = dedupTools(t) })
 	cs := mustMCP(t, b, "")
 	r1 := callTool(t, cs, "charge", map[string]any{"amount": 9}, nil)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/store/sqlite"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -18,6 +19,7 @@ import (
 // still there, and once space returns the same server takes the retried
 // request and is ready again, without a restart.
 func TestDiskFull(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	b.srv.health.retest = time.Hour // only a write may make it ready again here
 	acked := map[string]string{}
@@ -33,7 +35,7 @@ func TestDiskFull(t *testing.T) {
 		t.Fatalf("/readyz before the disk filled: %d %s", r.status, r.body)
 	}
 
-	if _, err := b.st.SetMaxPageCount(t.Context(), 1); err != nil { // 1: the file's own size
+	if _, err := b.st.(*sqlite.Store).SetMaxPageCount(t.Context(), 1); err != nil { // 1: the file's own size
 		t.Fatal(err)
 	}
 	body := fmt.Sprintf(`{"tool":"send_email","args":{"to":"a@example.com","body":%q}}`, strings.Repeat("x", 3000))
@@ -69,7 +71,7 @@ func TestDiskFull(t *testing.T) {
 	}
 
 	// Space returns: the same server, no restart.
-	if _, err := b.st.SetMaxPageCount(t.Context(), 1<<30); err != nil {
+	if _, err := b.st.(*sqlite.Store).SetMaxPageCount(t.Context(), 1<<30); err != nil {
 		t.Fatal(err)
 	}
 	r := b.post(failed, body)
@@ -94,6 +96,7 @@ func TestDiskFull(t *testing.T) {
 // the same kind the database answered, or writeRetest without any, makes
 // it ready again; another kind's success or a caller giving up does not.
 func TestWriteHealth(t *testing.T) {
+	t.Parallel()
 	h := &writeHealth{log: testLogger(t), retest: time.Hour}
 	if !h.ready() {
 		t.Fatal("not ready before any write")

@@ -10,10 +10,12 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/store/storefake"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
 func TestResponseHeaders(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	// A call that stays running for a while, so the replay is non-final.
 	body := `{"tool":"sleep","args":{"seconds":0.3}}`
@@ -73,6 +75,7 @@ func TestResponseHeaders(t *testing.T) {
 }
 
 func TestPreferWaitOnPost(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	r := b.post("k-wait-post", `{"tool":"sleep","args":{"seconds":0.3}}`, "Prefer", "wait=10")
 	if r.status != http.StatusOK {
@@ -93,6 +96,7 @@ func TestPreferWaitOnPost(t *testing.T) {
 }
 
 func TestPreferWaitOnGet(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	c := b.post("k-wait-get", `{"tool":"sleep","args":{"seconds":0.3}}`).call(t)
 	r := b.get(wire.CallPath(c.CallID), "Prefer", "respond-async, wait=10")
@@ -110,6 +114,7 @@ func TestPreferWaitOnGet(t *testing.T) {
 }
 
 func TestPreferWaitExpiresNonFinal(t *testing.T) {
+	t.Parallel()
 	b := setup(t, func(c *Config) { c.ShutdownGrace = 50 * time.Millisecond })
 	r := b.post("k-wait-short", `{"tool":"sleep","args":{"seconds":5}}`, "Prefer", "wait=1")
 	if r.status != http.StatusAccepted {
@@ -124,6 +129,7 @@ func TestPreferWaitExpiresNonFinal(t *testing.T) {
 }
 
 func TestPreferWaitClampedAndMalformed(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	c := b.post("k-wait-clamp", `{"tool":"charge","args":{"amount":1}}`).call(t)
 	b.waitFinal(c.CallID)
@@ -139,6 +145,7 @@ func TestPreferWaitClampedAndMalformed(t *testing.T) {
 }
 
 func TestPreferWaitParse(t *testing.T) {
+	t.Parallel()
 	max := 30 * time.Second
 	cases := []struct {
 		in   []string
@@ -177,6 +184,7 @@ func TestPreferWaitParse(t *testing.T) {
 }
 
 func TestPreferWaitReleasedOnShutdown(t *testing.T) {
+	t.Parallel()
 	b := setup(t, func(c *Config) { c.ShutdownGrace = 100 * time.Millisecond })
 	c := b.post("k-wait-shutdown", `{"tool":"sleep","args":{"seconds":10}}`).call(t)
 	done := make(chan resp, 1)
@@ -194,6 +202,7 @@ func TestPreferWaitReleasedOnShutdown(t *testing.T) {
 }
 
 func TestNotFoundAndMethodNotAllowedJSON(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	cases := []struct {
 		method, path string
@@ -223,6 +232,7 @@ func TestNotFoundAndMethodNotAllowedJSON(t *testing.T) {
 }
 
 func TestGetByKey(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	for _, key := range []string{"plain", "with/slash", "with?query", "pct%41", "sp#hash"} {
 		c := b.post(key, `{"tool":"charge","args":{"amount":2}}`).call(t)
@@ -238,6 +248,7 @@ func TestGetByKey(t *testing.T) {
 }
 
 func TestStatsHealthReady(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	var s map[string]any
 	if err := json.Unmarshal(b.get("/stats").body, &s); err != nil {
@@ -273,41 +284,29 @@ func TestStatsHealthReady(t *testing.T) {
 	}
 }
 
-// faultyStore wraps a store and misbehaves on chosen methods.
-type faultyStore struct {
-	store.Store
-	panicStats  bool
-	unavailable bool
-}
-
-func (f *faultyStore) Stats(ctx context.Context) (store.Stats, error) {
-	if f.panicStats {
+// panickingStats is base whose Stats panics: a bug in a handler's
+// dependency.
+func panickingStats(base store.Store) store.Store {
+	return &storefake.Store{Base: base, StatsFunc: func(context.Context) (store.Stats, error) {
 		panic("boom: a bug in a handler's dependency")
-	}
-	return f.Store.Stats(ctx)
+	}}
 }
 
-func (f *faultyStore) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, store.Outcome, error) {
-	if f.unavailable {
-		return store.Call{}, 0, store.ErrUnavailable
+// unavailableStore is base with its database gone: creations and pings
+// answer ErrUnavailable.
+func unavailableStore(base store.Store) store.Store {
+	return &storefake.Store{Base: base,
+		CreateOrGetFunc: func(context.Context, store.NewCall) (store.Call, store.Outcome, error) {
+			return store.Call{}, 0, store.ErrUnavailable
+		},
+		PingFunc: func(context.Context) error { return store.ErrUnavailable },
 	}
-	return f.Store.CreateOrGet(ctx, n)
-}
-
-func (f *faultyStore) Ping(ctx context.Context) error {
-	if f.unavailable {
-		return store.ErrUnavailable
-	}
-	return f.Store.Ping(ctx)
 }
 
 func TestPanicInHandlerIs500JSON(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
-	srv, err := New(Config{Logger: testLogger(t)}, &faultyStore{Store: b.st, panicStats: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := startHTTP(t, srv)
+	base := setupStore(t, panickingStats(b.st), false).ts.URL
 	r := doURL(t, base, http.MethodGet, "/stats", nil, nil)
 	if r.status != http.StatusInternalServerError || r.errCode(t) != wire.CodeInternal {
 		t.Fatalf("panicking handler: %d %s", r.status, r.body)
@@ -318,12 +317,9 @@ func TestPanicInHandlerIs500JSON(t *testing.T) {
 }
 
 func TestStoreUnavailableIs503(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
-	srv, err := New(Config{Logger: testLogger(t)}, &faultyStore{Store: b.st, unavailable: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := startHTTP(t, srv)
+	base := setupStore(t, unavailableStore(b.st), false).ts.URL
 	r := doURL(t, base, http.MethodPost, "/v1/tool-calls", []byte(charge100), map[string]string{"Idempotency-Key": "k-503"})
 	if r.status != http.StatusServiceUnavailable || r.errCode(t) != wire.CodeUnavailable || r.header.Get("Retry-After") == "" {
 		t.Fatalf("store unavailable: %d %v %s", r.status, r.header, r.body)

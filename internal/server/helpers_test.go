@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/openapitest"
-	"github.com/idemctl/idemctl/internal/server/servertest"
+	"github.com/idemctl/idemctl/internal/serveproc"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/sqlite"
 	"github.com/idemctl/idemctl/internal/wire"
@@ -28,7 +28,7 @@ import (
 // TestMain removes the idemctl binary the process tests build.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	servertest.Cleanup()
+	serveproc.RemoveBuilt()
 	os.Exit(code)
 }
 
@@ -60,8 +60,8 @@ func (w *tWriter) Write(p []byte) (int, error) {
 // bundle is one running server on a temp SQLite database.
 type bundle struct {
 	t      *testing.T
-	dbPath string
-	st     *sqlite.Store
+	dbPath string // "" when the store was given (setupStore)
+	st     store.Store
 	srv    *Server
 	ts     *httptest.Server
 	exits  chan int // codes passed to Config.Exit (chaos crashes)
@@ -82,7 +82,20 @@ func setupOn(t *testing.T, dbPath string, opts ...func(*Config)) *bundle {
 	if err != nil {
 		t.Fatalf("sqlite.Open: %v", err)
 	}
-	b := &bundle{t: t, dbPath: dbPath, st: st, exits: make(chan int, 16)}
+	t.Cleanup(func() { _ = st.Close() }) // after the server's cleanup, registered later
+	b := setupStore(t, st, true, opts...)
+	b.dbPath = dbPath
+	return b
+}
+
+// setupStore is how every test of this package starts a server (servertest
+// imports this package, so they cannot use it): on st, which the caller
+// closes (it may be shared with another server), with its executor when
+// executor is true (without, calls stay pending, and st may be a fake that
+// refuses what the executor needs).
+func setupStore(t *testing.T, st store.Store, executor bool, opts ...func(*Config)) *bundle {
+	t.Helper()
+	b := &bundle{t: t, st: st, exits: make(chan int, 16)}
 	cfg := Config{
 		Addr:   "127.0.0.1:0",
 		Logger: testLogger(t),
@@ -95,22 +108,56 @@ func setupOn(t *testing.T, dbPath string, opts ...func(*Config)) *bundle {
 	for _, o := range opts {
 		o(&cfg)
 	}
+	var err error
 	b.srv, err = New(cfg, st)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := b.srv.Start(ctx); err != nil {
-		t.Fatalf("Start: %v", err)
+	if executor {
+		if err := b.srv.Start(ctx); err != nil {
+			cancel()
+			t.Fatalf("Start: %v", err)
+		}
 	}
 	b.ts = httptest.NewServer(b.srv.Handler())
 	t.Cleanup(func() {
 		b.ts.Close()
 		cancel()
 		_ = b.srv.Shutdown(context.Background())
-		_ = st.Close()
 	})
 	return b
+}
+
+// idemctlBinary is servertest.Binary for this package's process tests: the
+// idemctl binary, built once per test process; it skips under -short.
+func idemctlBinary(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("skipping: starts real idemctl processes (go build ./cmd/idemctl); run without -short")
+	}
+	bin, err := serveproc.BuildOnce()
+	if err != nil {
+		t.Fatalf("building idemctl: %v", err)
+	}
+	return bin
+}
+
+// startServe is servertest.StartServe: `bin serve --addr 127.0.0.1:0
+// args...`, killed when the test ends, its output logged if it failed.
+func startServe(t *testing.T, bin string, args ...string) *serveproc.Process {
+	t.Helper()
+	p, err := serveproc.Start(context.Background(), serveproc.Config{Binary: bin, Args: args})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.Kill()
+		if t.Failed() {
+			t.Logf("output of %s:\n%s", p.CommandLine(), p.Stderr())
+		}
+	})
+	return p
 }
 
 // resp is an HTTP response with its body read.
@@ -312,14 +359,6 @@ func metricSample(t *testing.T, exposition []byte, series string) float64 {
 	}
 	t.Fatalf("metric %s is not exposed at /metrics", series)
 	return 0 // not reached
-}
-
-// startHTTP serves srv's handler (no executor) for the rest of the test.
-func startHTTP(t *testing.T, srv *Server) string {
-	t.Helper()
-	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(ts.Close)
-	return ts.URL
 }
 
 func netListen(t *testing.T) (net.Listener, error) {

@@ -14,6 +14,7 @@ import (
 // recording anything; the loopback names pass; a non-loopback server does
 // not check Host.
 func TestHostGuard(t *testing.T) {
+	t.Parallel()
 	b := setup(t, func(c *Config) { c.AllowedHosts = nil })
 	for _, r := range []struct{ method, path string }{
 		{http.MethodPost, "/v1/tool-calls"}, {http.MethodGet, "/v1/tool-calls"}, {http.MethodGet, "/ui"},

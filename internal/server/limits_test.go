@@ -18,6 +18,7 @@ import (
 // next POST is refused at once with 503 overloaded and Retry-After, stores
 // nothing, and is counted; the slot comes back when the body is done.
 func TestBodyLimitOverloaded(t *testing.T) {
+	t.Parallel()
 	b := setup(t, func(c *Config) { c.MaxConcurrentBodies = 1 })
 	if v := b.metricValue(`idemctl_limit_refusals_total{limit="bodies"}`); v != 0 {
 		t.Fatalf("refusals before any load: %v", v)
@@ -76,6 +77,7 @@ func TestBodyLimitOverloaded(t *testing.T) {
 // "Prefer: wait", the next one is not held: it is answered at once with
 // the call's current state and without Preference-Applied, and counted.
 func TestWaitLimitAnswersAtOnce(t *testing.T) {
+	t.Parallel()
 	b := setup(t, func(c *Config) {
 		c.MaxHeldWaits = 1
 		c.ShutdownGrace = 50 * time.Millisecond // the sleep need not finish

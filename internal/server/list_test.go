@@ -27,6 +27,7 @@ func listPage(t *testing.T, b *bundle, query, token string) wire.Page[wire.Call]
 // first, page by page through next, each once, with calls created between
 // pages not disturbing the later pages; bad parameters are 400.
 func TestListPages(t *testing.T) {
+	t.Parallel()
 	b, _ := setupAuth(t)
 	var made []string
 	for i := range 5 {
@@ -74,6 +75,7 @@ func TestListPages(t *testing.T) {
 // TestListKeyPrefixAndTime: key_prefix narrows to keys starting with it,
 // since/until to a creation-time window (RFC 3339); a bad time is 400.
 func TestListKeyPrefixAndTime(t *testing.T) {
+	t.Parallel()
 	b, _ := setupAuth(t)
 	for _, k := range []string{"order-1", "order-2", "refund-1"} {
 		b.post(k, `{"tool":"charge","args":{"amount":1}}`, "Authorization", bearer(aliceToken))

@@ -35,6 +35,7 @@ func (b *syncBuffer) String() string {
 // start, a call's duration, the grace at shutdown) is a string such as
 // "30s", never integer nanoseconds.
 func TestDurationsLoggedAsText(t *testing.T) {
+	t.Parallel()
 	var out syncBuffer
 	b := setup(t, func(c *Config) {
 		// Debug: a call's own lines (with its duration) are debug lines.
@@ -74,6 +75,7 @@ func TestDurationsLoggedAsText(t *testing.T) {
 // nothing (a line per call costs about a tenth of the accepted rate); at debug each
 // step has its line.
 func TestCallStepsNotLoggedAtInfo(t *testing.T) {
+	t.Parallel()
 	for _, level := range []slog.Level{slog.LevelInfo, slog.LevelDebug} {
 		var out syncBuffer
 		b := setup(t, func(c *Config) {

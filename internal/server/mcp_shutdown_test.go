@@ -18,6 +18,7 @@ import (
 // TestMCPSessionDoesNotHoldShutdown: an open MCP session (its standing
 // GET stream) must not keep a graceful stop waiting for ShutdownGrace.
 func TestMCPSessionDoesNotHoldShutdown(t *testing.T) {
+	t.Parallel()
 	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "idem.db"), store.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -83,6 +83,7 @@ func errType(t *testing.T, res *mcp.CallToolResult) string {
 }
 
 func TestMCPListTools(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	cs := mustMCP(t, b, "")
 	res, err := cs.ListTools(context.Background(), nil)
@@ -135,6 +136,7 @@ func TestMCPListTools(t *testing.T) {
 }
 
 func TestMCPSameKeyTwiceOneEffect(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	cs := mustMCP(t, b, "")
 	args := map[string]any{"amount": 7, mcpdoor.KeyArg: "mcp-k1"}
@@ -190,6 +192,7 @@ func jsonEqual(a, b any) bool {
 }
 
 func TestMCPKeyCarriers(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	cs := mustMCP(t, b, "")
 	// _meta alone.
@@ -230,6 +233,7 @@ func TestMCPKeyCarriers(t *testing.T) {
 }
 
 func TestMCPConflict(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	cs := mustMCP(t, b, "")
 	first := callTool(t, cs, "charge", map[string]any{"amount": 5, mcpdoor.KeyArg: "conflict-k"}, nil)
@@ -246,6 +250,7 @@ func TestMCPConflict(t *testing.T) {
 }
 
 func TestMCPNoKeyOnEffectToolRefused(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	cs := mustMCP(t, b, "")
 	r := callTool(t, cs, "charge", map[string]any{"amount": 5}, nil)
@@ -272,6 +277,7 @@ func TestMCPNoKeyOnEffectToolRefused(t *testing.T) {
 }
 
 func TestMCPSlowToolStillRunningThenReplay(t *testing.T) {
+	t.Parallel()
 	b := setup(t, func(c *Config) { c.MCPWait = 20 * time.Millisecond })
 	cs := mustMCP(t, b, "")
 	args := map[string]any{"seconds": 1, mcpdoor.KeyArg: "slow-k"}
@@ -301,6 +307,7 @@ func TestMCPSlowToolStillRunningThenReplay(t *testing.T) {
 }
 
 func TestMCPFailedCallIsToolError(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	cs := mustMCP(t, b, "")
 	r := callTool(t, cs, "fail", map[string]any{"message": "boom", mcpdoor.KeyArg: "fail-k"}, nil)
@@ -314,6 +321,7 @@ func TestMCPFailedCallIsToolError(t *testing.T) {
 }
 
 func TestMCPBadArgsRefused(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	cs := mustMCP(t, b, "")
 	r := callTool(t, cs, "charge", map[string]any{"amount": "lots", mcpdoor.KeyArg: "bad-args"}, nil)
@@ -326,6 +334,7 @@ func TestMCPBadArgsRefused(t *testing.T) {
 }
 
 func TestMCPHelperTools(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	cs := mustMCP(t, b, "")
 	callTool(t, cs, "charge", map[string]any{"amount": 9, mcpdoor.KeyArg: "helper-k"}, nil)
@@ -354,6 +363,7 @@ func TestMCPHelperTools(t *testing.T) {
 }
 
 func TestMCPAuth(t *testing.T) {
+	t.Parallel()
 	b, _ := setupAuth(t)
 	if _, err := mcpConnect(t, b, ""); err == nil {
 		t.Fatal("MCP session without a token was accepted")
@@ -381,6 +391,7 @@ func TestMCPAuth(t *testing.T) {
 }
 
 func TestMCPDestructiveHintFromToolConfig(t *testing.T) {
+	t.Parallel()
 	reg, err := toolreg.Parse([]byte(`tools: [{name: charge, kind: builtin, destructive: false},
   {name: sleep, kind: builtin, destructive: true}]`), func(string) (string, bool) { return "", false })
 	if err != nil {

@@ -29,7 +29,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemctl/idemctl/internal/server/servertest"
+	"github.com/idemctl/idemctl/internal/serveproc"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/postgres"
 	"github.com/idemctl/idemctl/internal/store/postgres/pgtest"
@@ -47,7 +47,7 @@ type cluster struct {
 	schema string
 	app    string // application_name of the instances' connections
 	st     *postgres.Store
-	procs  []*servertest.Process
+	procs  []*serveproc.Process
 	frozen map[int]bool // instances under SIGSTOP: they cannot answer
 }
 
@@ -57,8 +57,8 @@ type cluster struct {
 // killed, then the schema's remaining sessions ended and the schema dropped.
 func newCluster(t *testing.T, n int, args func(i int) []string) *cluster {
 	t.Helper()
-	pgtest.BaseURL(t)           // skips without PostgreSQL
-	bin := servertest.Binary(t) // skips under -short
+	pgtest.BaseURL(t)       // skips without PostgreSQL
+	bin := idemctlBinary(t) // skips under -short
 
 	// A schema of its own; its cleanup runs after the processes are
 	// killed (registered first), ends the sessions still tagged with
@@ -72,7 +72,7 @@ func newCluster(t *testing.T, n int, args func(i int) []string) *cluster {
 		if args != nil {
 			a = append(a, args(i)...)
 		}
-		c.procs = append(c.procs, servertest.StartServe(t, bin, a...))
+		c.procs = append(c.procs, startServe(t, bin, a...))
 	}
 	// The instances created the schema; the test reads it on connections
 	// of its own name, so they never look like an instance's.

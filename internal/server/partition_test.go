@@ -59,14 +59,14 @@ func TestPartitionAnsweredInBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := startOn(t, st)
-	// Registered after startOn, so it runs first: the server and the store
+	b := setupStore(t, st, true)
+	// Registered after setupStore, so it runs first: the server and the store
 	// shut down on a healed network.
 	t.Cleanup(func() { px.Heal(); _ = px.Close() })
 
 	client := &http.Client{Timeout: 30 * time.Second}
 	send := func(what, method, path, key, body string) partitionAnswer {
-		req, err := http.NewRequest(method, b.base+path, bytes.NewReader([]byte(body)))
+		req, err := http.NewRequest(method, b.ts.URL+path, bytes.NewReader([]byte(body)))
 		if err != nil {
 			return partitionAnswer{what: what, err: err}
 		}
@@ -102,7 +102,7 @@ func TestPartitionAnsweredInBound(t *testing.T) {
 			t.Fatalf("create before the partition: %d %v", a.status, a.err)
 		}
 		if i == 0 {
-			known = doURL(t, b.base, http.MethodGet, "/v1/tool-calls/by-key/warm-0", nil, nil).call(t)
+			known = doURL(t, b.ts.URL, http.MethodGet, "/v1/tool-calls/by-key/warm-0", nil, nil).call(t)
 		}
 	}
 
@@ -174,5 +174,5 @@ func TestPartitionAnsweredInBound(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	// And the calls the partition interrupted all finish.
-	waitFinalURL(t, b.base, known.CallID)
+	waitFinalURL(t, b.ts.URL, known.CallID)
 }

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/exitcode"
-	"github.com/idemctl/idemctl/internal/server/servertest"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/sqlite"
 	"github.com/idemctl/idemctl/internal/wire"
@@ -79,9 +78,10 @@ func serverStats(t *testing.T, base string) wire.Stats {
 // the old owner is gone and runs the call again at once: it finishes well
 // before the lease could have expired, with exactly one effect.
 func TestProcessCrashBeforeCommitRecoveredByDeadOwner(t *testing.T) {
-	bin := servertest.Binary(t)
+	t.Parallel()
+	bin := idemctlBinary(t)
 	db := filepath.Join(t.TempDir(), "idem.db")
-	p := servertest.StartServe(t, bin, "--db", db, "--chaos")
+	p := startServe(t, bin, "--db", db, "--chaos")
 	const key = "k-proc-before"
 	_, _, _ = tryPost(p.URL, key, `{"tool":"charge","args":{"amount":11,"_crash_before_commit":true}}`)
 	code, err := p.Wait(waitDeadline)
@@ -100,7 +100,7 @@ func TestProcessCrashBeforeCommitRecoveredByDeadOwner(t *testing.T) {
 	_ = st.Close()
 
 	started := time.Now()
-	p2 := servertest.StartServe(t, bin, "--db", db, "--chaos") // default lease: 30s
+	p2 := startServe(t, bin, "--db", db, "--chaos") // default lease: 30s
 	done := waitByKey(t, p2.URL, key, func(c wire.Call) bool { return c.Status.Final() })
 	if time.Since(started) >= 30*time.Second {
 		t.Fatalf("recovery waited for the lease (%s)", time.Since(started))
@@ -140,9 +140,10 @@ func TestProcessCrashBeforeCommitRecoveredByDeadOwner(t *testing.T) {
 // (b) SIGKILL in the middle of a sleep call: restart, and the call
 // finishes; a charge finished before the kill keeps its one effect.
 func TestProcessKillDuringSleepThenRestart(t *testing.T) {
-	bin := servertest.Binary(t)
+	t.Parallel()
+	bin := idemctlBinary(t)
 	db := filepath.Join(t.TempDir(), "idem.db")
-	p := servertest.StartServe(t, bin, "--db", db)
+	p := startServe(t, bin, "--db", db)
 	if s, _, err := tryPost(p.URL, "k-charge", `{"tool":"charge","args":{"amount":5}}`); err != nil || s != http.StatusAccepted {
 		t.Fatalf("charge: %d %v", s, err)
 	}
@@ -153,7 +154,7 @@ func TestProcessKillDuringSleepThenRestart(t *testing.T) {
 	waitByKey(t, p.URL, "k-sleep", func(c wire.Call) bool { return c.Status == "running" })
 	p.Kill()
 
-	p2 := servertest.StartServe(t, bin, "--db", db)
+	p2 := startServe(t, bin, "--db", db)
 	sleep := waitByKey(t, p2.URL, "k-sleep", func(c wire.Call) bool { return c.Status.Final() })
 	if sleep.Status != "succeeded" || sleep.Attempt != 2 {
 		t.Fatalf("sleep after restart: %s attempt %d, want succeeded at attempt 2", sleep.Status, sleep.Attempt)
@@ -169,9 +170,10 @@ func TestProcessKillDuringSleepThenRestart(t *testing.T) {
 
 // (c) Every call acknowledged with a 2xx survives SIGKILL right after.
 func TestProcessAcknowledgedCallsSurviveKill(t *testing.T) {
-	bin := servertest.Binary(t)
+	t.Parallel()
+	bin := idemctlBinary(t)
 	db := filepath.Join(t.TempDir(), "idem.db")
-	p := servertest.StartServe(t, bin, "--db", db, "--workers", "2")
+	p := startServe(t, bin, "--db", db, "--workers", "2")
 
 	var (
 		mu    sync.Mutex
@@ -229,16 +231,17 @@ func TestProcessAcknowledgedCallsSurviveKill(t *testing.T) {
 // (d) Crash right after the commit: the restarted server answers the same
 // key with the original result, and there is still one effect.
 func TestProcessCrashAfterCommitThenSameKey(t *testing.T) {
-	bin := servertest.Binary(t)
+	t.Parallel()
+	bin := idemctlBinary(t)
 	db := filepath.Join(t.TempDir(), "idem.db")
 	body := `{"tool":"charge","args":{"amount":13,"_crash_after_commit":true}}`
-	p := servertest.StartServe(t, bin, "--db", db, "--chaos")
+	p := startServe(t, bin, "--db", db, "--chaos")
 	_, _, _ = tryPost(p.URL, "k-proc-after", body)
 	if code, err := p.Wait(waitDeadline); err != nil || code != exitcode.Crash {
 		t.Fatalf("server exit: code %d err %v, want %d", code, err, exitcode.Crash)
 	}
 
-	p2 := servertest.StartServe(t, bin, "--db", db, "--chaos")
+	p2 := startServe(t, bin, "--db", db, "--chaos")
 	r := doURL(t, p2.URL, http.MethodPost, "/v1/tool-calls", []byte(body), map[string]string{"Idempotency-Key": "k-proc-after"})
 	if r.status != http.StatusOK || r.header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("same key after restart: %d %v %s", r.status, r.header, r.body)
@@ -254,9 +257,10 @@ func TestProcessCrashAfterCommitThenSameKey(t *testing.T) {
 
 // SIGTERM stops the server cleanly (exit 0) after the running tool finished.
 func TestProcessSigtermGraceful(t *testing.T) {
-	bin := servertest.Binary(t)
+	t.Parallel()
+	bin := idemctlBinary(t)
 	db := filepath.Join(t.TempDir(), "idem.db")
-	p := servertest.StartServe(t, bin, "--db", db)
+	p := startServe(t, bin, "--db", db)
 	if s, _, err := tryPost(p.URL, "k-term", `{"tool":"sleep","args":{"seconds":0.5}}`); err != nil || s != http.StatusAccepted {
 		t.Fatalf("post: %d %v", s, err)
 	}
@@ -277,9 +281,10 @@ func TestProcessSigtermGraceful(t *testing.T) {
 // only lease expiry can recover the call, not dead-owner recovery) runs it
 // again: attempt 2, succeeded, the recovery audited as a lease expiry.
 func TestProcessKillDuringHeartbeatedTool(t *testing.T) {
-	bin := servertest.Binary(t)
+	t.Parallel()
+	bin := idemctlBinary(t)
 	db := filepath.Join(t.TempDir(), "idem.db")
-	p := servertest.StartServe(t, bin, "--db", db, "--lease", "1s")
+	p := startServe(t, bin, "--db", db, "--lease", "1s")
 	const key = "k-heartbeat-kill"
 	if s, _, err := tryPost(p.URL, key, `{"tool":"sleep","args":{"seconds":4}}`); err != nil || s != http.StatusAccepted {
 		t.Fatalf("post: %d %v", s, err)
@@ -291,7 +296,7 @@ func TestProcessKillDuringHeartbeatedTool(t *testing.T) {
 	})
 	p.Kill()
 
-	p2 := servertest.StartServe(t, bin, "--db", db, "--lease", "1s", "--instance-host", "other-host")
+	p2 := startServe(t, bin, "--db", db, "--lease", "1s", "--instance-host", "other-host")
 	done := waitByKey(t, p2.URL, key, func(c wire.Call) bool { return c.Status.Final() })
 	if done.Status != "succeeded" || done.Attempt != 2 {
 		t.Fatalf("after the kill: status %s attempt %d, want succeeded at attempt 2", done.Status, done.Attempt)

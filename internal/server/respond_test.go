@@ -19,6 +19,7 @@ import (
 // JSON body — error messages, and stored error objects served back — not as
 // \u003c, \u003e, \u0026.
 func TestJSONNotHTMLEscaped(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	escaped := []string{`\u003c`, `\u003e`, `\u0026`}
 	noEscapes := func(what string, body []byte) {
@@ -57,6 +58,7 @@ func TestJSONNotHTMLEscaped(t *testing.T) {
 // TestWriteJSONFraming: one body, newline-terminated, Content-Length exact,
 // and the same bytes a client decodes back.
 func TestWriteJSONFraming(t *testing.T) {
+	t.Parallel()
 	rec := httptest.NewRecorder()
 	log := slog.New(slog.DiscardHandler)
 	writeError(rec, log, http.StatusBadRequest, wire.CodeBadRequest, "amount must be >= 1 & <= 10")
@@ -83,6 +85,7 @@ func TestWriteJSONFraming(t *testing.T) {
 // members, in this order, with principal, cancel_requested and not_before
 // left out when they do not apply (docs/api.md, "The call object").
 func TestCallBodyMembers(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	created := b.post("order-k1", `{"tool":"charge","args":{"amount":5},"client_id":"checkout","seq":3}`).call(t)
 	b.waitFinal(created.CallID)

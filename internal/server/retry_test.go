@@ -27,6 +27,7 @@ func withPolicy(tool string, p executor.ToolPolicy) func(*Config) {
 // time the call is pending: Prefer: wait runs out without a final answer
 // (a same-key replay gets 202 with Retry-After), and GET shows it pending.
 func TestRetryingCallIsNotFinal(t *testing.T) {
+	t.Parallel()
 	b := setup(t, withPolicy(builtin.Fail, executor.ToolPolicy{MaxAttempts: 2, InitialBackoff: time.Hour}))
 	c := b.post("k-waiting", `{"tool":"fail","args":{"times":1,"retryable":true}}`).call(t)
 	eventually(t, "the retry is scheduled", func() bool {

@@ -22,6 +22,7 @@ import (
 const charge100 = `{"tool":"charge","args":{"amount":100},"client_id":"demo","seq":1}`
 
 func TestSameKeyReturnsSameCall(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	first := b.post("k-same", charge100)
 	if first.status != http.StatusAccepted {
@@ -47,6 +48,7 @@ func TestSameKeyReturnsSameCall(t *testing.T) {
 }
 
 func TestDifferentKeyCreatesNewCall(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	a := b.post("k-a", charge100).call(t)
 	c := b.post("k-b", charge100).call(t)
@@ -61,6 +63,7 @@ func TestDifferentKeyCreatesNewCall(t *testing.T) {
 }
 
 func TestSameKeyDifferentArgsConflict(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	first := b.post("k-conflict", `{"tool":"charge","args":{"amount":1}}`).call(t)
 	r := b.post("k-conflict", `{"tool":"charge","args":{"amount":2}}`)
@@ -81,6 +84,7 @@ func TestSameKeyDifferentArgsConflict(t *testing.T) {
 }
 
 func TestConcurrentSameKeyOneEffect(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	const n = 16
 	var (
@@ -135,6 +139,7 @@ func TestConcurrentSameKeyOneEffect(t *testing.T) {
 }
 
 func TestFailedRetryableCanBeRetried(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	body := `{"tool":"fail","args":{"times":1,"message":"flaky"}}`
 	c := b.post("k-flaky", body).call(t)
@@ -167,6 +172,7 @@ func TestFailedRetryableCanBeRetried(t *testing.T) {
 }
 
 func TestCrashAfterCommitThenRestart(t *testing.T) {
+	t.Parallel()
 	b := setup(t, func(c *Config) { c.Chaos = true })
 	body := `{"tool":"charge","args":{"amount":9,"_crash_after_commit":true}}`
 	c := b.post("k-crash-after", body).call(t)
@@ -205,6 +211,7 @@ func TestCrashAfterCommitThenRestart(t *testing.T) {
 }
 
 func TestDelayResponseThenRetrySameKey(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	// A proxy that holds the first response long past the client's timeout
 	// (the server has already recorded and run the call by then).

@@ -12,6 +12,7 @@ import (
 )
 
 func TestChaosRefusedOffLoopback(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	for _, addr := range []string{"0.0.0.0:8081", ":8081", "10.1.2.3:80", "[::]:80", "example.com:80", "nonsense"} {
 		if _, err := New(Config{Addr: addr, Config: executor.Config{Chaos: true}}, b.st); err == nil {
@@ -31,6 +32,7 @@ func TestChaosRefusedOffLoopback(t *testing.T) {
 }
 
 func TestNewValidates(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	for _, cfg := range []Config{{Config: executor.Config{Workers: -1}}, {Config: executor.Config{Lease: -time.Second}},
 		{Config: executor.Config{Lease: executor.MinLease - time.Millisecond}}, {Config: executor.Config{RecoverInterval: -1}},
@@ -53,6 +55,7 @@ func TestNewValidates(t *testing.T) {
 }
 
 func TestMetricsMove(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	c1 := b.post("k-m1", `{"tool":"charge","args":{"amount":1}}`).call(t)
 	c2 := b.post("k-m2", `{"tool":"fail","args":{"retryable":false}}`).call(t)
@@ -90,6 +93,7 @@ func TestMetricsMove(t *testing.T) {
 // TestRunServesAndStops: Run on a real listener answers, and returns nil
 // after ctx is cancelled.
 func TestRunServesAndStops(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	srv, err := New(Config{Logger: testLogger(t)}, b.st)
 	if err != nil {

@@ -12,7 +12,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -38,36 +37,17 @@ func forEachBackend(t *testing.T, fn func(t *testing.T, b backendServer)) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fn(t, startOn(t, st))
+		t.Cleanup(func() { _ = st.Close() })
+		fn(t, backendServer{base: setupStore(t, st, true).ts.URL, st: st})
 	})
 	t.Run("postgres", func(t *testing.T) {
 		st, err := postgres.Open(context.Background(), pgtest.Schema(t), store.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		fn(t, startOn(t, st))
+		t.Cleanup(func() { _ = st.Close() })
+		fn(t, backendServer{base: setupStore(t, st, true).ts.URL, st: st})
 	})
-}
-
-// startOn starts a server with its executor on st, closed with the test.
-func startOn(t *testing.T, st store.Store) backendServer {
-	t.Helper()
-	srv, err := New(Config{Logger: testLogger(t)}, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := srv.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		ts.Close()
-		cancel()
-		_ = srv.Shutdown(context.Background())
-		_ = st.Close()
-	})
-	return backendServer{base: ts.URL, st: st}
 }
 
 // TestUnrecordableLookupsAre404 asks for call ids and keys no call can have

@@ -37,6 +37,7 @@ tools:
 // its schema before anything is stored; a refusal is 400 bad_request naming
 // the failing JSON Pointer.
 func TestRegistryValidationAtAccept(t *testing.T) {
+	t.Parallel()
 	b := setup(t, func(c *Config) { c.Tools = refundTools(t) })
 	cases := []struct{ name, body, msg string }{
 		{"missing", `{"tool":"create_refund","args":{}}`, "at /args: missing property 'amount'"},
@@ -67,6 +68,7 @@ func TestRegistryValidationAtAccept(t *testing.T) {
 // TestToolsListing: GET /v1/tools lists every tool with its schema and no
 // secret, URL or header.
 func TestToolsListing(t *testing.T) {
+	t.Parallel()
 	for _, withFile := range []bool{false, true} {
 		b := setup(t, func(c *Config) {
 			if withFile {
@@ -112,6 +114,7 @@ func TestToolsListing(t *testing.T) {
 // Idempotency-Key, and the call succeeded with that effect and the
 // downstream's answer as its result.
 func TestHTTPToolEndToEnd(t *testing.T) {
+	t.Parallel()
 	ds := downstream.New(false)
 	dsrv := httptest.NewServer(ds.Handler())
 	t.Cleanup(dsrv.Close)
@@ -156,6 +159,7 @@ tools:
 // executor: a downstream that answers 503 twice, then 201, ends the call
 // succeeded at attempt 3, every attempt carrying the same Idempotency-Key.
 func TestHTTPToolServerSideRetry(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var keys []string
 	dsrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

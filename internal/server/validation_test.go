@@ -18,6 +18,7 @@ import (
 // straight to the handler, so header bytes a Go client refuses to send
 // (control characters) can be tested too.
 func TestBadInputStoresNothing(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	// A known key in the database, so refusals are also checked against it.
 	existing := b.post("existing", `{"tool":"charge","args":{"amount":5}}`).call(t)
@@ -168,6 +169,7 @@ func TestBadInputStoresNothing(t *testing.T) {
 
 // TestKeyLimitsAccepted: the edges of the key rule are accepted.
 func TestKeyLimitsAccepted(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	for _, key := range []string{
 		strings.Repeat("k", MaxKeyLength),
@@ -185,6 +187,7 @@ func TestKeyLimitsAccepted(t *testing.T) {
 // TestFingerprintThroughHTTP: requests that differ only in spelling are the
 // same call (a replay, never 409); requests that differ in meaning conflict.
 func TestFingerprintThroughHTTP(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	cases := []struct {
 		name     string
@@ -266,6 +269,7 @@ func TestFingerprintThroughHTTP(t *testing.T) {
 // TestChaosArgsAcceptedWithChaos: with --chaos the hooks are valid args
 // (and other "_" names still are not).
 func TestChaosArgsAcceptedWithChaos(t *testing.T) {
+	t.Parallel()
 	b := setup(t, func(c *Config) { c.Chaos = true })
 	if r := b.post("k-chaos-other", `{"tool":"charge","args":{"amount":1,"_x":true}}`); r.status != http.StatusBadRequest {
 		t.Fatalf("unknown chaos arg: got %d, want 400", r.status)
@@ -293,6 +297,7 @@ func TestChaosArgsAcceptedWithChaos(t *testing.T) {
 // bad_request for its length — the limit comes before tool validation and
 // before any big-number arithmetic — and stores nothing.
 func TestLongNumberRefusedByLength(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	before := b.snapshot()
 	digits := MaxBodyBytes - 200
@@ -315,6 +320,7 @@ func TestLongNumberRefusedByLength(t *testing.T) {
 // cost about a second of CPU for 1 MiB of small members — and stores
 // nothing.
 func TestManyValuesRefusedByCount(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	before := b.snapshot()
 	body := `{"tool":"charge","args":{"amount":1,"x":[` + strings.Repeat("0,", fingerprint.MaxValues) + `0]}}`
@@ -333,6 +339,7 @@ func TestManyValuesRefusedByCount(t *testing.T) {
 // TestPauseBeforeCommitNeedsChaos: without --chaos the pause argument is
 // refused like any "_" argument, and nothing is stored.
 func TestPauseBeforeCommitNeedsChaos(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	r := b.post("k-pause-nochaos", `{"tool":"charge","args":{"amount":1,"_pause_before_commit":3}}`)
 	if r.status != http.StatusBadRequest || r.errCode(t) != "bad_request" {

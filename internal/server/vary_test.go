@@ -26,6 +26,7 @@ func varyPreferCount(h http.Header) int {
 // 2xx or error — so no cache hands a waited answer to an unwaited request
 // or the reverse. Routes that ignore Prefer do not claim to vary on it.
 func TestVaryPreferOnEveryResponse(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	const body = `{"tool":"sleep","args":{"seconds":0}}`
 	created := b.post("k-vary", body)

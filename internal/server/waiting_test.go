@@ -20,6 +20,7 @@ import (
 // the pending call shows why it waits: its error is the failure being
 // waited out, Retry-After and the cap included, next to not_before.
 func TestRetryAfterBoundedAndShown(t *testing.T) {
+	t.Parallel()
 	ds := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", "315360000")
 		w.WriteHeader(http.StatusTooManyRequests)
@@ -68,6 +69,7 @@ tools:
 // downstream echoed nor the downstream's address; the server log names
 // the address for the operator, still without the secret.
 func TestHTTPToolShowsNoSecretOrAddress(t *testing.T) {
+	t.Parallel()
 	echo := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusUnauthorized)
 		fmt.Fprintf(w, "bad credentials: %s", r.Header.Get("Authorization"))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemctl/idemctl/internal/failpoint"
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/store/storefake"
 )
 
 // writeMethods and readMethods classify every method of store.Store. A
@@ -56,7 +57,7 @@ func TestObserveCoversEveryWrite(t *testing.T) {
 			continue
 		}
 		var after, done []store.Write
-		st := store.Observe(changing{}, store.Hooks{
+		st := store.Observe(changing(), store.Hooks{
 			AfterCommit: func(w store.Write) error { after = append(after, w); return nil },
 			Done:        func(w store.Write, err error) { done = append(done, w) },
 		})
@@ -108,7 +109,7 @@ func TestObserveOnlyAfterAChange(t *testing.T) {
 		AfterCommit: func(w store.Write) error { after = append(after, w); return nil },
 		Done:        func(w store.Write, err error) { doneErr = err },
 	}
-	st := store.Observe(unchanging{}, hooks)
+	st := store.Observe(unchanging(), hooks)
 	ctx := t.Context()
 	if _, out, err := st.CreateOrGet(ctx, store.NewCall{}); err != nil || out != store.Existing {
 		t.Fatalf("replay: %v, %v", out, err)
@@ -130,7 +131,7 @@ func TestObserveOnlyAfterAChange(t *testing.T) {
 	}
 
 	boom := errors.New("boom")
-	st = store.Observe(changing{}, store.Hooks{AfterCommit: func(store.Write) error { return boom }})
+	st = store.Observe(changing(), store.Hooks{AfterCommit: func(store.Write) error { return boom }})
 	if c, _, err := st.CreateOrGet(ctx, store.NewCall{}); !errors.Is(err, boom) || c.CallID != "" {
 		t.Errorf("CreateOrGet with a failing AfterCommit = %+v, %v; want no call and its error", c, err)
 	}
@@ -171,71 +172,63 @@ func TestFailpointHook(t *testing.T) {
 	}
 }
 
-// changing is a store whose every write commits a change.
-type changing struct{ reads }
+// changing is a store whose every write commits a change, and whose
+// reads answer nothing.
+func changing() *storefake.Store {
+	return &storefake.Store{
+		CreateOrGetFunc: func(context.Context, store.NewCall) (store.Call, store.Outcome, error) {
+			return store.Call{CallID: "c"}, store.Created, nil
+		},
+		ClaimNextFunc: func(context.Context, string, time.Duration, int, ...store.ToolQuota) ([]store.Call, error) {
+			return []store.Call{{CallID: "c"}}, nil
+		},
+		SucceedFunc:        func(context.Context, store.Completion) (store.Call, error) { return store.Call{}, nil },
+		FailFunc:           func(context.Context, store.Completion) (store.Call, error) { return store.Call{}, nil },
+		ScheduleRetryFunc:  func(context.Context, store.Completion, time.Duration) (store.Call, error) { return store.Call{}, nil },
+		RecoverExpiredFunc: func(context.Context) ([]string, error) { return []string{"c"}, nil },
+		ReleaseFunc:        func(context.Context, store.Lease, string) error { return nil },
+		ExtendLeaseFunc:    func(context.Context, store.Lease, time.Duration) error { return nil },
+		CancelFunc: func(context.Context, string, json.RawMessage) (store.Call, store.CancelOutcome, error) {
+			return store.Call{}, store.Canceled, nil
+		},
+		PurgeFunc:           func(context.Context, time.Duration, int, bool) (int, error) { return 1, nil },
+		PurgeTombstonesFunc: func(context.Context, time.Duration, int) (int, error) { return 1, nil },
+		RedriveFunc: func(context.Context, string, string, json.RawMessage) (store.Call, bool, error) {
+			return store.Call{}, true, nil
+		},
 
-func (changing) CreateOrGet(context.Context, store.NewCall) (store.Call, store.Outcome, error) {
-	return store.Call{CallID: "c"}, store.Created, nil
+		QueueFunc:              func(context.Context) (store.Queue, error) { return store.Queue{}, nil },
+		PendingByPrincipalFunc: func(context.Context, int64) (map[string]int64, error) { return nil, nil },
+		TombstoneFunc:          func(context.Context, string, string) (store.Tombstone, error) { return store.Tombstone{}, nil },
+		GetFunc:                func(context.Context, string, string) (store.Call, error) { return store.Call{}, nil },
+		GetAnyFunc:             func(context.Context, string) (store.Call, error) { return store.Call{}, nil },
+		GetByKeyFunc:           func(context.Context, string, string) (store.Call, error) { return store.Call{}, nil },
+		ListCallsFunc:          func(context.Context, store.ListFilter) ([]store.Call, error) { return nil, nil },
+		ListEffectsFunc:        func(context.Context, int) ([]store.Effect, error) { return nil, nil },
+		EffectOfFunc:           func(context.Context, string) (store.Effect, error) { return store.Effect{}, nil },
+		AuditFunc:              func(context.Context, string, int) ([]store.AuditEvent, error) { return nil, nil },
+		DupesFunc:              func(context.Context) ([]store.Dupe, error) { return nil, nil },
+		AttemptsFunc:           func(context.Context) ([]store.AttemptBucket, error) { return nil, nil },
+		RatesFunc:              func(context.Context, int) (store.Rates, error) { return store.Rates{}, nil },
+		StatsFunc:              func(context.Context) (store.Stats, error) { return store.Stats{}, nil },
+		PingFunc:               func(context.Context) error { return nil },
+		CloseFunc:              func() error { return nil },
+	}
 }
-func (changing) ClaimNext(context.Context, string, time.Duration, int, ...store.ToolQuota) ([]store.Call, error) {
-	return []store.Call{{CallID: "c"}}, nil
-}
-func (changing) Succeed(context.Context, store.Completion) (store.Call, error) {
-	return store.Call{}, nil
-}
-func (changing) Fail(context.Context, store.Completion) (store.Call, error) { return store.Call{}, nil }
-func (changing) ScheduleRetry(context.Context, store.Completion, time.Duration) (store.Call, error) {
-	return store.Call{}, nil
-}
-func (changing) RecoverExpired(context.Context) ([]string, error)              { return []string{"c"}, nil }
-func (changing) Release(context.Context, store.Lease, string) error            { return nil }
-func (changing) ExtendLease(context.Context, store.Lease, time.Duration) error { return nil }
-func (changing) Cancel(context.Context, string, json.RawMessage) (store.Call, store.CancelOutcome, error) {
-	return store.Call{}, store.Canceled, nil
-}
-func (changing) Purge(context.Context, time.Duration, int, bool) (int, error) { return 1, nil }
-func (changing) Redrive(context.Context, string, string, json.RawMessage) (store.Call, bool, error) {
-	return store.Call{}, true, nil
-}
-func (changing) PurgeTombstones(context.Context, time.Duration, int) (int, error) { return 1, nil }
 
 // unchanging is a store whose writes change nothing (or are fenced).
-type unchanging struct{ changing }
-
-func (unchanging) CreateOrGet(context.Context, store.NewCall) (store.Call, store.Outcome, error) {
-	return store.Call{CallID: "c"}, store.Existing, nil
-}
-func (unchanging) ClaimNext(context.Context, string, time.Duration, int, ...store.ToolQuota) ([]store.Call, error) {
-	return []store.Call{}, nil
-}
-func (unchanging) Succeed(context.Context, store.Completion) (store.Call, error) {
-	return store.Call{}, store.ErrFenced
-}
-func (unchanging) ExtendLease(context.Context, store.Lease, time.Duration) error {
-	return store.ErrCancelRequested
-}
-func (unchanging) Cancel(context.Context, string, json.RawMessage) (store.Call, store.CancelOutcome, error) {
-	return store.Call{}, store.AlreadyFinal, nil
-}
-
-// reads are store.Store's reads, answering nothing.
-type reads struct{}
-
-func (reads) Queue(context.Context) (store.Queue, error)                          { return store.Queue{}, nil }
-func (reads) PendingByPrincipal(context.Context, int64) (map[string]int64, error) { return nil, nil }
-func (reads) Get(context.Context, string, string) (store.Call, error)             { return store.Call{}, nil }
-func (reads) GetAny(context.Context, string) (store.Call, error)                  { return store.Call{}, nil }
-func (reads) GetByKey(context.Context, string, string) (store.Call, error)        { return store.Call{}, nil }
-func (reads) ListCalls(context.Context, store.ListFilter) ([]store.Call, error)   { return nil, nil }
-func (reads) ListEffects(context.Context, int) ([]store.Effect, error)            { return nil, nil }
-func (reads) EffectOf(context.Context, string) (store.Effect, error)              { return store.Effect{}, nil }
-func (reads) Audit(context.Context, string, int) ([]store.AuditEvent, error)      { return nil, nil }
-func (reads) Dupes(context.Context) ([]store.Dupe, error)                         { return nil, nil }
-func (reads) Attempts(context.Context) ([]store.AttemptBucket, error)             { return nil, nil }
-func (reads) Rates(context.Context, int) (store.Rates, error)                     { return store.Rates{}, nil }
-func (reads) Stats(context.Context) (store.Stats, error)                          { return store.Stats{}, nil }
-func (reads) Ping(context.Context) error                                          { return nil }
-func (reads) Close() error                                                        { return nil }
-func (reads) Tombstone(context.Context, string, string) (store.Tombstone, error) {
-	return store.Tombstone{}, nil
+func unchanging() *storefake.Store {
+	s := changing()
+	s.CreateOrGetFunc = func(context.Context, store.NewCall) (store.Call, store.Outcome, error) {
+		return store.Call{CallID: "c"}, store.Existing, nil
+	}
+	s.ClaimNextFunc = func(context.Context, string, time.Duration, int, ...store.ToolQuota) ([]store.Call, error) {
+		return []store.Call{}, nil
+	}
+	s.SucceedFunc = func(context.Context, store.Completion) (store.Call, error) { return store.Call{}, store.ErrFenced }
+	s.ExtendLeaseFunc = func(context.Context, store.Lease, time.Duration) error { return store.ErrCancelRequested }
+	s.CancelFunc = func(context.Context, string, json.RawMessage) (store.Call, store.CancelOutcome, error) {
+		return store.Call{}, store.AlreadyFinal, nil
+	}
+	return s
 }

@@ -99,6 +99,7 @@ func assertPass(t *testing.T, rep Report, calls, effects, attempt int64) {
 }
 
 func TestDropResponseOneCallOneEffectAndNewKeyContrast(t *testing.T) {
+	t.Parallel()
 	r, out, tmp := setup(t, Options{})
 	rep := run(t, r, "drop-response")
 	assertPass(t, rep, 1, 1, 1)
@@ -119,6 +120,7 @@ func TestDropResponseOneCallOneEffectAndNewKeyContrast(t *testing.T) {
 }
 
 func TestCrashAfterCommitReplaysOriginal(t *testing.T) {
+	t.Parallel()
 	r, out, tmp := setup(t, Options{})
 	rep := run(t, r, "crash")
 	assertPass(t, rep, 1, 1, 1)
@@ -129,6 +131,7 @@ func TestCrashAfterCommitReplaysOriginal(t *testing.T) {
 }
 
 func TestCrashBeforeCommitRecoveredAtOnce(t *testing.T) {
+	t.Parallel()
 	r, _, tmp := setup(t, Options{})
 	rep := run(t, r, "crash-before-commit")
 	assertPass(t, rep, 1, 1, 2)
@@ -143,6 +146,7 @@ func TestCrashBeforeCommitRecoveredAtOnce(t *testing.T) {
 // the downstream still holds one charge, under the call's effect_id; the
 // contrast against a downstream that ignores keys holds two.
 func TestDownstreamChargesOnceAndIgnoreKeysContrast(t *testing.T) {
+	t.Parallel()
 	r, out, tmp := setup(t, Options{})
 	rep := run(t, r, "downstream")
 	assertPass(t, rep, 1, 1, 2)
@@ -169,6 +173,7 @@ func TestDownstreamChargesOnceAndIgnoreKeysContrast(t *testing.T) {
 }
 
 func TestConcurrentSameKey(t *testing.T) {
+	t.Parallel()
 	r, _, tmp := setup(t, Options{Concurrency: 10})
 	rep := run(t, r, "concurrent")
 	assertPass(t, rep, 1, 1, 1)
@@ -179,6 +184,7 @@ func TestConcurrentSameKey(t *testing.T) {
 }
 
 func TestDuplicateRequestOneEffect(t *testing.T) {
+	t.Parallel()
 	r, out, tmp := setup(t, Options{})
 	rep := run(t, r, "duplicate-request")
 	assertPass(t, rep, 1, 1, 1)
@@ -189,6 +195,7 @@ func TestDuplicateRequestOneEffect(t *testing.T) {
 }
 
 func TestLeaseExpiryStaleCommitFenced(t *testing.T) {
+	t.Parallel()
 	r, out, tmp := setup(t, Options{})
 	rep := run(t, r, "lease-expiry")
 	// One charge, one effect: committed by server B at attempt 2; server
@@ -207,6 +214,7 @@ func TestLeaseExpiryStaleCommitFenced(t *testing.T) {
 }
 
 func TestCancelCleansUp(t *testing.T) {
+	t.Parallel()
 	r, _, tmp := setup(t, Options{})
 	// lease-expiry takes seconds; cancel it once its first server is up
 	// (the narration names its pid), not after a fixed time: on a loaded
@@ -249,6 +257,7 @@ func (b *brokenPipe) Write(p []byte) (int, error) {
 }
 
 func TestClosedOutputStopsAndCleansUp(t *testing.T) {
+	t.Parallel()
 	r, _, tmp := setup(t, Options{})
 	r.out = &lockedWriter{w: &brokenPipe{n: 5}} // dies a few lines in, mid-scenario
 	rep, err := r.RunScenario(t.Context(), "drop-response")
@@ -259,6 +268,7 @@ func TestClosedOutputStopsAndCleansUp(t *testing.T) {
 }
 
 func TestDryRunStartsNothing(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	if err := DryRun(&out); err != nil {
 		t.Fatal(err)
@@ -287,6 +297,7 @@ func TestDryRunStartsNothing(t *testing.T) {
 }
 
 func TestNewRefusesMissingBinary(t *testing.T) {
+	t.Parallel()
 	if _, err := New(Options{Binary: filepath.Join(t.TempDir(), "nope")}); err == nil {
 		t.Fatal("missing binary accepted")
 	}
@@ -296,6 +307,7 @@ func TestNewRefusesMissingBinary(t *testing.T) {
 // breaks invariants (a call never run, an effect missing, a client told
 // about two calls) and expects each to be named.
 func TestEvidenceFlagsBrokenInvariants(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	db := filepath.Join(dir, "idem.db")
 	st, err := backend.Open(t.Context(), db, store.Options{})

@@ -1,8 +1,20 @@
-// Package servertest is serveproc for tests: it builds the idemctl binary
-// once per test process and starts `idemctl serve` processes that are killed
-// when the test ends.
+// Package servertest starts idemctl servers for tests, in one of two ways:
 //
-// Typical use, in a package's TestMain:
+//   - in process (Start): the real HTTP API and executor on an httptest
+//     server, for tests whose point is what the server makes of a request
+//     (the client, the commands, the console);
+//   - as a process (Binary, StartServe): `idemctl serve` built once per test
+//     process, for a crash, a restart, or several servers on one database.
+//
+// The server's own tests cannot import it (it imports the server); they use
+// a helper of their own and serveproc.
+//
+// In process:
+//
+//	srv := servertest.Start(t, servertest.Options{Config: server.Config{NoUI: true}})
+//	resp, err := http.Get(srv.URL + "/healthz")
+//
+// As a process; in the package's TestMain:
 //
 //	func TestMain(m *testing.M) {
 //		code := m.Run()
@@ -20,10 +32,7 @@ package servertest
 
 import (
 	"context"
-	"os"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/idemctl/idemctl/internal/serveproc"
 )
@@ -32,13 +41,6 @@ import (
 type (
 	Process = serveproc.Process
 	Config  = serveproc.Config
-)
-
-var (
-	buildOnce sync.Once
-	buildDir  string
-	buildBin  string
-	buildErr  error
 )
 
 // Binary returns the idemctl binary, built once per test process into a
@@ -50,28 +52,16 @@ func Binary(tb testing.TB) string {
 	if testing.Short() {
 		tb.Skip("skipping: starts real idemctl processes (go build ./cmd/idemctl); run without -short")
 	}
-	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "idemctl-bin-")
-		if buildErr != nil {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		buildBin, buildErr = serveproc.Build(ctx, buildDir)
-	})
-	if buildErr != nil {
-		tb.Fatalf("building idemctl: %v", buildErr)
+	bin, err := serveproc.BuildOnce()
+	if err != nil {
+		tb.Fatalf("building idemctl: %v", err)
 	}
-	return buildBin
+	return bin
 }
 
 // Cleanup removes the binary Binary built, if any. Call it from TestMain
 // after m.Run.
-func Cleanup() {
-	if buildDir != "" {
-		_ = os.RemoveAll(buildDir)
-	}
-}
+func Cleanup() { serveproc.RemoveBuilt() }
 
 // StartServe is Start for a test: `bin serve --addr 127.0.0.1:0 args...`.
 // Later flags override earlier ones, so args may set --addr. The process is

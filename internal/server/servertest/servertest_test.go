@@ -27,6 +27,7 @@ func TestMain(m *testing.M) {
 // process with exitcode.Crash; Restart brings the server back on the same
 // URL and database, where the call committed before the crash is found.
 func TestCrashThenRestartSameAddressAndDatabase(t *testing.T) {
+	t.Parallel()
 	bin := Binary(t)
 	db := filepath.Join(t.TempDir(), "idem.db")
 	p, err := serveproc.Start(t.Context(), Config{Binary: bin, DB: db, Chaos: true, WaitReady: true})
@@ -84,6 +85,7 @@ func TestCallerEnvironmentIgnored(t *testing.T) {
 // TestStartFailureCarriesOutput: a server that exits before serving is an
 // error that shows why.
 func TestStartFailureCarriesOutput(t *testing.T) {
+	t.Parallel()
 	bin := Binary(t)
 	_, err := serveproc.Start(t.Context(), Config{Binary: bin, DB: filepath.Join(t.TempDir(), "idem.db"), Args: []string{"--workers", "0"}})
 	if err == nil || !strings.Contains(err.Error(), "exited before serving") || !strings.Contains(err.Error(), "--workers") {
@@ -93,6 +95,7 @@ func TestStartFailureCarriesOutput(t *testing.T) {
 
 // TestStartCancelled: the start context bounds the wait for the server.
 func TestStartCancelled(t *testing.T) {
+	t.Parallel()
 	bin := Binary(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
@@ -103,6 +106,7 @@ func TestStartCancelled(t *testing.T) {
 }
 
 func TestSelfRefusesUnderGoTest(t *testing.T) {
+	t.Parallel()
 	if _, err := serveproc.Self(); err == nil {
 		t.Fatal("Self returned the test binary as idemctl")
 	}

@@ -42,6 +42,7 @@ func queryPlan(t *testing.T, s *Store, query string, args ...any) []string {
 // claim cost O(queue)); the expired pick and the pre-check must search an
 // index, never scan the table.
 func TestClaimPlans(t *testing.T) {
+	t.Parallel()
 	s := openAt(t, tempPath(t), store.Options{})
 	// Some rows of every kind, so the plan is that of a used database.
 	seed(t, s, 50)
@@ -72,6 +73,7 @@ func TestClaimPlans(t *testing.T) {
 // TestQueuePlan: the queue count (run by the scheduler several times a
 // second) reads only the partial index of pending calls, never the table.
 func TestQueuePlan(t *testing.T) {
+	t.Parallel()
 	s := openAt(t, tempPath(t), store.Options{})
 	seed(t, s, 50)
 	plan := strings.Join(queryPlan(t, s, sqlQueue), "\n")
@@ -107,6 +109,7 @@ func seed(t *testing.T, s *Store, n int) {
 // TestOldestMerge checks the merge of the two picks: oldest first by
 // created_at then rowid, at most limit, nothing lost or repeated.
 func TestOldestMerge(t *testing.T) {
+	t.Parallel()
 	c := func(rowid int64, at float64) candidate {
 		return candidate{rowid: rowid, callID: fmt.Sprint(rowid), createdAt: at}
 	}
@@ -141,6 +144,7 @@ func TestOldestMerge(t *testing.T) {
 // principal, its effect kept, keys unique per principal from then on, and
 // the claim still takes the oldest first.
 func TestMigratesVersion2(t *testing.T) {
+	t.Parallel()
 	path := tempPath(t)
 	old, err := openPool(path, url.Values{"_pragma": {"foreign_keys(1)"}}, 1)
 	if err != nil {

@@ -67,6 +67,7 @@ func countCommits(t *testing.T, s *Store) *atomic.Int64 {
 // one failing: the other two are committed, with one commit, and nothing of
 // the failed one remains. Each write gets its own answer.
 func TestBatchIsolatesFailedWrite(t *testing.T) {
+	t.Parallel()
 	s := openAt(t, tempPath(t), store.Options{})
 	commits := countCommits(t, s)
 	boom := errors.New("boom")
@@ -93,6 +94,7 @@ func TestBatchIsolatesFailedWrite(t *testing.T) {
 // again each on its own and committed exactly once. Nobody is told
 // "committed" for a write that is not in the database.
 func TestBatchLostTransactionRetriesTheOthers(t *testing.T) {
+	t.Parallel()
 	s := openAt(t, tempPath(t), store.Options{})
 	killer := &writeOp{ctx: context.Background(), name: "killer",
 		fn: func(ctx context.Context, tx *sql.Tx) error {
@@ -143,6 +145,7 @@ func stopCommitter(t *testing.T, s *Store) {
 // ErrUnavailable (or the context's error) and never runs afterwards, even
 // though the committer had already received it.
 func TestWriteAbandonedWhileQueuedNeverRuns(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		cancel bool
@@ -183,6 +186,7 @@ func TestWriteAbandonedWhileQueuedNeverRuns(t *testing.T) {
 // writer waits for the real outcome even past the busy timeout, so a
 // committed write is never reported as failed.
 func TestWriteTakenRunsToTheEnd(t *testing.T) {
+	t.Parallel()
 	s := openAt(t, tempPath(t), store.Options{BusyTimeout: 10 * time.Millisecond})
 	stopCommitter(t, s)
 	res := make(chan error, 1)
@@ -208,6 +212,7 @@ func TestWriteTakenRunsToTheEnd(t *testing.T) {
 // told "committed"), the panicking one's error says it panicked, and the
 // store goes on: a later write commits and Close returns.
 func TestBatchPanicRollsBackAndAnswersAll(t *testing.T) {
+	t.Parallel()
 	s := openAt(t, tempPath(t), store.Options{})
 	bomb := &writeOp{ctx: context.Background(), name: "bomb",
 		fn: func(ctx context.Context, tx *sql.Tx) error {
@@ -271,6 +276,7 @@ func TestBatchPanicRollsBackAndAnswersAll(t *testing.T) {
 // write itself did. A fenced completion is ErrFenced and leaves its fenced
 // audit row, not "context canceled" and no trace.
 func TestCancelledWriterGetsItsOwnOutcome(t *testing.T) {
+	t.Parallel()
 	s := openAt(t, tempPath(t), store.Options{})
 	ctx := t.Context()
 	if _, _, err := s.CreateOrGet(ctx, store.NewCall{

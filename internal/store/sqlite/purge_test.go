@@ -11,6 +11,7 @@ import (
 // order (no sort of every final call, no scan), and a principal's listing
 // reads idx_calls_principal_created backwards.
 func TestPurgeAndListPlans(t *testing.T) {
+	t.Parallel()
 	s := openAt(t, tempPath(t), store.Options{})
 	seed(t, s, 50)
 	p := "alice"

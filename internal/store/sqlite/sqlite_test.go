@@ -41,6 +41,7 @@ func tempPath(t *testing.T) string {
 // TestStore runs the shared behaviour suite on SQLite: each database is a
 // file of its own.
 func TestStore(t *testing.T) {
+	t.Parallel()
 	storetest.Run(t, storetest.Factory{
 		NewDB: tempPath,
 		Open: func(ctx context.Context, db string, opts store.Options) (store.Store, error) {
@@ -84,6 +85,7 @@ func TestStore(t *testing.T) {
 // settings hold on every pooled connection, not just the first: the pools
 // open connections whenever they like, so the settings must come from the DSN.
 func TestPragmasOnEveryConnection(t *testing.T) {
+	t.Parallel()
 	s := openAt(t, tempPath(t), store.Options{BusyTimeout: 1234 * time.Millisecond})
 
 	type want struct {
@@ -147,6 +149,7 @@ func TestPragmasOnEveryConnection(t *testing.T) {
 // TestBeginImmediate checks that a write transaction holds the write lock
 // from BEGIN: a second connection cannot even start writing meanwhile.
 func TestBeginImmediate(t *testing.T) {
+	t.Parallel()
 	path := tempPath(t)
 	s := openAt(t, path, store.Options{})
 	other := openAt(t, path, store.Options{BusyTimeout: 50 * time.Millisecond})
@@ -177,6 +180,7 @@ func TestBeginImmediate(t *testing.T) {
 // TestReadOnlyWhileWriting reads through a read-only store while a server
 // store keeps writing to the same file, as inspect does against a live server.
 func TestReadOnlyWhileWriting(t *testing.T) {
+	t.Parallel()
 	path := tempPath(t)
 	rw := openAt(t, path, store.Options{})
 	ro := openAt(t, path, store.Options{ReadOnly: true})
@@ -230,6 +234,7 @@ func TestReadOnlyWhileWriting(t *testing.T) {
 // TestReadOnlyAfterWriterClosed opens read-only once no server runs (the
 // WAL and shm files are gone after a clean close).
 func TestReadOnlyAfterWriterClosed(t *testing.T) {
+	t.Parallel()
 	path := tempPath(t)
 	rw, err := Open(t.Context(), path, store.Options{})
 	if err != nil {
@@ -250,6 +255,7 @@ func TestReadOnlyAfterWriterClosed(t *testing.T) {
 }
 
 func TestReadOnlyRefusesMissingOrEmptyDatabase(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	missing := filepath.Join(dir, "missing.db")
 	if s, err := Open(t.Context(), missing, store.Options{ReadOnly: true}); err == nil {
@@ -277,6 +283,7 @@ func TestReadOnlyRefusesMissingOrEmptyDatabase(t *testing.T) {
 // TestSchemaIdempotentOnReopen reopens a database several times: the schema
 // is created once, data survives, and the version stays put.
 func TestSchemaIdempotentOnReopen(t *testing.T) {
+	t.Parallel()
 	path := tempPath(t)
 	for i := range 3 {
 		s, err := Open(t.Context(), path, store.Options{})
@@ -304,6 +311,7 @@ func TestSchemaIdempotentOnReopen(t *testing.T) {
 }
 
 func TestRefusesNewerSchema(t *testing.T) {
+	t.Parallel()
 	path := tempPath(t)
 	s := openAt(t, path, store.Options{})
 	if _, err := s.w.ExecContext(t.Context(), "PRAGMA user_version = 99"); err != nil {
@@ -322,6 +330,7 @@ func TestRefusesNewerSchema(t *testing.T) {
 // TestAdoptsReferenceSchema opens a database made by the reference
 // implementation idemctl grew from (its tables, user_version 0).
 func TestAdoptsReferenceSchema(t *testing.T) {
+	t.Parallel()
 	path := tempPath(t)
 	ref, err := openPool(path, url.Values{}, 1)
 	if err != nil {
@@ -343,6 +352,7 @@ func TestAdoptsReferenceSchema(t *testing.T) {
 }
 
 func TestOpenRejects(t *testing.T) {
+	t.Parallel()
 	for _, p := range []string{"", ":memory:", "file::memory:?cache=shared"} {
 		if s, err := Open(t.Context(), p, store.Options{}); err == nil {
 			s.Close()
@@ -352,6 +362,7 @@ func TestOpenRejects(t *testing.T) {
 }
 
 func TestOpenFileURIAndOddNames(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	// '?', '#' and '%' mean something in a URI; a plain path must not care.
 	odd := filepath.Join(dir, "a?b#c%20d.db")
@@ -372,6 +383,7 @@ func TestOpenFileURIAndOddNames(t *testing.T) {
 }
 
 func TestErrorsMapToSentinels(t *testing.T) {
+	t.Parallel()
 	path := tempPath(t)
 	s := openAt(t, path, store.Options{})
 	if _, err := s.GetAny(t.Context(), "c_nope"); !errors.Is(err, store.ErrNotFound) {
@@ -420,6 +432,7 @@ func BenchmarkCreateOrGetParallel(b *testing.B) {
 // (temp_store=MEMORY) with its larger page cache: the settings the group
 // commit's cost depends on.
 func TestWriteConnectionPragmas(t *testing.T) {
+	t.Parallel()
 	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "p.db"), store.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -76,6 +76,7 @@ func (c *compileCounter) install(t *testing.T, db *sql.DB, n int) {
 // them is one that SQLite 3.54 expires when a parameter changes (a LIMIT
 // going to or from 1, a "col = ?" in an ORDER BY query).
 func TestNoReprepare(t *testing.T) {
+	t.Parallel()
 	s := openAt(t, tempPath(t), store.Options{})
 	counter := &compileCounter{seen: map[string]int{}}
 	// Installing an authorizer expires the connection's statements: the
