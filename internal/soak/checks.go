@@ -544,7 +544,7 @@ func checkOneApplied(in Input) Check {
 }
 
 func checkPausedFenced(in Input) Check {
-	c := Check{Name: "paused_completion_fenced", What: "a call taken over while its worker was frozen past the lease (audit recover of that owner and attempt, or a claim by another owner after it) has that worker's late completion fenced (audit fenced of that owner and attempt)"}
+	c := Check{Name: "paused_completion_fenced", What: "a call taken over while its worker was frozen past the lease (audit recover, or outcome_unknown abandoned, of that owner and attempt) has that worker's late completion fenced (audit fenced of that owner and attempt)"}
 	if len(in.Pauses) == 0 {
 		c.Skipped = "no pause faults in this run (--pauses)"
 		return c
@@ -558,18 +558,14 @@ func checkPausedFenced(in Input) Check {
 			rows := in.Observed.Audit[h.CallID]
 			expired := fmt.Sprintf("(owner %s, attempt %d)", h.Owner, h.Attempt)
 			refused := fmt.Sprintf("owner %s attempt %d refused", h.Owner, h.Attempt)
-			// Taken over: recovered as an expired lease of that attempt, or
-			// claimed by another owner after that owner's claim — a claim
-			// may take an expired lease directly, without a recover row
-			// (docs/lifecycle.md).
-			taken, fenced, claimedByIt := false, false, false
+			// Taken over: recovered as an expired lease of that attempt
+			// (recover), or claimed directly by another worker, which
+			// audits the lapsed attempt as outcome_unknown "abandoned: …
+			// lease expired (owner O, attempt N)" (docs/lifecycle.md).
+			taken, fenced := false, false
 			for _, r := range rows {
 				switch {
-				case r.Event == "recover" && strings.Contains(r.Detail, expired):
-					taken = true
-				case r.Event == "claimed" && r.Detail == h.Owner:
-					claimedByIt = true
-				case r.Event == "claimed" && claimedByIt:
+				case (r.Event == "recover" || r.Event == "outcome_unknown") && strings.Contains(r.Detail, expired):
 					taken = true
 				case r.Event == "fenced" && strings.HasPrefix(r.Detail, refused):
 					fenced = true

@@ -190,8 +190,10 @@ func TestJudgeReportsEachViolation(t *testing.T) {
 			in.Observed.Audit["c2"] = in.Observed.Audit["c2"][:5]
 		}, []string{"paused_completion_fenced"}, "c2"},
 		{"paused worker's call claimed directly by another owner, late completion not fenced", func(in *Input) {
-			in.Observed.Audit["c2"] = []AuditRow{in.Observed.Audit["c2"][0], in.Observed.Audit["c2"][1],
-				in.Observed.Audit["c2"][3], in.Observed.Audit["c2"][4]} // no recover row, no fenced row
+			a := in.Observed.Audit["c2"]
+			in.Observed.Audit["c2"] = []AuditRow{a[0], a[1], // no recover row, no fenced row
+				{"outcome_unknown", "abandoned: attempt 1 in flight, lease expired (owner " + a[1].Detail + ", attempt 1)"},
+				a[3], a[4]}
 		}, []string{"paused_completion_fenced"}, "c2"},
 		{"paused worker fenced under another attempt only", func(in *Input) {
 			in.Observed.Audit["c2"][5].Detail = "owner host:100:5/1 attempt 2 refused: call is succeeded at attempt 3"
