@@ -121,6 +121,12 @@ type Options struct {
 	// finished initializing (sent notifications/initialized): the server
 	// closes sessions that never do sooner than idle ones.
 	Initialized func(sessionID string)
+	// Unlisted, if set, reports whether tool is one principal may call
+	// that an upstream MCP server has not listed yet: the SDK knows no
+	// such tool, so without this its tools/call would be an unknown
+	// tool's protocol error, where the HTTP API answers 503
+	// upstream_unavailable (docs/tools.md, "The mcp kind").
+	Unlisted func(principal, tool string) bool
 }
 
 // New builds an MCP server whose tools are c's tools plus the two helper
@@ -155,7 +161,28 @@ func New(ctx context.Context, c Caller, opts Options) (*mcp.Server, error) {
 	if opts.Allowed != nil {
 		srv.AddReceivingMiddleware(d.listAllowed)
 	}
+	if opts.Unlisted != nil {
+		srv.AddReceivingMiddleware(d.unlisted)
+	}
 	return srv, nil
+}
+
+// unlisted answers a tools/call of a tool its upstream has not listed yet
+// as the HTTP API does (upstream_unavailable: retry later, nothing was
+// recorded), in a result the agent can read, instead of the SDK's
+// unknown-tool error, which tells it the tool does not exist.
+func (d *door) unlisted(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if method != "tools/call" {
+			return next(ctx, method, req)
+		}
+		p, ok := req.GetParams().(*mcp.CallToolParamsRaw)
+		if !ok || p == nil || !d.opts.Unlisted(d.opts.Principal(req), p.Name) {
+			return next(ctx, method, req)
+		}
+		return toolError(wire.CodeUpstreamUnavailable, fmt.Sprintf("tool %q belongs to an upstream MCP server that "+
+			"has not listed it yet; nothing was recorded, retry later with the same idempotency key", p.Name), nil), nil
+	}
 }
 
 // addTools adds (or replaces) a handler for each of infos.

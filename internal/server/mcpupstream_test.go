@@ -181,6 +181,15 @@ func TestMCPUpstreamDownAtStart(t *testing.T) {
 	if doorHas("demo_send_receipt") {
 		t.Fatal("the door lists a tool of an upstream that never answered")
 	}
+	// Called all the same (an agent that listed it on another instance),
+	// the door answers as the API does, in a result the agent reads.
+	res := callTool(t, cs, "demo_send_receipt", map[string]any{"to": "cy", "amount": 2}, map[string]any{mcpdoor.MetaKey: "k-early"})
+	if sc, _ := res.StructuredContent.(map[string]any); !res.IsError || sc["type"] != wire.CodeUpstreamUnavailable {
+		t.Fatalf("door call of a tool not listed yet: %+v; want isError with type upstream_unavailable", res)
+	}
+	if n := u.stats().Calls; n != 1 {
+		t.Errorf("%d calls stored after the door's refusal, want 1", n)
+	}
 
 	u.down.Store(false)
 	if err := u.reg.Refresh(context.Background()); err != nil {
@@ -190,7 +199,7 @@ func TestMCPUpstreamDownAtStart(t *testing.T) {
 	if !doorHas("demo_send_receipt") {
 		t.Fatal("after the refresh, the door does not list demo_send_receipt")
 	}
-	res := callTool(t, cs, "demo_send_receipt", map[string]any{"to": "cy", "amount": 2}, map[string]any{mcpdoor.MetaKey: "k-door"})
+	res = callTool(t, cs, "demo_send_receipt", map[string]any{"to": "cy", "amount": 2}, map[string]any{mcpdoor.MetaKey: "k-door"})
 	if res.IsError || res.StructuredContent == nil {
 		t.Fatalf("door call after the refresh: %+v", res)
 	}

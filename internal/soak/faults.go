@@ -203,11 +203,21 @@ func (r *faultRunner) pgRestart(ctx context.Context, n int) {
 // a pause that freezes no running tool proves nothing about fencing.
 const pauseLook = 2 * time.Second
 
+// baitSeconds is the length of the sleep call a pause sends to its instance
+// first: long enough to be still running when the freeze lands (it is
+// frozen as soon as it is seen running, within pauseLook), so every pause
+// freezes at least one tool mid-run, whatever the workload happens to be
+// doing.
+const baitSeconds = 5
+
 // pause freezes instance i (SIGSTOP) for a length within the pause range,
-// longer than the servers' lease, once it runs a call (up to pauseLook),
-// then thaws it (SIGCONT). Another instance (or, alone, its own recovery
-// once it wakes) takes the frozen calls over; the frozen worker's late
-// completion must then be fenced (checkPausedFenced).
+// longer than the servers' lease, while it runs a call, then thaws it
+// (SIGCONT). It first sends i a sleep call (the bait) and waits up to
+// pauseLook for i to run one. The calls frozen are read after the freeze,
+// so each was still running in the database when the instance stopped:
+// another instance (or, alone, its own recovery once it wakes) takes them
+// over when their lease runs out, and the frozen worker's late completion
+// must then be fenced (checkPausedFenced).
 func (r *faultRunner) pause(ctx context.Context, n, i int, f Fault) {
 	if !r.inst.waitUp(i, upWait) {
 		r.log("cycle %d: instance %d did not come back within %s; no pause", n+1, i, upWait)
@@ -215,16 +225,10 @@ func (r *faultRunner) pause(ctx context.Context, n, i int, f Fault) {
 	}
 	p := r.inst.procs[i]
 	pid := p.Pid()
-	var held []HeldCall
+	r.bait(ctx, i, fmt.Sprintf("%s-pause-%d", r.prefix, n))
 	deadline := time.Now().Add(pauseLook)
 	for r.running != nil {
-		calls, err := r.running(ctx)
-		held = held[:0]
-		for _, c := range calls {
-			if ownerPID(c.Owner) == pid {
-				held = append(held, c)
-			}
-		}
+		held, err := r.heldBy(ctx, pid)
 		if err != nil || len(held) > 0 || time.Now().After(deadline) || ctx.Err() != nil {
 			break
 		}
@@ -235,6 +239,12 @@ func (r *faultRunner) pause(ctx context.Context, n, i int, f Fault) {
 	if err := p.Signal(syscall.SIGSTOP); err != nil {
 		r.log("cycle %d: pause of instance %d: %v", n+1, i, err)
 		return
+	}
+	// Frozen: none of its calls can change state from here on, so what the
+	// database shows running under it now was running when it stopped.
+	var held []HeldCall
+	if r.running != nil {
+		held, _ = r.heldBy(ctx, pid)
 	}
 	r.pauses++
 	r.paused += len(held)
@@ -253,7 +263,50 @@ func (r *faultRunner) pause(ctx context.Context, n, i int, f Fault) {
 	end := r.hist.Now()
 	r.hist.Event(Event{Kind: EventPause, Instance: i, At: at, End: end, Planned: true,
 		Detail: fmt.Sprintf("SIGSTOP pid %d for %s", pid, length.Round(time.Millisecond))})
-	r.hist.AddPause(Pause{Instance: i, At: at, End: end, PID: pid, Calls: append([]HeldCall(nil), held...)})
+	r.hist.AddPause(Pause{Instance: i, At: at, End: end, PID: pid, Calls: held})
+}
+
+// heldBy lists the calls running under a worker of process pid.
+func (r *faultRunner) heldBy(ctx context.Context, pid int) ([]HeldCall, error) {
+	calls, err := r.running(ctx)
+	var held []HeldCall
+	for _, c := range calls {
+		if ownerPID(c.Owner) == pid {
+			held = append(held, c)
+		}
+	}
+	return held, err
+}
+
+// bait submits a sleep call with a new key to instance i without waiting
+// for it, recorded in the history like any other attempt. The instance
+// that accepts a call wakes its own worker at once, so i nearly always
+// runs it; when another instance wins it, the pause freezes whatever i
+// runs.
+func (r *faultRunner) bait(ctx context.Context, i int, key string) {
+	r.submit(ctx, i, key, Payload{ToolSleep, map[string]any{"seconds": baitSeconds}}, attemptTimeout)
+}
+
+// submit sends one request with a new key to instance i, without waiting
+// for the call to end, and records it in the history as an attempt.
+func (r *faultRunner) submit(ctx context.Context, i int, key string, p Payload, timeout time.Duration) Attempt {
+	r.hist.AddKey(key, p)
+	a := Attempt{Client: -1, Op: OpNew, Key: key, Variant: Same, Instance: i, Start: r.hist.Now()}
+	var res client.Submission
+	c, err := client.New(r.inst.procs[i].URL, client.WithHTTPClient(&http.Client{}), client.WithAttemptTimeout(timeout),
+		client.WithRetries(0), client.WithPreferWait(0))
+	if err == nil {
+		res, err = c.Submit(ctx, p.Tool, p.Args, client.WithKey(key))
+	}
+	a.End = r.hist.Now()
+	if len(res.Attempts) > 0 {
+		x := res.Attempts[len(res.Attempts)-1]
+		a.HTTP, a.Code, a.CallID, a.Status, a.Err = x.HTTP, x.Code, x.CallID, x.Status, x.Error
+	} else if err != nil {
+		a.Err = err.Error()
+	}
+	r.hist.Record(a)
+	return a
 }
 
 // ownerPID is the pid of a lease owner "host:pid:start[/suffix]", or -1.
@@ -355,23 +408,7 @@ func (r *faultRunner) readyz(ctx context.Context, i int) string {
 // given timeout, records it as an attempt and as a probe, and returns the
 // probe.
 func (r *faultRunner) probe(ctx context.Context, i int, key string, during bool, timeout, healed time.Duration) Probe {
-	p := Payload{ToolCharge, map[string]any{"amount": 1}}
-	r.hist.AddKey(key, p)
-	a := Attempt{Client: -1, Op: OpNew, Key: key, Variant: Same, Instance: i, Start: r.hist.Now()}
-	var res client.Submission
-	c, err := client.New(r.inst.procs[i].URL, client.WithHTTPClient(&http.Client{}), client.WithAttemptTimeout(timeout),
-		client.WithRetries(0), client.WithPreferWait(0))
-	if err == nil {
-		res, err = c.Submit(ctx, p.Tool, p.Args, client.WithKey(key))
-	}
-	a.End = r.hist.Now()
-	if len(res.Attempts) > 0 {
-		x := res.Attempts[len(res.Attempts)-1]
-		a.HTTP, a.Code, a.CallID, a.Status, a.Err = x.HTTP, x.Code, x.CallID, x.Status, x.Error
-	} else if err != nil {
-		a.Err = err.Error()
-	}
-	r.hist.Record(a)
+	a := r.submit(ctx, i, key, Payload{ToolCharge, map[string]any{"amount": 1}}, timeout)
 	pr := Probe{Instance: i, Key: key, During: during, Start: a.Start, End: a.End, Healed: healed, HTTP: a.HTTP, Code: a.Code, Err: a.Err}
 	r.hist.AddProbe(pr)
 	return pr

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -63,7 +64,15 @@ type imports struct {
 	cur     atomic.Pointer[importSet]
 	// onRefresh are called after each refresh, under mu.
 	onRefresh []func()
+	// refreshed is when the last refresh began (unix nanoseconds).
+	refreshed atomic.Int64
 }
+
+// missRefreshAge is how old the lists may be before a call of an imported
+// tool that is not listed here reads them again instead of failing: an
+// instance whose last refresh predates the upstream's new tool must not
+// fail a call that another instance accepted for it.
+const missRefreshAge = time.Second
 
 // OnRefresh registers f to be called after every Refresh has swapped the
 // imported tools in (the MCP door re-registers its tools). Calls of f do
@@ -239,6 +248,12 @@ func (r *Registry) Refresh(ctx context.Context) error {
 	im := r.up
 	im.mu.Lock()
 	defer im.mu.Unlock()
+	return r.refreshLocked(ctx)
+}
+
+func (r *Registry) refreshLocked(ctx context.Context) error {
+	im := r.up
+	im.refreshed.Store(time.Now().UnixNano())
 	prev := im.current()
 	lists := make([][]*mcp.Tool, len(im.entries))
 	errs := make([]error, len(im.entries))
@@ -292,6 +307,22 @@ func (r *Registry) Refresh(ctx context.Context) error {
 		f()
 	}
 	return errors.Join(append(bad, errs...)...)
+}
+
+// refreshForMiss reads the upstreams' lists again when a call names an
+// imported tool this instance does not list and its lists are older than
+// missRefreshAge (one refresh serves every call that waited for it).
+func (r *Registry) refreshForMiss(ctx context.Context) {
+	im := r.up
+	stale := func() bool { return time.Since(time.Unix(0, im.refreshed.Load())) >= missRefreshAge }
+	if !stale() {
+		return
+	}
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	if stale() {
+		_ = r.refreshLocked(ctx) // a failed listing keeps the last lists; missing judges by them
+	}
 }
 
 // localName is the name in idemctl of the upstream's tool.
@@ -379,20 +410,31 @@ func (r *Registry) Unavailable(name string) bool {
 // listed now: retryable while its upstream has not answered since the
 // server started, final once the upstream's list leaves it out.
 func (im *imports) missing(name string) (tool.Outcome, bool) {
-	if im == nil {
+	e := im.owner(name)
+	if e == nil {
 		return tool.Outcome{}, false
 	}
-	cur := im.current()
-	for _, e := range im.entries {
-		if !strings.HasPrefix(name, e.name+"_") && !slices.Contains(slices.Collect(maps.Values(e.rename)), name) {
-			continue
-		}
-		if !cur.loaded[e.name] {
-			return tool.Outcome{Err: &tool.ToolError{Code: wire.CodeUpstreamUnreachable, Retryable: true,
-				Message: "the tool's upstream MCP server has not answered since the server started"}}, true
-		}
-		return tool.Outcome{Err: &tool.ToolError{Code: wire.CodeUpstreamToolGone, Retryable: false,
-			Message: fmt.Sprintf("the upstream MCP server %s no longer offers this tool", e.name)}}, true
+	if !im.current().loaded[e.name] {
+		return tool.Outcome{Err: &tool.ToolError{Code: wire.CodeUpstreamUnreachable, Retryable: true,
+			Message: "the tool's upstream MCP server has not answered since the server started"}}, true
 	}
-	return tool.Outcome{}, false
+	return tool.Outcome{Err: &tool.ToolError{Code: wire.CodeUpstreamToolGone, Retryable: false,
+		Message: fmt.Sprintf("the upstream MCP server %s no longer offers this tool", e.name)}}, true
 }
+
+// owner is the entry whose tool name would be (its prefix, or a rename),
+// nil if none.
+func (im *imports) owner(name string) *upstreamEntry {
+	if im == nil {
+		return nil
+	}
+	for _, e := range im.entries {
+		if strings.HasPrefix(name, e.name+"_") || slices.Contains(slices.Collect(maps.Values(e.rename)), name) {
+			return e
+		}
+	}
+	return nil
+}
+
+// owns reports whether name would be an imported tool's.
+func (im *imports) owns(name string) bool { return im.owner(name) != nil }

@@ -2,12 +2,19 @@ package toolreg
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/idemctl/idemctl/internal/demomcp"
+	"github.com/idemctl/idemctl/internal/tool"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // TestParseMCPEntryErrors: each fault of an mcp entry is refused naming
@@ -76,5 +83,67 @@ func TestRefreshBadImport(t *testing.T) {
 	}
 	if c, _ := reg.Lookup("charge"); c == nil || c.Kind != KindBuiltin {
 		t.Errorf("the built-in charge was replaced: %v", c)
+	}
+}
+
+// TestRunAsksTheUpstreamBeforeJudgingAToolGone: two instances read one
+// upstream; it adds a tool, one instance lists it and accepts a call, the
+// other runs the call with its older list. The runner reads the lists
+// again before judging, so the call runs; once the upstream really drops
+// the tool, the call fails upstream_tool_gone.
+func TestRunAsksTheUpstreamBeforeJudgingAToolGone(t *testing.T) {
+	t.Parallel()
+	up := mcp.NewServer(&mcp.Implementation{Name: "up", Version: "1"}, nil)
+	echo := func(name string) (*mcp.Tool, mcp.ToolHandler) {
+		return &mcp.Tool{Name: name, InputSchema: json.RawMessage(`{"type":"object"}`)},
+			func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: name}}}, nil
+			}
+	}
+	up.AddTool(echo("first"))
+	ts := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return up }, nil))
+	t.Cleanup(ts.Close)
+	instance := func() *Registry {
+		reg, err := Parse([]byte(`tools:
+  - {name: up, kind: mcp, url: "`+ts.URL+`/mcp"}
+`), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = reg.Close() })
+		if err := reg.Refresh(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return reg
+	}
+	a, b := instance(), instance()
+	up.AddTool(echo("second"))
+	if err := a.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := a.Lookup("up_second"); !ok {
+		t.Fatal("instance a does not list up_second after its refresh")
+	}
+	if _, ok := b.Lookup("up_second"); ok {
+		t.Fatal("instance b lists up_second before any refresh: the test proves nothing")
+	}
+	b.up.refreshed.Store(time.Now().Add(-missRefreshAge).UnixNano()) // b's lists are a refresh interval old
+	inv := tool.Invocation{CallID: "c1", Tool: "up_second", Args: map[string]any{}, Attempt: 1}
+	out, err := b.Run(context.Background(), inv)
+	if err != nil || out.Err != nil || !strings.Contains(string(out.Result), `"text":"second"`) {
+		t.Fatalf("instance b ran up_second: %s %+v %v; want the upstream's answer", out.Result, out.Err, err)
+	}
+
+	up.RemoveTools("second")
+	b.up.refreshed.Store(time.Now().Add(-missRefreshAge).UnixNano())
+	if _, ok := b.Lookup("up_second"); !ok {
+		t.Fatal("b's refresh during the run did not list up_second")
+	}
+	if err := b.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	out, err = b.Run(context.Background(), inv)
+	if err != nil || out.Err == nil || out.Err.Code != wire.CodeUpstreamToolGone || out.Err.Retryable {
+		t.Fatalf("a tool the upstream dropped: %+v %v; want upstream_tool_gone, not retryable", out.Err, err)
 	}
 }

@@ -231,6 +231,12 @@ func (r *Registry) MarshalJSON() ([]byte, error) {
 // tool.Runner for every kind of tool.
 func (r *Registry) Run(ctx context.Context, inv tool.Invocation) (tool.Outcome, error) {
 	t, ok := r.Lookup(inv.Tool)
+	if !ok && r.up.owns(inv.Tool) {
+		// Accepted when (or where) the upstream listed it: ask the
+		// upstream again before judging it gone.
+		r.refreshForMiss(ctx)
+		t, ok = r.Lookup(inv.Tool)
+	}
 	if !ok {
 		if out, isImport := r.up.missing(inv.Tool); isImport {
 			return out, nil
