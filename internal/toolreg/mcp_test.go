@@ -147,3 +147,34 @@ func TestRunAsksTheUpstreamBeforeJudgingAToolGone(t *testing.T) {
 		t.Fatalf("a tool the upstream dropped: %+v %v; want upstream_tool_gone, not retryable", out.Err, err)
 	}
 }
+
+// TestUnavailableKeepsToPrincipals: while an upstream restricted to some
+// principals has not answered, its tools are "not listed yet" (503) to
+// those principals only; to anyone else they are unknown (400), as they
+// would be once listed: the 503 does not tell others the upstream exists.
+func TestUnavailableKeepsToPrincipals(t *testing.T) {
+	t.Parallel()
+	ts := httptest.NewServer(http.NotFoundHandler())
+	ts.Close() // nothing answers at its address
+	reg, err := Parse([]byte(`tools:
+  - {name: up, kind: mcp, url: "`+ts.URL+`/mcp", principals: [alice], rename: {refund: give_back}}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = reg.Close() })
+	if err := reg.Refresh(context.Background()); err == nil {
+		t.Fatal("Refresh of an upstream that is down succeeded")
+	}
+	for _, name := range []string{"up_refund", "give_back"} {
+		if !reg.For("alice").Unavailable(name) {
+			t.Errorf("alice, %s: not unavailable; want the 503 of a tool not listed yet", name)
+		}
+		if reg.For("bob").Unavailable(name) {
+			t.Errorf("bob, %s: unavailable; want unknown to a principal the entry does not name", name)
+		}
+	}
+	if reg.For("alice").Unavailable("other") {
+		t.Error("a name outside the entry is unavailable")
+	}
+}
