@@ -141,11 +141,18 @@ func bareHandler() http.Handler {
 // http.Server settings as the service, until ctx ends: the ceiling for a
 // load generator other than bench's own (scripts/perf drives it with wrk).
 func ServeBare(ctx context.Context, addr string) error {
+	return Serve(ctx, addr, bareHandler())
+}
+
+// Serve serves h on addr with the service's http.Server settings until ctx
+// ends, so a handler scripts/perf compares with the service (the bare
+// ceiling, the durable floor) differs from it only in the handler.
+func Serve(ctx context.Context, addr string, h http.Handler) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", addr, err)
 	}
-	hs := newHTTPServer(bareHandler())
+	hs := newHTTPServer(h)
 	go func() {
 		<-ctx.Done()
 		_ = hs.Close()

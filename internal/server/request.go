@@ -22,8 +22,8 @@ const (
 	MaxBodyBytes = 1 << 20
 	// MaxKeyLength caps the Idempotency-Key header.
 	MaxKeyLength = idemkey.MaxLength
-	// MaxClientIDLength caps client_id, a label: PostgreSQL indexes it
-	// (client_id, seq), and a btree entry cannot hold an arbitrary string.
+	// MaxClientIDLength caps client_id, a label a client sends and reads
+	// back, not a payload: every answer that shows the call carries it.
 	MaxClientIDLength = 255
 )
 

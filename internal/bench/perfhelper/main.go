@@ -2,6 +2,23 @@
 // "The performance harness"): things a shell script cannot do quickly.
 //
 //	perfhelper bare ADDR          serve the bare ceiling handler on ADDR until killed
+//	perfhelper floor ADDR DB      serve the durable floor on ADDR over DB (a SQLite path
+//	                              or a postgres:// URL, as serve's --db) until killed
+//	perfhelper pgproxy ADDR URL OUT
+//	                              forward ADDR to the database URL names, print the URL
+//	                              to give the server, and at SIGTERM write to OUT the
+//	                              statements, transactions and write transactions seen
+//	perfhelper pgstat URL         print a JSON snapshot of the database's counters
+//	                              (transactions, row writes per table, backends' CPU)
+//	perfhelper pgcost BEFORE END AFTER WIRE FINISHED
+//	                              print the cost per finished call from pgstat snapshots
+//	                              (before the load, at the drain's end for the backends'
+//	                              CPU, after the server stopped for the row counts) and
+//	                              pgproxy's counts
+//	perfhelper count-sqlite N C   run N distinct-key calls at concurrency C through an
+//	                              in-process server of this tree on a fresh SQLite file;
+//	                              print row writes, write transactions and index
+//	                              entries per finished call (SQLite's hooks)
 //	perfhelper gen-sqlite PATH N  create PATH as an idemctl SQLite database holding N
 //	                              succeeded calls, each with its effect and audit rows
 //
@@ -39,6 +56,21 @@ func run(args []string) error {
 	switch {
 	case len(args) == 2 && args[0] == "bare":
 		return bench.ServeBare(ctx, args[1])
+	case len(args) == 3 && args[0] == "floor":
+		return serveFloor(ctx, args[1], args[2])
+	case len(args) == 4 && args[0] == "pgproxy":
+		return runProxy(ctx, args[1], args[2], os.Stdout, args[3])
+	case len(args) == 2 && args[0] == "pgstat":
+		return pgstatCmd(ctx, args[1], os.Stdout)
+	case len(args) == 6 && args[0] == "pgcost":
+		return pgcostCmd(args[1], args[2], args[3], args[4], args[5], os.Stdout)
+	case len(args) == 3 && args[0] == "count-sqlite":
+		n, err1 := strconv.Atoi(args[1])
+		c, err2 := strconv.Atoi(args[2])
+		if err1 != nil || err2 != nil || n < 1 || c < 1 {
+			return fmt.Errorf("count-sqlite: N and C must be positive counts")
+		}
+		return countSQLite(ctx, n, c, os.Stdout)
 	case len(args) == 3 && args[0] == "gen-sqlite":
 		n, err := strconv.Atoi(args[2])
 		if err != nil || n < 0 {
@@ -46,7 +78,7 @@ func run(args []string) error {
 		}
 		return genSQLite(ctx, args[1], n)
 	}
-	return fmt.Errorf("usage: perfhelper bare ADDR | perfhelper gen-sqlite PATH N")
+	return fmt.Errorf("usage: perfhelper bare ADDR | floor ADDR DB | pgproxy ADDR URL OUT | pgstat URL | pgcost BEFORE END AFTER WIRE FINISHED | count-sqlite N C | gen-sqlite PATH N")
 }
 
 // genSQLite fills a new database at path with n succeeded calls.

@@ -49,7 +49,10 @@ func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, s
 // $12 the tombstones' retention in seconds, 0 for none), unless the key is
 // a call's own key (ON CONFLICT: nothing, no row), an alias or has a
 // tombstone within the retention (NOT EXISTS: nothing, no row). It
-// returns the new call.
+// returns the new call, or else the key's own call as this statement's
+// snapshot sees it (the statement's CTEs share one snapshot, so that read
+// never sees the row the CTE inserts: hence NOT EXISTS (created)). The new
+// call is the row whose call_id is $1.
 const createSQL = `
 WITH clock AS MATERIALIZED (
   SELECT ` + dbNow + ` AS now
@@ -67,7 +70,9 @@ WITH clock AS MATERIALIZED (
   INSERT INTO audit (ts, call_id, event, detail)
   SELECT created_at, call_id, '` + store.EventCreated + `', $11::text FROM created
 )
-SELECT ` + callColumns + ` FROM created`
+SELECT ` + callColumns + ` FROM created
+UNION ALL
+SELECT ` + callColumns + ` FROM calls WHERE principal = $8 AND idem_key = $2 AND NOT EXISTS (SELECT 1 FROM created)`
 
 // retryResetSQL returns the failed call $1 to pending: a same-key retry's
 // reset, and Redrive's.
@@ -90,8 +95,9 @@ var errSlowPath = errors.New("postgres: create needs the full transaction")
 // one round trip: one pipelined batch, which PostgreSQL runs as one
 // implicit transaction, of the key's advisory lock (as aliasOrDedup takes
 // it), the insert of the call with its audit row unless the key is an
-// alias or a call's own key (createSQL), and, for when it was not
-// inserted, a read of the key's call. Each statement takes its snapshot
+// alias or a call's own key, and, when it was not inserted, the key's call
+// (createSQL: one statement, no read back of a row the insert returns).
+// Each statement takes its snapshot
 // after the lock is held (READ COMMITTED), so the alias check sees
 // whatever an earlier holder of the lock committed, exactly as
 // aliasOrDedup's SELECT does. It answers Created, and a replay of a
@@ -122,32 +128,28 @@ func (s *Store) createOp(n store.NewCall, args string, intent *string, call *sto
 			b.Queue(lockKeySQL, n.Principal, n.IdemKey)
 			b.Queue(createSQL, n.CallID, n.IdemKey, n.Fingerprint, n.ClientID, n.Seq, n.Tool, args, n.Principal, intent,
 				store.ViaOf(n.Via), store.DetailCreated(n.Tool), n.TombstoneRetention.Seconds())
-			b.Queue(`SELECT `+callColumns+` FROM calls WHERE principal = $1 AND idem_key = $2`, n.Principal, n.IdemKey)
 		},
 		read: func(r *results) error {
 			*call, *out = store.Call{}, 0
 			if _, err := r.Exec(); err != nil {
 				return err
 			}
-			created, err := scanCall(r.QueryRow())
-			existing, errExisting := scanCall(r.QueryRow())
+			got, err := scanCall(r.QueryRow())
 			switch {
-			case err == nil:
-				*call, *out = created, store.Created
+			case err == nil && got.CallID == n.CallID:
+				*call, *out = got, store.Created
 				return nil
-			case !errors.Is(err, pgx.ErrNoRows):
-				return err
-			case errors.Is(errExisting, pgx.ErrNoRows):
+			case errors.Is(err, pgx.ErrNoRows):
 				return errSlowPath // an alias, a tombstone, or the winner vanished
-			case errExisting != nil:
-				return errExisting
-			case existing.Fingerprint != n.Fingerprint:
+			case err != nil:
+				return err
+			case got.Fingerprint != n.Fingerprint:
 				// Same key, different request: refuse, write nothing (409).
-				return fmt.Errorf("postgres create: %w", &store.ConflictError{CallID: existing.CallID, Key: n.IdemKey})
-			case existing.Status == store.StatusFailed:
+				return fmt.Errorf("postgres create: %w", &store.ConflictError{CallID: got.CallID, Key: n.IdemKey})
+			case got.Status == store.StatusFailed:
 				return errSlowPath // may be reset: decided under FOR UPDATE
 			}
-			*call, *out = existing, store.Existing
+			*call, *out = got, store.Existing
 			return nil
 		},
 	}

@@ -224,3 +224,32 @@ func TestGroupAlignsResults(t *testing.T) {
 		t.Fatalf("the write after it = %s %v, %v; want Created %s", call.CallID, out, err, n.CallID)
 	}
 }
+
+// TestCreateFastAnswersReplay: the one-round-trip create answers a known
+// key itself, from the statement that tried the insert (the key's call, not
+// a second read): Existing for the same request, a conflict for another;
+// only an unknown key is created. None of them falls back to the full
+// transaction.
+func TestCreateFastAnswersReplay(t *testing.T) {
+	s := open(t, pgtest.Schema(t), store.Options{})
+	first := newCall(t, "k")
+	c, out, err := s.createFast(t.Context(), first, "{}", nil)
+	if err != nil || out != store.Created || c.CallID != first.CallID {
+		t.Fatalf("first create: %+v %v %v, want Created with its call id", c, out, err)
+	}
+	again := newCall(t, "k") // a fresh call id, as the server makes per request
+	again.Fingerprint = first.Fingerprint
+	c, out, err = s.createFast(t.Context(), again, "{}", nil)
+	if err != nil || out != store.Existing || c.CallID != first.CallID {
+		t.Fatalf("replay: %+v %v %v, want Existing with the first call (no slow path)", c, out, err)
+	}
+	other := newCall(t, "k")
+	other.Fingerprint = "another request"
+	var ce *store.ConflictError
+	if _, _, err := s.createFast(t.Context(), other, "{}", nil); !errors.As(err, &ce) || ce.CallID != first.CallID {
+		t.Fatalf("same key, other request: %v, want a conflict naming %s", err, first.CallID)
+	}
+	if n := scalar[int64](t, s, `SELECT count(*) FROM calls`); n != 1 {
+		t.Fatalf("%d calls, want 1", n)
+	}
+}

@@ -363,3 +363,19 @@ func TestInterpret(t *testing.T) {
 		t.Fatalf("interpret with a canceled context = %v, want context.Canceled", err)
 	}
 }
+
+// TestCallsIndexes: the indexes of calls are exactly the ones that earn
+// their place (docs/scaling.md, "What one call costs"): every insert and every
+// update that is not HOT writes an entry into each, so a new one must be
+// added here on purpose, and one no statement reads
+// (idx_calls_client_seq) is dropped by the migration.
+func TestCallsIndexes(t *testing.T) {
+	s := open(t, pgtest.Schema(t), store.Options{})
+	got := scalar[[]string](t, s, `SELECT array_agg(indexname::text ORDER BY indexname) FROM pg_indexes
+		WHERE schemaname = current_schema() AND tablename = 'calls'`)
+	want := []string{"calls_pkey", "calls_principal_idem_key_key", "idx_calls_created", "idx_calls_final_updated",
+		"idx_calls_intent", "idx_calls_pending", "idx_calls_principal_created", "idx_calls_status"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("indexes of calls: %v, want %v", got, want)
+	}
+}

@@ -29,24 +29,19 @@ func (s *Store) Succeed(ctx context.Context, c store.Completion) (store.Call, er
 	var call store.Call
 	err := s.writeTx(ctx, store.WriteSucceed, func(ctx context.Context, tx *sql.Tx) error {
 		now := s.now()
+		e := c.Effect
+		if e != nil {
+			if _, err := tx.StmtContext(ctx, s.wq.insertEffect).ExecContext(ctx,
+				e.EffectID, e.Tool, e.Amount, now, c.CallID, c.Owner, c.Attempt); err != nil {
+				return err
+			}
+		}
 		var err error
-		call, err = queryCall(ctx, tx, s.wq.succeed, jsonArg(c.Result), now, c.CallID, c.Owner, c.Attempt)
+		call, err = queryCall(ctx, tx, s.wq.succeed, jsonArg(c.Result), now, e != nil, c.CallID, c.Owner, c.Attempt)
 		if errors.Is(err, sql.ErrNoRows) {
 			return whyFenced(ctx, tx, s.wq.callByID, c)
 		} else if err != nil {
 			return err
-		}
-		if e := c.Effect; e != nil {
-			if _, err := tx.StmtContext(ctx, s.wq.insertEffect).ExecContext(ctx,
-				e.EffectID, e.Tool, e.Amount, now, c.CallID); err != nil {
-				return err
-			}
-			var linked string
-			if err := tx.StmtContext(ctx, s.wq.linkEffect).QueryRowContext(ctx, c.CallID, c.CallID).
-				Scan(&linked); err != nil {
-				return err
-			}
-			call.EffectID = &linked
 		}
 		return s.insertAudit(ctx, tx, now, c.CallID, store.EventSucceeded, store.DetailSucceeded(call.EffectID, c))
 	})

@@ -76,7 +76,16 @@ CREATE INDEX IF NOT EXISTS idx_calls_pending ON calls(created_at) WHERE status =
 	migrationVia,
 	// 7: tombstones of purged keys (migrationTombstones).
 	migrationTombstones,
+	// 8: the index diet (migrationIndexDiet).
+	migrationIndexDiet,
 }
+
+// migrationIndexDiet drops idx_calls_client_seq: no statement reads calls
+// by client_id or seq (they are labels a client sends and reads back), and
+// every insert wrote an entry into it (BENCHMARKS.md, "Cost per call").
+const migrationIndexDiet = `
+DROP INDEX IF EXISTS idx_calls_client_seq;
+`
 
 // migrationTombstones adds tombstones, what retention keeps of a purged
 // call's keys (store.Tombstone; docs/operations.md, "Retention"): keyed

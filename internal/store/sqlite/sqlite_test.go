@@ -457,3 +457,31 @@ func TestWriteConnectionPragmas(t *testing.T) {
 type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
+
+// TestCallsIndexes: the indexes of calls are exactly the ones that earn
+// their place (docs/scaling.md, "What one call costs"): each is written by every
+// insert or status change, so a new one must be added here on purpose, and
+// one no statement reads (idx_calls_client_seq) is dropped by the migration.
+func TestCallsIndexes(t *testing.T) {
+	t.Parallel()
+	s := openAt(t, tempPath(t), store.Options{})
+	rows, err := s.r.QueryContext(t.Context(),
+		`SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'calls' AND sql IS NOT NULL ORDER BY name`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var got []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, n)
+	}
+	want := []string{"idx_calls_created", "idx_calls_final_updated", "idx_calls_intent", "idx_calls_pending",
+		"idx_calls_principal_created", "idx_calls_status"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("indexes of calls: %v, want %v", got, want)
+	}
+}

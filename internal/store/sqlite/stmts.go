@@ -123,9 +123,14 @@ const (
 		RETURNING ` + callColumns
 
 	// sqlSucceed and sqlFail are the fenced completions (see fencing);
-	// no row back means the completion is stale.
+	// no row back means the completion is stale. sqlSucceed also points
+	// the call at its effect when the completion has one (first ?, run
+	// after sqlInsertEffect): the effect that exists, which is the one just
+	// inserted unless an earlier one was kept; in this UPDATE, so a
+	// success writes the call's row once.
 	sqlSucceed = `UPDATE calls
-		SET status = 'succeeded', result_json = ?, error_json = NULL, lease_until = NULL, owner = NULL, updated_at = ?
+		SET status = 'succeeded', result_json = ?, error_json = NULL, lease_until = NULL, owner = NULL, updated_at = ?,
+		    effect_id = CASE WHEN ? THEN (SELECT e.effect_id FROM effects e WHERE e.call_id = calls.call_id) ELSE effect_id END
 		WHERE ` + fencing + `
 		RETURNING ` + callColumns
 	sqlFail = `UPDATE calls
@@ -170,16 +175,13 @@ const (
 	// effects.call_id UNIQUE is the last gate (docs/design.md, "Why effects are unique per call"). effect_id is
 	// derived from call_id, so a second insert for one call is the same
 	// effect and is dropped; a clash on effect_id with another call is an
-	// error and rolls the whole completion back.
+	// error and rolls the whole completion back. It runs before the
+	// completion's UPDATE (which links the call to it) and is fenced like
+	// it: a stale completion inserts nothing, and its UPDATE then matches
+	// nothing either.
 	sqlInsertEffect = `INSERT INTO effects (effect_id, call_id, tool, amount, created_at)
-		SELECT ?, call_id, COALESCE(NULLIF(?, ''), tool), ?, ? FROM calls WHERE call_id = ?
+		SELECT ?, call_id, COALESCE(NULLIF(?, ''), tool), ?, ? FROM calls WHERE ` + fencing + `
 		ON CONFLICT (call_id) DO NOTHING`
-
-	// sqlLinkEffect points the call at the effect that exists, which is the
-	// one just inserted unless an earlier one was kept.
-	sqlLinkEffect = `UPDATE calls
-		SET effect_id = (SELECT effect_id FROM effects WHERE call_id = ?)
-		WHERE call_id = ? RETURNING effect_id`
 
 	// sqlHasExpired is RecoverExpired's pre-check on a read connection:
 	// an expired lease, or a running call without one (see leaseLapsed).
@@ -241,7 +243,7 @@ type writeStmts struct {
 	claim                    *sql.Stmt
 	succeed, fail            *sql.Stmt
 	scheduleRetry            *sql.Stmt
-	insertEffect, linkEffect *sql.Stmt
+	insertEffect             *sql.Stmt
 	extendLease, callExists  *sql.Stmt
 	// The group commit's savepoint around each write of a batch.
 	savepoint, release, rollbackTo *sql.Stmt
@@ -315,7 +317,6 @@ func (w *writeStmts) list() []prepared {
 		{&w.fail, sqlFail},
 		{&w.scheduleRetry, sqlScheduleRetry},
 		{&w.insertEffect, sqlInsertEffect},
-		{&w.linkEffect, sqlLinkEffect},
 		{&w.extendLease, sqlExtendLease},
 		{&w.callExists, sqlCallExists},
 		{&w.savepoint, `SAVEPOINT write`},
