@@ -65,8 +65,9 @@ const PartitionBound = 10 * time.Second
 const ResumeBound = 30 * time.Second
 
 // PauseExitGrace: a frozen worker's completion is excused from being fenced
-// when its instance exited (killed, crashed) within this long after it was
-// thawed: the process died before it could try to commit.
+// when its instance exited (killed, crashed) or was cut off from the
+// database (a partition) within this long after it was thawed: its commit
+// never reached the database, so nothing could refuse it.
 const PauseExitGrace = 10 * time.Second
 
 // Observed is the state read back after the drain. A list that could not be
@@ -575,7 +576,7 @@ func checkPausedFenced(in Input) Check {
 				continue // it finished before its lease ran out, or its commit won: nobody else ran it
 			}
 			c.Checked++
-			if fenced || exitedSoonAfter(in.Events, p) {
+			if fenced || cutOffSoonAfter(in.Events, p) {
 				continue
 			}
 			c.Violations = append(c.Violations, Violation{h.CallID, fmt.Sprintf("frozen on instance %d at %s under owner %s attempt %d, taken over after its lease expired, but no fenced row for that attempt", p.Instance, offset(p.At), h.Owner, h.Attempt)})
@@ -584,11 +585,13 @@ func checkPausedFenced(in Input) Check {
 	return c
 }
 
-// exitedSoonAfter reports whether p's instance was killed or exited within
-// PauseExitGrace after it was thawed (before its worker could commit).
-func exitedSoonAfter(events []Event, p Pause) bool {
+// cutOffSoonAfter reports whether p's instance was killed, exited or was
+// partitioned from the database within PauseExitGrace after it was thawed
+// (before its worker's commit could reach the database).
+func cutOffSoonAfter(events []Event, p Pause) bool {
 	for _, e := range events {
-		if (e.Kind == EventKill || e.Kind == EventExit) && e.Instance == p.Instance && e.At >= p.At && e.At <= p.End+PauseExitGrace {
+		cut := e.Kind == EventKill || e.Kind == EventExit || e.Kind == EventPartition
+		if cut && e.Instance == p.Instance && e.At >= p.At && e.At <= p.End+PauseExitGrace {
 			return true
 		}
 	}

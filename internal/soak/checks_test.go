@@ -339,6 +339,23 @@ func TestJudgeExcusesAFrozenWorkerKilledBeforeItsCommit(t *testing.T) {
 	}
 }
 
+// TestJudgeExcusesAFrozenWorkerCutOffBeforeItsCommit: a frozen worker
+// whose instance is partitioned from the database right after its thaw
+// cannot reach the database to be refused, so no fenced row is owed;
+// partitioned much later, it is.
+func TestJudgeExcusesAFrozenWorkerCutOffBeforeItsCommit(t *testing.T) {
+	in := cleanInput()
+	in.Observed.Audit["c2"] = in.Observed.Audit["c2"][:5]
+	in.Events = append(in.Events, Event{Kind: EventPartition, Instance: 1, At: 16*s + s/2, End: 30 * s, Planned: true})
+	if names, keys := failed(Judge(in)); len(names) > 0 {
+		t.Fatalf("failed %v: %v", names, keys)
+	}
+	in.Events[len(in.Events)-1].At = 16*s + PauseExitGrace + s
+	if names, _ := failed(Judge(in)); !slices.Equal(names, []string{"paused_completion_fenced"}) {
+		t.Fatalf("partitioned long after the thaw: failed %v, want paused_completion_fenced", names)
+	}
+}
+
 // TestJudgePausedCallNotTakenOverIsNotJudged: a frozen call nobody took
 // over (its worker committed first on waking) owes no fenced row.
 func TestJudgePausedCallNotTakenOverIsNotJudged(t *testing.T) {
