@@ -84,6 +84,8 @@ type toolEntry struct {
 	// Headers' values are strings with ${VAR} references, checked one by
 	// one so that a refusal names the header and never shows a value.
 	Headers opt[map[string]any] `yaml:"headers" kind:"http,mcp"`
+	// Reconcile describes the downstream's list of records (reconcile.go).
+	Reconcile reconcileEntry `yaml:"reconcile" kind:"http"`
 
 	// An mcp entry's own fields (docs/tools.md, "The mcp kind").
 	Command opt[[]any]          `yaml:"command" kind:"mcp"`
@@ -412,6 +414,13 @@ func parseTool(i int, e toolEntry, getenv func(string) (string, bool)) (*Tool, e
 	ht, err := httptool.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	if e.Reconcile.shape.set {
+		rc, err := parseReconcile(e.Reconcile, cfg.Headers)
+		if err != nil {
+			return nil, fmt.Errorf("%s: reconcile%w", where, err)
+		}
+		t.Reconcile = rc
 	}
 	t.Method = cfg.Method
 	if t.Method == "" {

@@ -88,6 +88,9 @@ type Tool struct {
 	// Principals, if not nil, are the only principals that may call the
 	// tool (and see it listed), sorted; nil: every principal.
 	Principals []string
+	// Reconcile is an http tool's list of downstream records; nil: the
+	// tool cannot be reconciled.
+	Reconcile *Reconcile
 
 	// Upstream is an mcp tool's entry in the tools file ("" otherwise);
 	// Annotations its annotations as the upstream lists them.
