@@ -15,7 +15,6 @@ import (
 	"github.com/idemctl/idemctl/internal/reconcile"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/backend"
-	"github.com/idemctl/idemctl/internal/tool"
 	"github.com/idemctl/idemctl/internal/toolreg"
 	"github.com/idemctl/idemctl/internal/wire"
 )
@@ -150,34 +149,14 @@ func runReconcile(ctx context.Context, o *reconcileOptions, streams *IOStreams) 
 	return nil
 }
 
-// localFromDB reads the tool's effects and calls since from, read-only.
-// Effect rows outlive their calls (retention keeps them), so every effect
-// of the window is seen.
+// localFromDB reads the tool's side from the database, read-only.
 func localFromDB(ctx context.Context, dsn, toolName string, from time.Time) (reconcile.Local, error) {
 	st, err := backend.Open(ctx, dsn, store.Options{ReadOnly: true})
 	if err != nil {
 		return reconcile.Local{}, fmt.Errorf("--db %s: %w", backend.Redact(dsn), err)
 	}
 	defer st.Close()
-	fromTS := float64(from.UnixNano()) / 1e9
-	effects, err := st.ListEffects(ctx, 0)
-	if err != nil {
-		return reconcile.Local{}, err
-	}
-	var local reconcile.Local
-	for _, e := range effects {
-		if e.Tool == toolName && e.CreatedAt >= fromTS {
-			local.Effects = append(local.Effects, reconcile.Effect{EffectID: e.EffectID, CallID: e.CallID, At: unixTime(e.CreatedAt)})
-		}
-	}
-	calls, err := st.ListCalls(ctx, store.ListFilter{Tool: toolName, Since: &fromTS})
-	if err != nil {
-		return reconcile.Local{}, err
-	}
-	for _, c := range calls {
-		local.Calls = append(local.Calls, localCall(c.CallID, c.Status, c.ErrorJSON))
-	}
-	return local, nil
+	return reconcile.FromStore(ctx, st, toolName, from)
 }
 
 // localFromServer reads the tool's calls since from through the API; a
@@ -194,24 +173,9 @@ func localFromServer(ctx context.Context, base, token, toolName string, from tim
 			return reconcile.Local{}, answerError(err)
 		}
 		if call.Status == wire.StatusSucceeded && call.EffectID != nil {
-			local.Effects = append(local.Effects, reconcile.Effect{EffectID: *call.EffectID, CallID: call.CallID, At: unixTime(call.UpdatedAt)})
+			local.Effects = append(local.Effects, reconcile.Effect{EffectID: *call.EffectID, CallID: call.CallID, At: reconcile.UnixTime(call.UpdatedAt)})
 		}
-		local.Calls = append(local.Calls, localCall(call.CallID, call.Status, call.Error))
+		local.Calls = append(local.Calls, reconcile.CallOf(call.CallID, call.Status, call.Error))
 	}
 	return local, nil
 }
-
-// localCall is a call as reconcile sees it: the key its attempts send
-// downstream (tool.EffectID), its status and its error code.
-func localCall(callID string, status wire.Status, errJSON json.RawMessage) reconcile.Call {
-	rc := reconcile.Call{CallID: callID, EffectID: tool.EffectID(callID), Status: status}
-	if status == wire.StatusFailed {
-		var ce wire.CallError
-		if json.Unmarshal(errJSON, &ce) == nil {
-			rc.Code = ce.Code
-		}
-	}
-	return rc
-}
-
-func unixTime(ts float64) time.Time { return time.Unix(0, int64(ts*1e9)).UTC() }
