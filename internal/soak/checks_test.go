@@ -56,15 +56,15 @@ func cleanInput() Input {
 			// Attempt 1's answer was lost; the lookup found its charge.
 			"k6": {CallID: "c6", Tool: LookupTool, Status: "succeeded", Attempt: 1, EffectID: "e6"},
 		},
-		Effects:       []ObservedEffect{{EffectID: "e1", CallID: "c1"}, {EffectID: "e3", CallID: "c3"}, {EffectID: "e6", CallID: "c6"}},
-		EffectsRead:   true,
-		Ledger:        []Charge{{ID: "ch_1", Key: "e3", Ref: "k3"}},
-		LedgerRead:    true,
+		Effects:     []ObservedEffect{{EffectID: "e1", CallID: "c1"}, {EffectID: "e3", CallID: "c3"}, {EffectID: "e6", CallID: "c6"}},
+		EffectsRead: true,
+		Ledger:      []Charge{{ID: "ch_1", Key: "e3", Ref: "k3"}},
+		LedgerRead:  true,
 		// The lookup tool's downstream: one record for k6, its answer lost.
 		LookupLedger:     []Charge{{ID: "ch_1", Key: "e6", Ref: "k6"}},
 		LookupLedgerRead: true,
-		Integrity:     "ok",
-		IntegrityRead: true,
+		Integrity:        "ok",
+		IntegrityRead:    true,
 		// The crash before the commit made the tool run twice: two
 		// requests, one key, one charge.
 		Requests:     []DownstreamRequest{{Key: "e3", Ref: "k3"}, {Key: "e3", Ref: "k3"}},

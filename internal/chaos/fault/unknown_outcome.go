@@ -94,11 +94,11 @@ func (e *env) writeUnknownTools(downs map[string]unknownDownstream, policies ...
 	for _, p := range policies {
 		base := downs[p].base
 		t := map[string]any{
-			"name":       "charge_" + p,
-			"kind":       "http",
-			"url":        base + "/charges",
-			"timeout":    "5s",
-			"retry":      map[string]any{"max_attempts": 3, "initial_backoff": "100ms", "max_backoff": "1s"},
+			"name":    "charge_" + p,
+			"kind":    "http",
+			"url":     base + "/charges",
+			"timeout": "5s",
+			"retry":   map[string]any{"max_attempts": 3, "initial_backoff": "100ms", "max_backoff": "1s"},
 			"schema": map[string]any{"type": "object", "required": []string{"amount"}, "additionalProperties": false,
 				"properties": map[string]any{"amount": map[string]any{"type": "integer", "minimum": 1}}},
 			"reconcile": map[string]any{"url": base + "/charges?since=" + toolreg.SincePlaceholder, "items": "/data", "key": "/idempotency_key"},
