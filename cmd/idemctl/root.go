@@ -87,6 +87,7 @@ see docs/cli.md, "Exit codes".`,
 		newCallsCmd(streams),
 		newCancelCmd(streams),
 		newRedriveCmd(streams),
+		newResolveCmd(streams),
 		newMCPCmd(streams),
 	)
 	return root

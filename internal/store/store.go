@@ -467,6 +467,9 @@ type ListFilter struct {
 	Principal *string
 	// Tool, if set, lists only calls of that tool.
 	Tool string
+	// Code, if set, lists only calls whose error (a failed call's, or
+	// the failure a pending call waits out) has that code.
+	Code string
 	// After, if set, lists only calls after that position in the listing
 	// order (keyset pagination): the cursor of the last call of the
 	// previous page.
@@ -495,7 +498,7 @@ func CursorOf(c Call) Cursor { return Cursor{CreatedAt: c.CreatedAt, CallID: c.C
 // or a cursor. That listing orders ties by call_id on every backend; the
 // plain one (inspect, the scheduler) by insertion.
 func (f ListFilter) Keyset() bool {
-	return f.Principal != nil || f.Tool != "" || f.After != nil || f.KeyPrefix != "" || f.Since != nil || f.Until != nil
+	return f.Principal != nil || f.Tool != "" || f.Code != "" || f.After != nil || f.KeyPrefix != "" || f.Since != nil || f.Until != nil
 }
 
 // ToolQuota caps how many calls of one tool a ClaimNext may claim.

@@ -186,6 +186,12 @@ func keysetQuery(f store.ListFilter) (string, []any) {
 	if f.Tool != "" {
 		where, args = append(where, "tool = ?"), append(args, f.Tool)
 	}
+	if f.Code != "" {
+		// json_valid first: json_extract fails the whole query on a row
+		// that is not JSON.
+		where, args = append(where, "CASE WHEN json_valid(error_json) THEN json_extract(error_json, '$.code') END = ?"),
+			append(args, f.Code)
+	}
 	if f.KeyPrefix != "" {
 		where, args = append(where, "substr(idem_key, 1, length(?)) = ?"), append(args, f.KeyPrefix, f.KeyPrefix)
 	}

@@ -165,6 +165,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("TombstoneRacesCreate", func(t *testing.T) { testTombstoneRacesCreate(t, su) })
 	// filters.go
 	t.Run("ListFilters", func(t *testing.T) { testListFilters(t, su) })
+	t.Run("ListByCode", func(t *testing.T) { testListByCode(t, open) })
 	t.Run("Rates", func(t *testing.T) { testRates(t, su) })
 	// dedup.go
 	t.Run("IntentDedup", func(t *testing.T) { testIntentDedup(t, su) })
