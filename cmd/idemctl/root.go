@@ -88,6 +88,7 @@ see docs/cli.md, "Exit codes".`,
 		newCancelCmd(streams),
 		newRedriveCmd(streams),
 		newReconcileCmd(streams),
+		newResolveCmd(streams),
 		newMCPCmd(streams),
 	)
 	return root
