@@ -37,9 +37,6 @@ const (
 	policyRetry  = "retry"
 )
 
-// Audit events of the lookup policy, as docs/lifecycle.md names them.
-const eventLookupFound = "lookup_found"
-
 var unknownOutcomeScenario = scenario{
 	name:  unknownName,
 	title: "a downstream that ignores Idempotency-Key charges and loses its answer: on_unknown lookup asks it first and charges once, hold charges once and holds the call for an operator",
@@ -227,10 +224,10 @@ func runUnknownOutcome(ctx context.Context, e *env, rep *Report) error {
 	case look.CallID == "":
 	case look.Status != wire.StatusSucceeded:
 		rep.fail("charge_lookup ended %s (%s), want succeeded from the lookup", look.Status, look.Error)
-	case countEvents(callEvents(rows.events, look.CallID), eventLookupFound) != 1:
-		rep.fail("charge_lookup: the audit has no %s row: the call did not succeed by the lookup", eventLookupFound)
+	case countEvents(callEvents(rows.events, look.CallID), store.EventLookupFound) != 1:
+		rep.fail("charge_lookup: the audit has no %s row: the call did not succeed by the lookup", store.EventLookupFound)
 	default:
-		e.logf("charge_lookup: succeeded after a lookup found the charge (audit %s); the downstream holds 1 charge", eventLookupFound)
+		e.logf("charge_lookup: succeeded after a lookup found the charge (audit %s); the downstream holds 1 charge", store.EventLookupFound)
 	}
 	hold := finals[policyHold]
 	if ce := callCode(hold); hold.CallID != "" && (hold.Status != wire.StatusFailed || ce.Code != wire.CodeOutcomeUnknown || ce.Retryable) {
