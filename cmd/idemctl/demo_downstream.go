@@ -47,10 +47,11 @@ func newDemoDownstreamCmd(streams *IOStreams) *cobra.Command {
 		Short: "Run a demo downstream API with a ledger that honours Idempotency-Key (for http tools)",
 		Long: `Run a small HTTP service that stands for a payment API behind an http tool.
 Every POST, PUT, PATCH or DELETE (any path, JSON body) is a charge in an
-in-memory ledger, read with GET /ledger. GET /charges?idempotency_key=K
-looks one up (200, or 404 when no charge was made with K); GET
-/charges?since=T lists them (RFC 3339 or Unix seconds), oldest first, in
-pages of {"data": [...], "next": URL} (no next on the last page).
+in-memory ledger, read with GET /ledger. A GET on a path reads the charges
+made on it: GET /charges?idempotency_key=K looks one up (200, or 404 when
+none was made with K); GET /charges?since=T lists them (RFC 3339 or Unix
+seconds), oldest first, in pages of {"data": [...], "next": URL} (no next
+on the last page).
 
 A request whose Idempotency-Key was seen before gets the first answer again
 (header Idempotent-Replayed: true) and records nothing; the same key with a

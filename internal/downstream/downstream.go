@@ -5,8 +5,9 @@
 // holds one charge. With IgnoreKeys it records every request instead, the
 // contrast that shows why the key matters.
 //
-// GET /charges reads the ledger the way a payment API's list and lookup
-// routes do (for an http tool's lookup and reconcile blocks), and
+// A GET on a path reads the charges made on it the way a payment API's
+// list and lookup routes do (for an http tool's lookup and reconcile
+// blocks), and
 // LoseAnswers stages the ambiguous failure those exist for: the charge is
 // made, then the connection is dropped before the answer is written.
 //
@@ -125,12 +126,13 @@ func (s *Server) Ledger() []Charge {
 	return append([]Charge(nil), s.charges...)
 }
 
-// Handler serves GET /ledger, GET /charges (list and lookup) and
-// POST/PUT/PATCH/DELETE on any path (each one a charge).
+// Handler serves GET /ledger, GET on any other path (the list and lookup
+// of the charges made on it) and POST/PUT/PATCH/DELETE on any path (each
+// one a charge).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /ledger", s.handleLedger)
-	mux.HandleFunc("GET /charges", s.handleCharges)
+	mux.HandleFunc("GET /", s.handleCharges)
 	mux.HandleFunc("/", s.handleCharge)
 	return mux
 }
@@ -144,8 +146,8 @@ func (s *Server) handleCharge(w http.ResponseWriter, r *http.Request) {
 	switch r.Method {
 	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
 	default:
-		w.Header().Set(wire.HeaderAllow, "POST, PUT, PATCH, DELETE")
-		writeError(w, http.StatusMethodNotAllowed, wire.CodeMethodNotAllowed, "charges are made with POST, PUT, PATCH or DELETE; read the ledger with GET /ledger")
+		w.Header().Set(wire.HeaderAllow, "GET, POST, PUT, PATCH, DELETE")
+		writeError(w, http.StatusMethodNotAllowed, wire.CodeMethodNotAllowed, "charges are made with POST, PUT, PATCH or DELETE and listed with GET; read the whole ledger with GET /ledger")
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
@@ -225,22 +227,24 @@ const (
 	MaxPageSize = 1000
 )
 
-// Page is one page of GET /charges: the records made at or after since,
-// oldest first, and the URL of the next page ("" on the last).
+// Page is one page of a list (GET /charges): the records made on the path
+// at or after since, oldest first, and the URL of the next page ("" on the
+// last).
 type Page struct {
 	Data []Charge `json:"data"`
 	Next string   `json:"next,omitempty"`
 }
 
-// handleCharges is the list route (GET /charges?since=T, paged with limit
-// and after) and, with idempotency_key=K, the lookup route: 200 with the
-// first charge made with K, 404 when there is none.
+// handleCharges is the list route of the charges made on the request's
+// path (GET /charges?since=T, paged with limit and after) and, with
+// idempotency_key=K, its lookup route: 200 with the first of them made
+// with K, 404 when there is none.
 func (s *Server) handleCharges(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	if q.Has("idempotency_key") {
 		key := q.Get("idempotency_key")
 		for _, c := range s.Ledger() {
-			if key != "" && c.Key == key {
+			if key != "" && c.Key == key && c.Path == r.URL.Path {
 				writeJSON(w, http.StatusOK, c)
 				return
 			}
@@ -280,7 +284,7 @@ func (s *Server) handleCharges(w http.ResponseWriter, r *http.Request) {
 	ledger := s.Ledger()
 	page := Page{Data: []Charge{}}
 	for i := after; i < len(ledger); i++ {
-		if ledger[i].At.Before(since) {
+		if ledger[i].Path != r.URL.Path || ledger[i].At.Before(since) {
 			continue
 		}
 		if len(page.Data) == limit {

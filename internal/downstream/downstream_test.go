@@ -94,13 +94,14 @@ func TestBadRequests(t *testing.T) {
 	if s, _, _ := post(t, ts.URL+"/refunds", "k", `"`+strings.Repeat("x", MaxBody)+`"`); s != 413 {
 		t.Fatalf("too large: %d", s)
 	}
-	resp, err := http.Get(ts.URL + "/refunds")
+	req, _ := http.NewRequest(http.MethodOptions, ts.URL+"/refunds", nil)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
 	if resp.StatusCode != 405 {
-		t.Fatalf("GET /refunds: %d", resp.StatusCode)
+		t.Fatalf("OPTIONS /refunds: %d", resp.StatusCode)
 	}
 	if n := ledgerCount(t, ts.URL); n != 0 {
 		t.Fatalf("refused requests charged: %d", n)
@@ -123,15 +124,22 @@ func getJSON(t *testing.T, url string, v any) int {
 }
 
 // TestLookup: GET /charges?idempotency_key=K finds the first charge made
-// with K (200), and answers 404 for a key never used.
+// with K on /charges (200), and answers 404 for a key never used there.
 func TestLookup(t *testing.T) {
 	t.Parallel()
 	ts := httptest.NewServer(New(true).Handler())
 	defer ts.Close()
+	var c Charge
 	post(t, ts.URL+"/charges", "eff_a", `{"amount": 1}`)
 	post(t, ts.URL+"/charges", "eff_b", `{"amount": 2}`)
 	post(t, ts.URL+"/charges", "eff_a", `{"amount": 3}`)
-	var c Charge
+	post(t, ts.URL+"/refunds", "eff_r", `{"amount": 4}`)
+	if s := getJSON(t, ts.URL+"/refunds?idempotency_key=eff_r", &c); s != 200 || c.ID != "ch_4" {
+		t.Fatalf("lookup eff_r on /refunds: %d %+v", s, c)
+	}
+	if s := getJSON(t, ts.URL+"/charges?idempotency_key=eff_r", nil); s != 404 {
+		t.Fatalf("lookup eff_r on /charges: %d, want 404 (made on /refunds)", s)
+	}
 	if s := getJSON(t, ts.URL+"/charges?idempotency_key=eff_a", &c); s != 200 || c.ID != "ch_1" || c.Key != "eff_a" {
 		t.Fatalf("lookup eff_a: %d %+v", s, c)
 	}
@@ -154,6 +162,7 @@ func TestListPages(t *testing.T) {
 	defer ts.Close()
 	for i := range 7 {
 		post(t, ts.URL+"/charges", "eff_"+string(rune('a'+i)), `{"amount": 1}`)
+		post(t, ts.URL+"/refunds", "eff_r"+string(rune('a'+i)), `{"amount": 1}`) // listed on /refunds only
 	}
 	var ids []string
 	next := "/charges?limit=3"
@@ -169,15 +178,15 @@ func TestListPages(t *testing.T) {
 		}
 		next = p.Next
 	}
-	if pages != 3 || strings.Join(ids, ",") != "ch_1,ch_2,ch_3,ch_4,ch_5,ch_6,ch_7" {
+	if pages != 3 || strings.Join(ids, ",") != "ch_1,ch_3,ch_5,ch_7,ch_9,ch_11,ch_13" {
 		t.Fatalf("%d pages, records %v", pages, ids)
 	}
 
 	// since: RFC 3339 and Unix seconds; a time after every charge lists none.
-	cut := ds.Ledger()[4].At
+	cut := ds.Ledger()[8].At // ch_9
 	var p Page
 	getJSON(t, ts.URL+"/charges?since="+cut.Format(time.RFC3339Nano), &p)
-	if len(p.Data) != 3 || p.Data[0].ID != "ch_5" {
+	if len(p.Data) != 3 || p.Data[0].ID != "ch_9" {
 		t.Fatalf("since %s: %+v", cut, p.Data)
 	}
 	getJSON(t, ts.URL+"/charges?since="+strconv.FormatInt(time.Now().Add(time.Hour).Unix(), 10), &p)
