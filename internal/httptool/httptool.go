@@ -257,14 +257,7 @@ func (t *Tool) Run(ctx context.Context, inv tool.Invocation) (tool.Outcome, erro
 		req.Header.Set(h.Name, h.Value.Reveal())
 	}
 	req.Header.Set("Content-Type", "application/json")
-	// Not under its canonical name: net/http treats a request whose
-	// header map has "Idempotency-Key" as safe to send again, and does so
-	// by itself when a reused connection closes before the answer. That
-	// resend is unseen here: against a downstream that ignores keys it is a
-	// second effect no on_unknown policy could stop. Names are
-	// case-insensitive on the wire; a request never written at all is
-	// still retried on a fresh connection.
-	req.Header[idempotencyKeyWire] = []string{effectID}
+	req.Header.Set(HeaderIdempotencyKey, effectID)
 	req.Header.Set(HeaderCallID, inv.CallID)
 	req.Header.Set(HeaderAttempt, strconv.FormatInt(inv.Attempt, 10))
 	// sent tells a failure before the downstream had the whole request
@@ -328,10 +321,6 @@ func (t *Tool) transportFailure(ctx, actx context.Context, log *slog.Logger, wha
 	}
 	return failure(code, retryable, 0, what+reason), nil
 }
-
-// idempotencyKeyWire is the header map key the Idempotency-Key is sent
-// under (Run says why it is not the canonical one).
-var idempotencyKeyWire = strings.ToLower(HeaderIdempotencyKey)
 
 // lostConnection reports whether err is the connection closing under the
 // request (reset, broken pipe, EOF): after the whole request was written,
