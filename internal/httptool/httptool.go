@@ -253,6 +253,13 @@ func (t *Tool) Run(ctx context.Context, inv tool.Invocation) (tool.Outcome, erro
 	if err != nil {
 		return tool.Outcome{}, fmt.Errorf("httptool: %s: building the request: %w", t.cfg.Name, err)
 	}
+	// net/http resends a request that carries an Idempotency-Key, on a
+	// new connection, when a reused one closes before the answer, if it
+	// can rewind the body. That second request would be invisible here:
+	// against a downstream that ignores keys, a second effect, and the
+	// lost answer would never be recorded as outcome_unknown. Without
+	// GetBody, the attempt sends its request once.
+	req.GetBody = nil
 	for _, h := range t.cfg.Headers {
 		req.Header.Set(h.Name, h.Value.Reveal())
 	}
