@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/store/sqlite"
 	"github.com/idemctl/idemctl/internal/tool"
 	"github.com/idemctl/idemctl/internal/toolreg"
 	"github.com/idemctl/idemctl/internal/wire"
@@ -332,4 +335,48 @@ func TestResolveRefused(t *testing.T) {
 	if after := b.get(wire.CallPath(held.CallID)).call(t); after.Status != store.StatusFailed || string(after.Error) != string(held.Error) {
 		t.Fatalf("bad resolves changed the held call: %+v", after)
 	}
+}
+
+// TestHoldAbandoned: a call whose attempt was abandoned in flight (here
+// released as a dead owner's, before this server started) is held at its
+// next claim without sending anything: failed outcome_unknown, case
+// abandoned, not retryable.
+func TestHoldAbandoned(t *testing.T) {
+	t.Parallel()
+	d := newKeylessDownstream(t)
+	db := filepath.Join(t.TempDir(), "idem.db")
+	st, err := sqlite.Open(t.Context(), db, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _, err := st.CreateOrGet(t.Context(), store.NewCall{CallID: "c_00000000000abcde", IdemKey: "abandoned",
+		Fingerprint: strings.Repeat("ab", 32), Tool: "pay", ArgsJSON: json.RawMessage(`{"amount":5}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := st.ClaimNext(t.Context(), "dead-owner", time.Hour, 1)
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("claim: %v %v", claimed, err)
+	}
+	if err := st.Release(t.Context(), store.LeaseOf(claimed[0]), "owner process gone"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b := setupOn(t, db, func(cfg *Config) { cfg.Tools = unknownTools(t, d, toolreg.OnUnknownHold) })
+	got := b.waitFinal(c.CallID)
+	var e wire.CallError
+	if err := json.Unmarshal(got.Error, &e); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != store.StatusFailed || got.Attempt != 2 || e.Code != wire.CodeOutcomeUnknown || e.Retryable ||
+		e.Unknown != wire.UnknownAbandoned {
+		t.Fatalf("call %+v error %+v; want failed at attempt 2, outcome_unknown abandoned, not retryable", got, e)
+	}
+	if r := d.requests(); len(r) != 0 {
+		t.Fatalf("downstream saw %v; want nothing sent", r)
+	}
+	wantEvents(t, b.events(c.CallID), store.EventCreated, store.EventClaimed, store.EventOutcomeUnknown, store.EventRecover,
+		store.EventClaimed, store.EventFailed)
 }
