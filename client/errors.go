@@ -38,6 +38,9 @@ var (
 	// ErrAlreadyFinal: Cancel found the call already ended
 	// (already_final, HTTP 409).
 	ErrAlreadyFinal = errors.New(wire.CodeAlreadyFinal)
+	// ErrNotResolvable: Resolve found a call that is not failed with code
+	// outcome_unknown (not_resolvable, HTTP 409); nothing changed.
+	ErrNotResolvable = errors.New(wire.CodeNotResolvable)
 	// ErrRetryExhausted: no attempt of a POST got an answer that settled
 	// it; the call may or may not exist. Ask again with the same key.
 	ErrRetryExhausted = errors.New(wire.CodeRetryExhausted)
@@ -61,6 +64,7 @@ var sentinels = map[error]string{
 	ErrOverloaded:     wire.CodeOverloaded,
 	ErrUnavailable:    wire.CodeUnavailable,
 	ErrAlreadyFinal:   wire.CodeAlreadyFinal,
+	ErrNotResolvable:  wire.CodeNotResolvable,
 	ErrRetryExhausted: wire.CodeRetryExhausted,
 	ErrUnknown:        wire.CodeUnknown,
 	ErrDeadline:       wire.CodeDeadlineExceeded,

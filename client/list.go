@@ -20,6 +20,9 @@ type ListOptions struct {
 	Status Status
 	// Tool keeps only calls of this tool.
 	Tool string
+	// Code keeps only calls whose error has this code (a failed call's,
+	// or the failure a pending call waits out), e.g. CodeOutcomeUnknown.
+	Code string
 	// KeyPrefix keeps only calls whose idempotency key starts with it
 	// (byte for byte).
 	KeyPrefix string
@@ -81,6 +84,9 @@ func (c *Client) ListPage(ctx context.Context, o ListOptions) (Page, error) {
 	}
 	if o.Tool != "" {
 		q.Set("tool", o.Tool)
+	}
+	if o.Code != "" {
+		q.Set("code", o.Code)
 	}
 	if o.KeyPrefix != "" {
 		q.Set("key_prefix", o.KeyPrefix)

@@ -60,6 +60,7 @@ const (
 	CodeHostNotAllowed        = wire.CodeHostNotAllowed
 	CodeAuthThrottled         = wire.CodeAuthThrottled
 	CodeToolForbidden         = wire.CodeToolForbidden
+	CodeNotResolvable         = wire.CodeNotResolvable
 	CodeInternal              = wire.CodeInternal
 
 	CodeToolFailed            = wire.CodeToolFailed
@@ -71,6 +72,8 @@ const (
 	CodeInvalidArgs           = wire.CodeInvalidArgs
 	CodeCanceled              = wire.CodeCanceled
 	CodeResultTooLarge        = wire.CodeResultTooLarge
+	CodeOutcomeUnknown        = wire.CodeOutcomeUnknown
+	CodeResolvedFailed        = wire.CodeResolvedFailed
 
 	// The client's own verdicts, never sent by the server.
 	CodeRetryExhausted   = wire.CodeRetryExhausted

@@ -15,6 +15,7 @@ type callsOptions struct {
 	Token  string // bearer token; never printed
 	Status string
 	Tool   string
+	Code   string
 	Limit  int
 	After  string
 	All    bool
@@ -41,6 +42,7 @@ as "next: CURSOR" (pass it to --after).`,
 	addServerFlags(f, &opts.Base, &opts.Token)
 	f.StringVar(&opts.Status, "status", "", "only calls in this status: pending, running, succeeded or failed")
 	f.StringVar(&opts.Tool, "tool", "", "only calls of this tool")
+	f.StringVar(&opts.Code, "code", "", "only calls whose error has this code (e.g. outcome_unknown: calls held for idemctl resolve)")
 	f.IntVar(&opts.Limit, "limit", 50, "calls per page (1 to 500)")
 	f.StringVar(&opts.After, "after", "", "start after this cursor (the \"next\" of a previous page)")
 	f.BoolVar(&opts.All, "all", false, "follow every page to the oldest call")
@@ -54,7 +56,7 @@ func runCalls(ctx context.Context, opts *callsOptions, streams *IOStreams) error
 	if err != nil {
 		return err
 	}
-	lo := client.ListOptions{Status: client.Status(opts.Status), Tool: opts.Tool, Limit: opts.Limit, After: opts.After}
+	lo := client.ListOptions{Status: client.Status(opts.Status), Tool: opts.Tool, Code: opts.Code, Limit: opts.Limit, After: opts.After}
 	if opts.All {
 		for call, err := range c.List(ctx, lo) {
 			if err != nil {

@@ -18,6 +18,8 @@ import (
 type demoDownstreamOptions struct {
 	Listen      string
 	IgnoreKeys  bool
+	LoseAnswers float64
+	LoseSeed    uint64
 	AllowRemote bool
 }
 
@@ -25,6 +27,9 @@ type demoDownstreamOptions struct {
 func (o *demoDownstreamOptions) Validate() error {
 	if o.Listen == "" {
 		return errors.New("--listen is required")
+	}
+	if !(o.LoseAnswers >= 0 && o.LoseAnswers <= 1) { // NaN fails both
+		return fmt.Errorf("--lose-answers must be a probability from 0 to 1, got %v", o.LoseAnswers)
 	}
 	if !o.AllowRemote {
 		if err := netutil.CheckLoopback(o.Listen); err != nil {
@@ -42,13 +47,20 @@ func newDemoDownstreamCmd(streams *IOStreams) *cobra.Command {
 		Short: "Run a demo downstream API with a ledger that honours Idempotency-Key (for http tools)",
 		Long: `Run a small HTTP service that stands for a payment API behind an http tool.
 Every POST, PUT, PATCH or DELETE (any path, JSON body) is a charge in an
-in-memory ledger, read with GET /ledger.
+in-memory ledger, read with GET /ledger. A GET on a path reads the charges
+made on it: GET /charges?idempotency_key=K looks one up (200, or 404 when
+none was made with K); GET /charges?since=T lists them (RFC 3339 or Unix
+seconds), oldest first, in pages of {"data": [...], "next": URL} (no next
+on the last page).
 
 A request whose Idempotency-Key was seen before gets the first answer again
 (header Idempotent-Replayed: true) and records nothing; the same key with a
 different method, path or body is refused with 422 idempotency_key_reused.
 --ignore-keys records every request instead: the contrast that shows what a
 downstream without keys does when idemctl runs a call twice.
+--lose-answers P makes the charge, then closes the connection without an
+answer, with probability P (draws seeded by --lose-seed): the lost answer
+that makes an outcome unknown.
 
 Loopback only unless --allow-remote. See docs/tools.md, "The demo downstream".`,
 		Args: cobra.NoArgs,
@@ -62,6 +74,8 @@ Loopback only unless --allow-remote. See docs/tools.md, "The demo downstream".`,
 	f := cmd.Flags()
 	f.StringVar(&opts.Listen, "listen", "127.0.0.1:9000", "address to listen on (loopback only, unless --allow-remote; port 0 picks a free one)")
 	f.BoolVar(&opts.IgnoreKeys, "ignore-keys", false, "record every request, ignoring Idempotency-Key (the contrast)")
+	f.Float64Var(&opts.LoseAnswers, "lose-answers", 0, "probability (0 to 1) that a charge is made but its answer lost: the connection closes without one")
+	f.Uint64Var(&opts.LoseSeed, "lose-seed", 1, "seed of the --lose-answers draws (the same seed loses the same answers)")
 	f.BoolVar(&opts.AllowRemote, "allow-remote", false, "allow a --listen address that is not loopback")
 	return cmd
 }
@@ -73,13 +87,21 @@ func runDemoDownstream(ctx context.Context, o *demoDownstreamOptions, streams *I
 	if err != nil {
 		return fmt.Errorf("cannot listen on %s: %w", o.Listen, err)
 	}
+	ds, err := downstream.NewWith(downstream.Options{IgnoreKeys: o.IgnoreKeys, LoseAnswers: o.LoseAnswers, Seed: o.LoseSeed})
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
 	mode := "Idempotency-Key honoured"
 	if o.IgnoreKeys {
 		mode = "Idempotency-Key ignored"
 	}
+	if o.LoseAnswers > 0 {
+		mode += fmt.Sprintf(", answers lost with probability %v", o.LoseAnswers)
+	}
 	// Scripts and tests read the real address (with port 0) from this line.
 	fmt.Fprintf(streams.ErrOut, "idemctl demo-downstream on http://%s (%s; ledger: GET /ledger)\n", ln.Addr(), mode)
-	srv := &http.Server{Handler: downstream.New(o.IgnoreKeys).Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: ds.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	select {

@@ -43,7 +43,7 @@ func TestFaultOptionsAllSelectsEveryScenario(t *testing.T) {
 	if err := opts.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(opts.names, fault.Names()) || len(opts.names) != 8 || !slices.Contains(opts.names, "downstream") || !slices.Contains(opts.names, "mcp-upstream") {
+	if !slices.Equal(opts.names, fault.Names()) || len(opts.names) != 9 || !slices.Contains(opts.names, "downstream") || !slices.Contains(opts.names, "mcp-upstream") || !slices.Contains(opts.names, "unknown-outcome") {
 		t.Fatalf("names = %v", opts.names)
 	}
 	opts.All, opts.Concurrency = false, 1

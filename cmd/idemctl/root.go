@@ -87,6 +87,8 @@ see docs/cli.md, "Exit codes".`,
 		newCallsCmd(streams),
 		newCancelCmd(streams),
 		newRedriveCmd(streams),
+		newReconcileCmd(streams),
+		newResolveCmd(streams),
 		newMCPCmd(streams),
 	)
 	return root

@@ -184,3 +184,38 @@ func TestDemoDownstream(t *testing.T) {
 		}
 	}
 }
+
+// TestDemoDownstreamLoseAnswers: with --lose-answers 1 a charge is made but
+// its answer is lost (the connection closes), and GET /charges finds it by
+// key; a probability outside 0..1 is a usage error.
+func TestDemoDownstreamLoseAnswers(t *testing.T) {
+	t.Parallel()
+	for _, p := range []string{"1.5", "-1", "NaN"} {
+		_, errOut, code := cliRun(t, "demo-downstream", "--listen", "127.0.0.1:0", "--lose-answers", p)
+		if code != exitcode.Usage || !strings.Contains(errOut, "--lose-answers") {
+			t.Fatalf("--lose-answers %s: exit %d, stderr %q", p, code, errOut)
+		}
+	}
+	addr := freeAddr(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan int, 1)
+	go func() {
+		_, _, code := cliRunCtx(ctx, t, "demo-downstream", "--listen", addr, "--ignore-keys", "--lose-answers", "1")
+		done <- code
+	}()
+	defer func() { cancel(); <-done }()
+	getUntilUp(t, "http://"+addr+"/ledger")
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/charges", strings.NewReader(`{"amount": 5}`))
+	req.Header.Set("Idempotency-Key", "eff_lost")
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("the answer came: %d", resp.StatusCode)
+	}
+	var c struct {
+		ID  string `json:"id"`
+		Key string `json:"idempotency_key"`
+	}
+	if err := json.Unmarshal(getUntilUp(t, "http://"+addr+"/charges?idempotency_key=eff_lost"), &c); err != nil || c.ID != "ch_1" || c.Key != "eff_lost" {
+		t.Fatalf("lookup after a lost answer: %v %+v", err, c)
+	}
+}

@@ -79,6 +79,9 @@ type callData struct {
 	Cancelable bool
 	// Notice is the outcome of a cancel just made.
 	Notice string
+	// NeedsAttention: the call failed with code outcome_unknown, and only
+	// an operator can settle it (store.Resolvable).
+	NeedsAttention bool
 }
 
 // cancelNotices are the messages a cancel's redirect may ask the call
@@ -123,7 +126,8 @@ func (c *console) call(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := callData{Call: call, Timeline: timeline(events), Curl: c.curl(r, call.CallID),
-		Cancelable: !call.Status.Final(), Notice: cancelNotices[r.URL.Query().Get("cancel")]}
+		Cancelable: !call.Status.Final(), Notice: cancelNotices[r.URL.Query().Get("cancel")],
+		NeedsAttention: store.Resolvable(call)}
 	if eff, err := c.cfg.Store.EffectOf(ctx, call.CallID); err == nil {
 		d.Effect = &eff
 	} else if !errors.Is(err, store.ErrNotFound) {

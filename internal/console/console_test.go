@@ -316,3 +316,39 @@ func TestLegacyRedirect(t *testing.T) {
 		}
 	}
 }
+
+// TestNeedsAttention: a failed outcome_unknown call (held for an operator)
+// is listed under "Needs attention" on the overview, and its call page
+// says so with the resolve command; another failure is not, and neither
+// is another principal's held call.
+func TestNeedsAttention(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0, true)
+	held := b.create(t, "alice", "held", "pay", `{}`)
+	known := b.create(t, "alice", "known", "pay", `{}`)
+	theirs := b.create(t, "bob", "theirs-held", "pay", `{}`)
+	claimed := b.claim(t, "o")
+	for id, errJSON := range map[string]string{
+		held.CallID:   `{"code":"outcome_unknown","message":"held","retryable":false,"unknown":"reset_after_send"}`,
+		known.CallID:  `{"code":"downstream_rejected","message":"no","retryable":false}`,
+		theirs.CallID: `{"code":"outcome_unknown","message":"held","retryable":false,"unknown":"abandoned"}`,
+	} {
+		if _, err := b.st.Fail(t.Context(), store.Completion{Lease: store.LeaseOf(claimed[id]), Error: json.RawMessage(errJSON)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := b.get(t, "/ui", "tok-alice")
+	att := text(byID(t, r.doc, "attention"))
+	if !strings.Contains(att, held.CallID) || strings.Contains(att, known.CallID) || strings.Contains(att, theirs.CallID) ||
+		!strings.Contains(att, "idemctl resolve") {
+		t.Errorf("needs attention %q: want alice's held call only, and how to resolve it", att)
+	}
+	r = b.get(t, "/ui/calls/"+held.CallID, "tok-alice")
+	if n := textByID(t, r.doc, "needs-attention"); !strings.Contains(n, "idemctl resolve "+held.CallID+" --succeeded") {
+		t.Errorf("held call page notice %q: want the resolve command", n)
+	}
+	r = b.get(t, "/ui/calls/"+known.CallID, "tok-alice")
+	if len(find(r.doc, "", "id", "needs-attention")) != 0 {
+		t.Error("a known failure's page says it needs attention")
+	}
+}

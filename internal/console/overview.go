@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // recentFailures is how many failed calls the overview lists.
@@ -18,6 +19,11 @@ type overviewData struct {
 	Rates    rateChart
 	Attempts attemptChart
 	Failures []store.Call
+	// Attention are the principal's calls that need an operator: failed
+	// with code outcome_unknown (held by on_unknown: hold, or any other
+	// whose outcome idemctl could not learn), to settle with idemctl
+	// resolve.
+	Attention []store.Call
 	// Now is when the page was read (UTC), shown as "updated".
 	Now string
 }
@@ -52,6 +58,12 @@ func (c *console) overview(w http.ResponseWriter, r *http.Request) {
 	d.Attempts = newAttemptChart(attempts)
 	if d.Failures, err = c.cfg.Store.ListCalls(ctx, store.ListFilter{
 		Principal: &principal, Status: store.StatusFailed, Limit: recentFailures,
+	}); err != nil {
+		c.storeError(w, r, err)
+		return
+	}
+	if d.Attention, err = c.cfg.Store.ListCalls(ctx, store.ListFilter{
+		Principal: &principal, Status: store.StatusFailed, Code: wire.CodeOutcomeUnknown, Limit: recentFailures,
 	}); err != nil {
 		c.storeError(w, r, err)
 		return

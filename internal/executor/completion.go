@@ -19,9 +19,12 @@ import (
 // A retryable failure of an attempt below the tool's MaxAttempts is not
 // recorded as failed: ScheduleRetry puts the call back to pending until
 // now + retryDelay (docs/lifecycle.md, "Server-side retries"); the call
-// returned is then pending.
-func (e *Executor) commit(c store.Call, out tool.Outcome, extensions int64) (store.Call, error) {
-	comp := store.Completion{Lease: store.Lease{CallID: c.CallID, Owner: e.owner, Attempt: c.Attempt}, Extensions: extensions}
+// returned is then pending. unsettled: the outcome was decided without an
+// attempt and leaves an earlier one's unknown outcome as it is
+// (store.Completion.Unsettled).
+func (e *Executor) commit(c store.Call, out tool.Outcome, unsettled bool, extensions int64) (store.Call, error) {
+	comp := store.Completion{Lease: store.Lease{CallID: c.CallID, Owner: e.owner, Attempt: c.Attempt}, Extensions: extensions,
+		Unsettled: unsettled}
 	if out.Err != nil {
 		raw, err := storedError(out.Err)
 		if err != nil {

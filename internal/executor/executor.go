@@ -83,6 +83,9 @@ type Executor struct {
 	// policy is Config.Policies with defaults (policy.go): retries and
 	// per-tool caps.
 	policy func(tool string) ToolPolicy
+	// lookupFn asks a tool's downstream whether a call's effect happened
+	// (the registry's LookupEffect; unknown.go).
+	lookupFn func(ctx context.Context, inv tool.Invocation) (tool.LookupAnswer, error)
 	// runToolFn, if set, replaces builtin.Run (tests).
 	runToolFn func(ctx context.Context, inv tool.Invocation) (tool.Outcome, error)
 	onFinal   func(callID string) // a completion committed

@@ -29,6 +29,10 @@ type ToolPolicy struct {
 	// Concurrency caps how many calls of this tool this server runs at
 	// once, within the global --workers. 0 means only the global bound.
 	Concurrency int
+	// OnUnknown is the tool's on_unknown (toolreg.OnUnknownPolicies):
+	// what happens before a new attempt of a call whose previous
+	// attempt's outcome is unknown (unknown.go). "" means retry.
+	OnUnknown string
 }
 
 // DefaultToolPolicy is the policy of every tool when Config.Policies is
@@ -51,6 +55,7 @@ func registryPolicies(reg *toolreg.Registry) func(tool string) ToolPolicy {
 			InitialBackoff: t.Retry.InitialBackoff,
 			MaxBackoff:     t.Retry.MaxBackoff,
 			Concurrency:    t.Concurrency,
+			OnUnknown:      t.OnUnknown,
 		}
 	}
 }

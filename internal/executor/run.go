@@ -38,7 +38,25 @@ func (e *Executor) execute(c store.Call) {
 	toolCtx, lose := context.WithCancelCause(e.workCtx)
 	defer lose(nil)
 	beat := e.startHeartbeat(c, log, lose)
-	args, out, ran := e.runTool(toolCtx, c, log)
+	var (
+		args      map[string]any
+		out       tool.Outcome
+		ran       bool
+		unsettled bool
+	)
+	switch s, decided, uns := e.beforeAttempt(toolCtx, c, log); s {
+	case giveUp:
+		beat.stop()
+		if e.workCtx.Err() != nil {
+			e.abandon(c, log)
+		}
+		return
+	case recordOutcome:
+		out, ran, unsettled = decided, true, uns
+	default:
+		args, out, ran = e.runTool(toolCtx, c, log)
+		out = e.holdUnknown(c, out)
+	}
 	// The beats end with the tool, before the chaos pause and the
 	// beforeCommit hook: those stand for a worker frozen past its lease,
 	// and a frozen worker does not extend it.
@@ -81,7 +99,7 @@ func (e *Executor) execute(c store.Call) {
 		e.beforeCommit(e.workCtx, c)
 	}
 
-	done, err := e.commit(c, out, extensions)
+	done, err := e.commit(c, out, unsettled, extensions)
 	switch {
 	case errors.Is(err, store.ErrFenced):
 		// Another worker took the call over after our lease expired; its

@@ -97,6 +97,7 @@ func New(cfg Config, d Deps) (*Executor, error) {
 		onFinal:         d.OnFinal,
 		running:         newRunningCalls(),
 		tools:           d.Tools,
+		lookupFn:        d.Tools.LookupEffect,
 		maxResult:       cfg.MaxResultBytes,
 		log:             d.Logger,
 		m:               m,

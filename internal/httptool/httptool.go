@@ -119,6 +119,9 @@ type Config struct {
 	// them gets them replaced by "[redacted]" in the result, in the
 	// error's body and in the server log (docs/tools.md, "The http kind").
 	Redact []Secret
+	// Lookup, if set, is how to ask the downstream whether a call's
+	// effect happened (Tool.Lookup); checked and defaulted by New.
+	Lookup *LookupConfig
 	// Transport, if set, replaces the default transport (tests).
 	Transport http.RoundTripper
 }
@@ -145,6 +148,13 @@ func New(cfg Config) (*Tool, error) {
 		if err := checkHeader(h); err != nil {
 			return nil, fmt.Errorf("headers.%s: %w", h.Name, err)
 		}
+	}
+	if cfg.Lookup != nil {
+		lc := *cfg.Lookup
+		if err := checkLookup(&lc); err != nil {
+			return nil, fmt.Errorf("lookup.%w", err)
+		}
+		cfg.Lookup = &lc
 	}
 	if cfg.Timeout < 0 {
 		return nil, fmt.Errorf("timeout: must not be negative, got %s", cfg.Timeout)
@@ -243,6 +253,13 @@ func (t *Tool) Run(ctx context.Context, inv tool.Invocation) (tool.Outcome, erro
 	if err != nil {
 		return tool.Outcome{}, fmt.Errorf("httptool: %s: building the request: %w", t.cfg.Name, err)
 	}
+	// net/http resends a request that carries an Idempotency-Key, on a
+	// new connection, when a reused one closes before the answer, if it
+	// can rewind the body. That second request would be invisible here:
+	// against a downstream that ignores keys, a second effect, and the
+	// lost answer would never be recorded as outcome_unknown. Without
+	// GetBody, the attempt sends its request once.
+	req.GetBody = nil
 	for _, h := range t.cfg.Headers {
 		req.Header.Set(h.Name, h.Value.Reveal())
 	}
@@ -365,17 +382,7 @@ func (t *Tool) outcome(resp *http.Response, data []byte, callID, effectID string
 			return failure(CodeDownstreamError, false, code,
 				fmt.Sprintf("downstream answered %d with a body over %d bytes", code, t.cfg.MaxBody)), nil
 		}
-		var buf bytes.Buffer
-		enc := json.NewEncoder(&buf)
-		enc.SetEscapeHTML(false) // the body is stored as the downstream sent it
-		if err := enc.Encode(result{Status: code, Body: t.bodyJSON(data), EffectID: effectID}); err != nil {
-			return tool.Outcome{}, fmt.Errorf("httptool: encoding the result: %w", err)
-		}
-		out := tool.Outcome{Result: bytes.TrimRight(buf.Bytes(), "\n")}
-		if t.cfg.Effect {
-			out.Effect = &store.Effect{EffectID: effectID, CallID: callID, Tool: t.cfg.Name}
-		}
-		return out, nil
+		return t.success(code, data, callID, effectID)
 	case code == http.StatusRequestTimeout, code == http.StatusTooEarly, code == http.StatusTooManyRequests,
 		code >= 500 && code <= 599:
 		out := failure(CodeDownstreamError, true, code, fmt.Sprintf("downstream answered %d", code))
@@ -402,6 +409,23 @@ func (t *Tool) outcome(resp *http.Response, data []byte, callID, effectID string
 		return out, nil
 	}
 	return failure(CodeDownstreamError, false, code, fmt.Sprintf("downstream answered with status %d", code)), nil
+}
+
+// success is the outcome of a 2xx answer (or of a lookup's found answer):
+// the result {"status", "body", "effect_id"} and, for a tool with an
+// effect, the effect row.
+func (t *Tool) success(code int, data []byte, callID, effectID string) (tool.Outcome, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // the body is stored as the downstream sent it
+	if err := enc.Encode(result{Status: code, Body: t.bodyJSON(data), EffectID: effectID}); err != nil {
+		return tool.Outcome{}, fmt.Errorf("httptool: encoding the result: %w", err)
+	}
+	out := tool.Outcome{Result: bytes.TrimRight(buf.Bytes(), "\n")}
+	if t.cfg.Effect {
+		out.Effect = &store.Effect{EffectID: effectID, CallID: callID, Tool: t.cfg.Name}
+	}
+	return out, nil
 }
 
 // result is a successful call's result. A struct, so the member order is

@@ -132,3 +132,34 @@ func TestLostMidAnswer(t *testing.T) {
 		t.Fatalf("stored error %s", raw)
 	}
 }
+
+// TestLostAnswerOnReusedConnectionSentOnce: an attempt whose request goes
+// out on a kept-alive connection, and whose answer is lost, is
+// outcome_unknown after exactly one request. net/http would otherwise send
+// a request with an Idempotency-Key again by itself on a new connection:
+// a second effect at a downstream that ignores keys, and a lost answer
+// nobody records.
+func TestLostAnswerOnReusedConnectionSentOnce(t *testing.T) {
+	var n atomic.Int64
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) == 1 {
+			w.WriteHeader(http.StatusCreated) // the first attempt leaves the connection idle
+			return
+		}
+		if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+			conn.Close() // the request arrived; its answer is lost
+		}
+	}))
+	defer ts.Close()
+	tl := newTool(t, Config{URL: ts.URL, Timeout: 5 * time.Second})
+	if out, err := tl.Run(context.Background(), inv(1)); err != nil || out.Err != nil {
+		t.Fatalf("first attempt: %v %+v", err, out.Err)
+	}
+	out, err := tl.Run(context.Background(), inv(2))
+	if err != nil || out.Err == nil || out.Err.Code != CodeOutcomeUnknown || out.Err.Unknown != wire.UnknownResetAfterSend {
+		t.Fatalf("lost answer: %v %+v; want outcome_unknown reset_after_send", err, out.Err)
+	}
+	if got := n.Load(); got != 2 {
+		t.Fatalf("the downstream got %d requests, want 2 (one per attempt)", got)
+	}
+}

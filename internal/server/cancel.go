@@ -16,17 +16,22 @@ import (
 // codeAlreadyFinal answers a cancel of a call that had already ended.
 const codeAlreadyFinal = "already_final"
 
-// handleCallAction serves /v1/tool-calls/{call_id}/{action}: only
-// "cancel", by POST. (One pattern with a wildcard action, because a
+// handleCallAction serves /v1/tool-calls/{call_id}/{action}: "cancel"
+// and "resolve", by POST. (One pattern with a wildcard action, because a
 // literal ".../{call_id}/cancel" would overlap ".../by-key/{key...}" in
 // the mux.)
 func (s *Server) handleCallAction(w http.ResponseWriter, r *http.Request) {
-	if r.PathValue("action") != wire.ActionCancel {
+	action := r.PathValue("action")
+	if action != wire.ActionCancel && action != wire.ActionResolve {
 		s.handleNotFound(w, r)
 		return
 	}
 	if r.Method != http.MethodPost {
 		s.methodNotAllowed(http.MethodPost)(w, r)
+		return
+	}
+	if action == wire.ActionResolve {
+		s.handleResolve(w, r)
 		return
 	}
 	s.handleCancel(w, r)

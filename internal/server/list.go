@@ -48,10 +48,10 @@ func decodeCursor(s string) (store.Cursor, error) {
 }
 
 // listParams are the query parameters GET /v1/tool-calls knows.
-var listParams = map[string]bool{"status": true, "tool": true, "limit": true, "after": true,
+var listParams = map[string]bool{"status": true, "tool": true, "code": true, "limit": true, "after": true,
 	"key_prefix": true, "since": true, "until": true}
 
-// handleList is GET /v1/tool-calls?status=&tool=&key_prefix=&since=&until=&limit=&after= (docs/api.md,
+// handleList is GET /v1/tool-calls?status=&tool=&code=&key_prefix=&since=&until=&limit=&after= (docs/api.md,
 // "Listing calls"): the principal's calls, newest first, a page at a time.
 // Paging by cursor (keyset) is stable: calls created meanwhile sort before
 // the first page and never shift a later one.
@@ -60,12 +60,13 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	for name := range q {
 		if !listParams[name] {
 			writeError(w, s.log, http.StatusBadRequest, wire.CodeBadRequest,
-				"unknown query parameter "+strconv.Quote(name)+" (known: status, tool, key_prefix, since, until, limit, after)")
+				"unknown query parameter "+strconv.Quote(name)+" (known: status, tool, code, key_prefix, since, until, limit, after)")
 			return
 		}
 	}
 	principal := principalOf(r.Context())
-	f := store.ListFilter{Principal: &principal, Limit: DefaultListLimit, Tool: q.Get("tool"), KeyPrefix: q.Get("key_prefix")}
+	f := store.ListFilter{Principal: &principal, Limit: DefaultListLimit, Tool: q.Get("tool"), Code: q.Get("code"),
+		KeyPrefix: q.Get("key_prefix")}
 	for name, dst := range map[string]**float64{"since": &f.Since, "until": &f.Until} {
 		if v := q.Get(name); v != "" {
 			ts, err := time.Parse(time.RFC3339Nano, v)

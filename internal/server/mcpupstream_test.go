@@ -135,8 +135,9 @@ func TestMCPUpstreamOutcomes(t *testing.T) {
 	}
 
 	e = callError(t, run("k-slow", `{"tool":"demo_sleep","args":{"millis":3000}}`))
-	if e.Code != wire.CodeUpstreamTimeout || !e.Retryable {
-		t.Errorf("too slow: %+v; want upstream_timeout, retryable", e)
+	if e.Code != wire.CodeOutcomeUnknown || e.Unknown != wire.UnknownTimeoutAfterSend || !e.Retryable ||
+		!strings.Contains(e.Message, wire.CodeUpstreamTimeout) {
+		t.Errorf("too slow: %+v; want outcome_unknown timeout_after_send (upstream_timeout), retryable", e)
 	}
 
 	// The upstream's inputSchema is checked before anything is stored.
@@ -213,7 +214,9 @@ func TestMCPUpstreamDownAtStart(t *testing.T) {
 }
 
 // TestMCPUpstreamKilledMidCall: the upstream's connections are cut while
-// it runs the call: upstream_unreachable, retryable.
+// it runs the call: the tools/call was sent and never answered, so the
+// outcome is unknown (reset_after_send, upstream_unreachable in the
+// message), retryable.
 func TestMCPUpstreamKilledMidCall(t *testing.T) {
 	u := setupUpstream(t, false, false, "")
 	r := u.post("k-kill", `{"tool":"demo_sleep","args":{"millis":5000}}`)
@@ -224,8 +227,9 @@ func TestMCPUpstreamKilledMidCall(t *testing.T) {
 	u.down.Store(true) // the retry within the attempt finds it down too
 	u.ts.CloseClientConnections()
 	e := callError(t, u.waitFinal(id))
-	if e.Code != wire.CodeUpstreamUnreachable || !e.Retryable || strings.Contains(e.Message, "127.0.0.1") {
-		t.Errorf("killed mid-call: %+v; want upstream_unreachable, retryable, no address", e)
+	if e.Code != wire.CodeOutcomeUnknown || e.Unknown != wire.UnknownResetAfterSend || !e.Retryable ||
+		!strings.Contains(e.Message, wire.CodeUpstreamUnreachable) || strings.Contains(e.Message, "127.0.0.1") {
+		t.Errorf("killed mid-call: %+v; want outcome_unknown reset_after_send (upstream_unreachable), retryable, no address", e)
 	}
 }
 

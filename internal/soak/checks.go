@@ -85,6 +85,10 @@ type Observed struct {
 	// Ledger is the soak's downstream's ledger (when it ran one).
 	Ledger     []Charge
 	LedgerRead bool
+	// LookupLedger is the ledger of LookupTool's downstream, which ignores
+	// keys and loses answers (when the soak ran one).
+	LookupLedger     []Charge
+	LookupLedgerRead bool
 	// Integrity is SQLite's PRAGMA integrity_check answer (SQLite only).
 	Integrity     string
 	IntegrityRead bool
@@ -147,6 +151,7 @@ func Judge(in Input) []Check {
 		checkExits(in),
 		checkSameKey(in),
 		checkOneApplied(in),
+		checkLookupOneRecord(in),
 		checkPausedFenced(in),
 		checkPartitionAnswered(in),
 		checkPartitionResumes(in),
@@ -539,6 +544,45 @@ func checkOneApplied(in Input) Check {
 		c.Checked++
 		if n[ref] > 1 {
 			c.Violations = append(c.Violations, Violation{ref, fmt.Sprintf("%d charges in the ledger for one call, want at most 1", n[ref])})
+		}
+	}
+	return c
+}
+
+// checkLookupOneRecord judges the on_unknown: lookup tool against a
+// downstream that ignores Idempotency-Key and loses answers: only the
+// lookup before each new attempt keeps a lost answer from becoming a
+// second record, so the records are counted per call by the soak key in
+// their body.
+func checkLookupOneRecord(in Input) Check {
+	c := Check{Name: "lookup_one_record_per_call", What: "the downstream behind the on_unknown: lookup tool, which ignores Idempotency-Key and loses answers, holds at most one record per call (counted by the call's soak key in the body)"}
+	if !in.Observed.LookupLedgerRead {
+		c.Skipped = "no downstream of the soak's own in this mode"
+		return c
+	}
+	n := map[string]int{}
+	var refs []string
+	for _, ch := range in.Observed.LookupLedger {
+		if n[ch.Ref] == 0 {
+			refs = append(refs, ch.Ref)
+		}
+		n[ch.Ref]++
+	}
+	for _, k := range in.Keys {
+		if k.Payload.Tool == LookupTool {
+			c.Checked++
+		}
+	}
+	for _, ref := range refs {
+		switch {
+		case ref == "":
+			c.Violations = append(c.Violations, Violation{"downstream", fmt.Sprintf("%d record(s) without a %q in the body: not the soak's", n[ref], ArgRef)})
+		case n[ref] > 1:
+			detail := fmt.Sprintf("%d records for one call, want at most 1: a lost answer was followed by a new attempt, not a lookup", n[ref])
+			if got, ok := in.Observed.Calls[ref]; ok {
+				detail += fmt.Sprintf(" (call %s, %s at attempt %d)", got.CallID, got.Status, got.Attempt)
+			}
+			c.Violations = append(c.Violations, Violation{ref, detail})
 		}
 	}
 	return c

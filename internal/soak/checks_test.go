@@ -24,6 +24,7 @@ func cleanInput() Input {
 		{Key: "k3", Payload: Payload{HTTPTool, map[string]any{"amount": 3, ArgRef: "k3"}}},
 		{Key: "k4", Payload: Payload{ToolFail, map[string]any{}}},
 		{Key: "k5", Payload: Payload{ToolCharge, map[string]any{"amount": 5}}}, // never answered, never recorded
+		{Key: "k6", Payload: Payload{LookupTool, map[string]any{"amount": 6, ArgRef: "k6"}}},
 	}
 	ok := func(key, call string, at time.Duration) Attempt {
 		return Attempt{Op: OpNew, Key: key, Variant: Same, Start: at, End: at + s/10, HTTP: 202, CallID: call, Status: "pending"}
@@ -36,6 +37,7 @@ func cleanInput() Input {
 		{Op: OpRetry, Key: "k1", Variant: Same, Start: 5 * s, End: 5*s + s/10, HTTP: 200, CallID: "c1", Status: "succeeded", Acked: true},
 		{Op: OpConflict, Key: "k1", Variant: Different, Start: 6 * s, End: 6*s + s/10, HTTP: 409, Code: "idempotency_conflict", Acked: true},
 		{Op: OpNew, Key: "k5", Variant: Same, Start: 10 * s, End: 10*s + s/2, Err: "connection reset"},
+		ok("k6", "c6", 7*s), // last: the cases mutate the others by index
 	}
 	events := []Event{
 		{Kind: EventKill, Instance: 0, At: 10 * s, End: 10 * s, Planned: true},
@@ -51,13 +53,18 @@ func cleanInput() Input {
 			"k2": {CallID: "c2", Tool: ToolSleep, Status: "succeeded", Attempt: 2},
 			"k3": {CallID: "c3", Tool: HTTPTool, Status: "succeeded", Attempt: 1, EffectID: "e3"},
 			"k4": {CallID: "c4", Tool: ToolFail, Status: "failed", Attempt: 1},
+			// Attempt 1's answer was lost; the lookup found its charge.
+			"k6": {CallID: "c6", Tool: LookupTool, Status: "succeeded", Attempt: 1, EffectID: "e6"},
 		},
-		Effects:       []ObservedEffect{{EffectID: "e1", CallID: "c1"}, {EffectID: "e3", CallID: "c3"}},
-		EffectsRead:   true,
-		Ledger:        []Charge{{ID: "ch_1", Key: "e3", Ref: "k3"}},
-		LedgerRead:    true,
-		Integrity:     "ok",
-		IntegrityRead: true,
+		Effects:     []ObservedEffect{{EffectID: "e1", CallID: "c1"}, {EffectID: "e3", CallID: "c3"}, {EffectID: "e6", CallID: "c6"}},
+		EffectsRead: true,
+		Ledger:      []Charge{{ID: "ch_1", Key: "e3", Ref: "k3"}},
+		LedgerRead:  true,
+		// The lookup tool's downstream: one record for k6, its answer lost.
+		LookupLedger:     []Charge{{ID: "ch_1", Key: "e6", Ref: "k6"}},
+		LookupLedgerRead: true,
+		Integrity:        "ok",
+		IntegrityRead:    true,
 		// The crash before the commit made the tool run twice: two
 		// requests, one key, one charge.
 		Requests:     []DownstreamRequest{{Key: "e3", Ref: "k3"}, {Key: "e3", Ref: "k3"}},
@@ -116,6 +123,12 @@ func TestJudgeReportsEachViolation(t *testing.T) {
 		want   []string // failed checks, sorted
 		key    string   // a key the first wanted check must name
 	}{
+		{"lookup tool's downstream holds two records for one call", func(in *Input) {
+			in.Observed.LookupLedger = append(in.Observed.LookupLedger, Charge{ID: "ch_2", Key: "e6", Ref: "k6"})
+		}, []string{"lookup_one_record_per_call"}, "k6"},
+		{"lookup tool's downstream holds a record that is not the soak's", func(in *Input) {
+			in.Observed.LookupLedger = append(in.Observed.LookupLedger, Charge{ID: "ch_2", Key: "x"})
+		}, []string{"lookup_one_record_per_call"}, "downstream"},
 		{"acknowledged key lost", func(in *Input) {
 			delete(in.Observed.Calls, "k2")
 		}, []string{"acknowledged_not_lost"}, "k2"},

@@ -41,15 +41,22 @@ func (k OpKind) String() string {
 	return "unknown"
 }
 
-// Tools of the workload. HTTPTool is declared in the tools file the soak
-// writes for its own servers, against its own demo downstream.
+// Tools of the workload. HTTPTool and LookupTool are declared in the
+// tools file the soak writes for its own servers, each against its own demo
+// downstream: HTTPTool's honours Idempotency-Key; LookupTool's ignores it
+// and loses answers, and the tool has on_unknown: lookup.
 const (
 	ToolCharge = "charge"
 	ToolEmail  = "send_email"
 	ToolSleep  = "sleep"
 	ToolFail   = "fail"
 	HTTPTool   = "create_charge"
+	LookupTool = "lookup_charge"
 )
+
+// httpTool reports whether tool is one of the soak's http tools, whose
+// calls carry ArgRef.
+func httpTool(tool string) bool { return tool == HTTPTool || tool == LookupTool }
 
 // ArgRef is the argument under which the soak's http-tool calls carry
 // their own soak key. The downstream sees it in every request body, so it
@@ -59,7 +66,7 @@ const ArgRef = "ref"
 
 // WithRef returns p with key as its ArgRef when p calls the http tool.
 func WithRef(p Payload, key string) Payload {
-	if p.Tool != HTTPTool {
+	if !httpTool(p.Tool) {
 		return p
 	}
 	args := make(map[string]any, len(p.Args)+1)
@@ -72,7 +79,7 @@ func WithRef(p Payload, key string) Payload {
 
 // EffectTool reports whether a succeeded call of tool writes one effect.
 func EffectTool(tool string) bool {
-	return tool == ToolCharge || tool == ToolEmail || tool == HTTPTool
+	return tool == ToolCharge || tool == ToolEmail || httpTool(tool)
 }
 
 // Payload is a request body: a tool and its arguments.
@@ -136,7 +143,7 @@ func (g *Generator) Next() Op {
 func (g *Generator) payload() Payload {
 	n := 9
 	if g.http {
-		n = 11
+		n = 12
 	}
 	switch g.rng.IntN(n) {
 	case 0, 1, 2:
@@ -152,8 +159,10 @@ func (g *Generator) payload() Payload {
 		return Payload{ToolFail, map[string]any{"message": "soak: fails every attempt"}}
 	case 8:
 		return Payload{ToolFail, map[string]any{"retryable": false, "message": "soak: fails for good"}}
-	default:
+	case 9, 10:
 		return Payload{HTTPTool, map[string]any{"amount": 1 + g.rng.IntN(100000)}}
+	default:
+		return Payload{LookupTool, map[string]any{"amount": 1 + g.rng.IntN(100000)}}
 	}
 }
 
@@ -161,7 +170,7 @@ func (g *Generator) payload() Payload {
 // same tool with changed arguments where that is simple, else a charge.
 func Other(p Payload) Payload {
 	switch p.Tool {
-	case ToolCharge, HTTPTool:
+	case ToolCharge, HTTPTool, LookupTool:
 		if a, ok := p.Args["amount"].(int); ok {
 			return Payload{p.Tool, map[string]any{"amount": a%100000 + 1 + 100000}}
 		}

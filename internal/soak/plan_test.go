@@ -81,7 +81,7 @@ func TestPlanMix(t *testing.T) {
 			t.Errorf("no %s operation in 2000", k)
 		}
 	}
-	for _, tool := range []string{ToolCharge, ToolEmail, ToolSleep, ToolFail, HTTPTool} {
+	for _, tool := range []string{ToolCharge, ToolEmail, ToolSleep, ToolFail, HTTPTool, LookupTool} {
 		if tools[tool] == 0 {
 			t.Errorf("no %s call in 2000", tool)
 		}
@@ -90,8 +90,8 @@ func TestPlanMix(t *testing.T) {
 		t.Errorf("once=%d wait=%d", once, wait)
 	}
 	for _, op := range ops(7, 0, 2000, false) {
-		if op.Payload.Tool == HTTPTool {
-			t.Fatal("the http tool drawn without a downstream")
+		if httpTool(op.Payload.Tool) {
+			t.Fatal("an http tool drawn without a downstream")
 		}
 	}
 	seen := map[FaultKind]bool{}

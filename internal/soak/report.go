@@ -80,7 +80,8 @@ func (r *run) print(rep *Report, in Input) {
 	fmt.Fprintf(w, "load=%.1fs  drain=%.2fs (%s)\n", r.loadTime.Seconds(), r.drainTime.Seconds(), state)
 	r.printResources()
 	if r.own() {
-		fmt.Fprintf(w, "ledger: %d charge(s) in the downstream\n", len(in.Observed.Ledger))
+		fmt.Fprintf(w, "ledger: %d charge(s) in the downstream, %d in %s's (%d answer(s) lost)\n",
+			len(in.Observed.Ledger), len(in.Observed.LookupLedger), LookupTool, r.lookupDS.Lost())
 	}
 
 	fmt.Fprintf(w, "--- checks ---\n")

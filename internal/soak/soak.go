@@ -163,6 +163,7 @@ type run struct {
 	adminDSN  string
 	ds        *downstream.Server
 	dsLog     *requestLog
+	lookupDS  *downstream.Server
 	proxies   []*blackhole.Proxy
 	runningDB *dbObserver
 	inst      *instances
@@ -257,7 +258,11 @@ func (r *run) setup(ctx context.Context) error {
 	go func() { _ = hs.Serve(ln) }()
 	r.cleanups = append(r.cleanups, func() { _ = hs.Close() })
 	dsURL := "http://" + ln.Addr().String()
-	toolsFile, err := writeTools(dir, dsURL+"/charges")
+	lookupURL, err := r.startLookupDownstream()
+	if err != nil {
+		return err
+	}
+	toolsFile, err := writeTools(dir, dsURL+"/charges", lookupURL)
 	if err != nil {
 		return err
 	}
@@ -282,8 +287,8 @@ func (r *run) setup(ctx context.Context) error {
 	if o.IgnoreKeys {
 		mode = "IGNORES Idempotency-Key (--downstream-ignore-keys: a broken setup)"
 	}
-	r.logf("seed %d; work dir %s; database %s (%s); %d instance(s), %d clients; downstream %s (%s)",
-		o.Seed, dir, backend.Redact(dsn), kind, o.Instances, o.Clients, dsURL, mode)
+	r.logf("seed %d; work dir %s; database %s (%s); %d instance(s), %d clients; downstream %s (%s); %s's downstream %s (ignores Idempotency-Key, loses %.0f %% of answers)",
+		o.Seed, dir, backend.Redact(dsn), kind, o.Instances, o.Clients, dsURL, mode, LookupTool, lookupURL, LookupLoseAnswers*100)
 	redact := func(msg string) string {
 		for _, secret := range append([]string{serverDSN, dsn}, instDSN...) {
 			msg = strings.ReplaceAll(msg, secret, backend.Redact(secret))
@@ -425,15 +430,43 @@ func withAppName(dsn, app string, force bool) (string, string, error) {
 	return dsn + " application_name=" + app, app, nil // key=value: a later keyword wins
 }
 
-// writeTools writes the servers' tools file: the http tool against the
-// soak's downstream.
-func writeTools(dir, chargeURL string) (string, error) {
-	doc := map[string]any{"tools": []any{map[string]any{
-		"name": HTTPTool, "kind": "http", "url": chargeURL, "timeout": "5s",
-		"schema": map[string]any{"type": "object", "required": []string{"amount"}, "additionalProperties": false,
-			"properties": map[string]any{"amount": map[string]any{"type": "integer", "minimum": 1},
-				ArgRef: map[string]any{"type": "string"}}},
-	}}}
+// LookupLoseAnswers is the share of charges whose answer LookupTool's
+// downstream loses.
+const LookupLoseAnswers = 0.2
+
+// startLookupDownstream runs LookupTool's downstream in this process (its
+// ledger outlives every server kill): it ignores Idempotency-Key and loses
+// answers, draws seeded by the soak's seed. It returns its base URL.
+func (r *run) startLookupDownstream() (string, error) {
+	ds, err := downstream.NewWith(downstream.Options{IgnoreKeys: true, LoseAnswers: LookupLoseAnswers, Seed: r.o.Seed})
+	if err != nil {
+		return "", err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	hs := &http.Server{Handler: ds.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	r.cleanups = append(r.cleanups, func() { _ = hs.Close() })
+	r.lookupDS = ds
+	return "http://" + ln.Addr().String(), nil
+}
+
+// writeTools writes the servers' tools file: HTTPTool against the soak's
+// downstream, and LookupTool (on_unknown: lookup) against the one at
+// lookupBase.
+func writeTools(dir, chargeURL, lookupBase string) (string, error) {
+	schema := map[string]any{"type": "object", "required": []string{"amount"}, "additionalProperties": false,
+		"properties": map[string]any{"amount": map[string]any{"type": "integer", "minimum": 1},
+			ArgRef: map[string]any{"type": "string"}}}
+	doc := map[string]any{"tools": []any{
+		map[string]any{"name": HTTPTool, "kind": "http", "url": chargeURL, "timeout": "5s", "schema": schema},
+		map[string]any{"name": LookupTool, "kind": "http", "url": lookupBase + "/charges", "timeout": "5s", "schema": schema,
+			"on_unknown": "lookup",
+			"lookup":     map[string]any{"url": lookupBase + "/charges?idempotency_key={effect_id}"},
+			"retry":      map[string]any{"max_attempts": 5, "initial_backoff": "100ms", "max_backoff": "1s"}},
+	}}
 	b, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {
 		return "", err
@@ -538,6 +571,10 @@ func (r *run) check(ctx context.Context) (Input, error) {
 		}
 		obs.LedgerRead = true
 		obs.Requests, obs.RequestsRead = r.dsLog.all(), true
+		for _, ch := range r.lookupDS.Ledger() {
+			obs.LookupLedger = append(obs.LookupLedger, Charge{ID: ch.ID, Key: ch.Key, Ref: refOf(ch.Request)})
+		}
+		obs.LookupLedgerRead = true
 		pauses, _ := r.hist.Faults()
 		var frozen []string
 		for _, p := range pauses {

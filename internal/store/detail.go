@@ -39,6 +39,9 @@ import (
 //	             "abandoned: attempt N in flight, <why>"  DetailAbandoned
 //	             (before the recover of a running call, or the claim
 //	             that takes an expired lease over: DetailTakenOver)
+//	lookup_found, lookup_not_found, lookup_failed   DetailLookup
+//	             "attempt N: <what the downstream answered>"
+//	resolved     "by P as succeeded|failed after code: message"  DetailResolved
 
 // DetailCreated is the created event's detail: the tool.
 func DetailCreated(tool string) string { return tool }
@@ -125,7 +128,7 @@ func DetailFenced(refused Completion, cur Call) string {
 // any other completion, which gets no such event.
 func DetailOutcomeUnknown(c Completion) (detail string, ok bool) {
 	var e wire.CallError
-	if len(c.Error) == 0 || json.Unmarshal(c.Error, &e) != nil || e.Code != wire.CodeOutcomeUnknown {
+	if c.Unsettled || len(c.Error) == 0 || json.Unmarshal(c.Error, &e) != nil || e.Code != wire.CodeOutcomeUnknown {
 		return "", false
 	}
 	return e.Unknown + ": " + e.Message, true
@@ -245,4 +248,63 @@ func CheckEffect(c Completion) error {
 		return fmt.Errorf("succeed %s: %w %s", c.CallID, errEffectOtherCall, e.CallID)
 	}
 	return nil
+}
+
+// UnknownAfter is the call's Unknown once completion c committed (Fail,
+// ScheduleRetry): kept as it is for an unsettled completion (keep true),
+// the case of an outcome_unknown error, and "" (settled) for any other
+// outcome. Succeed and Resolve always settle it; a recovery or takeover of
+// a running call sets wire.UnknownAbandoned.
+func UnknownAfter(c Completion) (unknown string, keep bool) {
+	if c.Unsettled {
+		return "", true
+	}
+	var e wire.CallError
+	if json.Unmarshal(c.Error, &e) != nil || e.Code != wire.CodeOutcomeUnknown {
+		return "", false
+	}
+	if e.Unknown == "" {
+		// An outcome_unknown error that names no case still leaves the
+		// outcome unknown.
+		return wire.UnknownAbandoned, false
+	}
+	return e.Unknown, false
+}
+
+// DetailLookup is the detail of a lookup event: the attempt that asked
+// and what the downstream answered ("attempt 2: answered 404").
+func DetailLookup(l Lease, answer string) string {
+	return fmt.Sprintf("attempt %d: %s", l.Attempt, answer)
+}
+
+// CheckLookupEvent refuses an event RecordLookup does not write.
+func CheckLookupEvent(event string) error {
+	for _, e := range LookupEvents {
+		if e == event {
+			return nil
+		}
+	}
+	return fmt.Errorf("not a lookup event: %q", event)
+}
+
+// Resolvable reports whether c may be resolved (Store.Resolve): a failed
+// call whose error is outcome_unknown, whatever its retryable flag. Every
+// other call, final or not, keeps its state: an operator settles only
+// what idemctl could not know.
+func Resolvable(c Call) bool {
+	return c.Status == StatusFailed && ErrorCode(c.ErrorJSON) == wire.CodeOutcomeUnknown
+}
+
+// DetailResolved is the resolved event's detail: who settled the call
+// ("-" without authentication), how, and the failure it left.
+func DetailResolved(r Resolution) string {
+	by := r.By
+	if by == DefaultPrincipal {
+		by = "-"
+	}
+	as := "failed"
+	if r.Succeeded {
+		as = "succeeded"
+	}
+	return "by " + by + " as " + as + " after " + ErrorSummary(r.PrevErr)
 }

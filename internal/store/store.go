@@ -100,7 +100,20 @@ const (
 	// outcomes"); the detail names the case (DetailOutcomeUnknown,
 	// DetailAbandoned).
 	EventOutcomeUnknown = "outcome_unknown"
+	// EventLookupFound, EventLookupNotFound and EventLookupFailed: a tool
+	// with on_unknown: lookup asked the downstream whether the effect of
+	// an attempt whose outcome is unknown happened (RecordLookup); the
+	// detail is DetailLookup.
+	EventLookupFound    = "lookup_found"
+	EventLookupNotFound = "lookup_not_found"
+	EventLookupFailed   = "lookup_failed"
+	// EventResolved: an operator settled a failed outcome_unknown call
+	// (Store.Resolve); the detail is DetailResolved.
+	EventResolved = "resolved"
 )
+
+// LookupEvents are the events RecordLookup writes.
+var LookupEvents = []string{EventLookupFound, EventLookupNotFound, EventLookupFailed}
 
 // CancelOutcome says what Cancel did.
 type CancelOutcome int
@@ -154,7 +167,13 @@ type Call struct {
 	// same-key request. A claim leaves it as it is (then in the past).
 	NotBefore *float64
 	// Via is the door the call came through: ViaHTTP or ViaMCP.
-	Via       string
+	Via string
+	// Unknown is the case (wire.Unknown*) of the call's last attempt
+	// whose outcome is unknown and not settled since (docs/lifecycle.md,
+	// "Unknown outcomes"); "" when there is none. It survives the claims
+	// that follow, until an attempt's outcome, a lookup's found answer or
+	// an operator settles it (UnknownAfter).
+	Unknown   string
 	CreatedAt float64
 	UpdatedAt float64
 }
@@ -295,6 +314,29 @@ type Completion struct {
 	// of their own; the completion's audit detail (or the fenced row's)
 	// mentions the count instead (DetailExtensions).
 	Extensions int64
+	// Unsettled, for Fail and ScheduleRetry: the attempt did not run the
+	// tool because an earlier attempt's outcome is still unknown (a
+	// lookup that failed, a call held by on_unknown: hold). The call's
+	// Unknown stays as it is, and no outcome_unknown event is written: no
+	// new request was sent (UnknownAfter).
+	Unsettled bool
+}
+
+// Resolution is an operator's settlement of a failed outcome_unknown call
+// (Store.Resolve).
+type Resolution struct {
+	CallID string
+	// By is the principal who resolves ("" without authentication).
+	By string
+	// PrevErr is the error the call was found failed with; the call is
+	// settled only if it still has exactly this one.
+	PrevErr json.RawMessage
+	// Succeeded settles the call as succeeded with Result (and Effect,
+	// for a tool with an effect); otherwise as failed with Error.
+	Succeeded bool
+	Result    json.RawMessage
+	Effect    *Effect
+	Error     json.RawMessage
 }
 
 // AuditEvent is one row of the audit table.
@@ -425,6 +467,9 @@ type ListFilter struct {
 	Principal *string
 	// Tool, if set, lists only calls of that tool.
 	Tool string
+	// Code, if set, lists only calls whose error (a failed call's, or
+	// the failure a pending call waits out) has that code.
+	Code string
 	// After, if set, lists only calls after that position in the listing
 	// order (keyset pagination): the cursor of the last call of the
 	// previous page.
@@ -453,7 +498,7 @@ func CursorOf(c Call) Cursor { return Cursor{CreatedAt: c.CreatedAt, CallID: c.C
 // or a cursor. That listing orders ties by call_id on every backend; the
 // plain one (inspect, the scheduler) by insertion.
 func (f ListFilter) Keyset() bool {
-	return f.Principal != nil || f.Tool != "" || f.After != nil || f.KeyPrefix != "" || f.Since != nil || f.Until != nil
+	return f.Principal != nil || f.Tool != "" || f.Code != "" || f.After != nil || f.KeyPrefix != "" || f.Since != nil || f.Until != nil
 }
 
 // ToolQuota caps how many calls of one tool a ClaimNext may claim.
@@ -551,6 +596,29 @@ type Store interface {
 	//
 	// Errors: ErrNotFound if there is no such call.
 	Redrive(ctx context.Context, callID, by string, prevErr json.RawMessage) (c Call, ok bool, err error)
+
+	// RecordLookup audits a lookup's verdict (event, one of LookupEvents,
+	// with detail) for the attempt running under l, before the attempt
+	// runs or the call completes (docs/tools.md, "Unknown outcomes"). It
+	// changes nothing else: the completion that follows settles the
+	// call's Unknown.
+	//
+	// Errors: ErrNotHeld if the call is not running under exactly that
+	// owner and attempt: nothing is written. ErrNotFound if there is no
+	// such call. A plain error for an event not in LookupEvents.
+	RecordLookup(ctx context.Context, l Lease, event, detail string) error
+
+	// Resolve settles a failed call as r says, in one transaction, if it
+	// is still failed with exactly r.PrevErr (Resolvable decides, above
+	// the store, which calls may be resolved): succeeded with r.Result
+	// and r.Effect (inserted as Succeed does, unique per call), or failed
+	// with r.Error; Unknown cleared, attempt kept; audited resolved with
+	// DetailResolved. A call changed meanwhile is left alone: ok is false
+	// and nothing is written.
+	//
+	// Errors: ErrNotFound if there is no such call. A plain error, before
+	// any write, for an invalid effect (CheckEffect).
+	Resolve(ctx context.Context, r Resolution) (c Call, ok bool, err error)
 
 	// ScheduleRetry is a server-side retry (docs/lifecycle.md, "Server-side
 	// retries"): fenced like Fail, in one transaction, it returns the call

@@ -31,6 +31,8 @@ const (
 	WritePurge                        // Purge: the retention's delete
 	WritePurgeTombstones              // PurgeTombstones: the tombstones' retention
 	WriteRedrive                      // Redrive: a failed call sent back to pending
+	WriteLookup                       // RecordLookup: a lookup's verdict audited
+	WriteResolve                      // Resolve: an operator settles an outcome_unknown call
 
 	// NumWrites is how many writes there are (for arrays indexed by Write).
 	NumWrites
@@ -45,7 +47,7 @@ var Writes = func() []Write {
 	return out
 }()
 
-var writeNames = [NumWrites]string{"create", "claim", "lease", "succeed", "fail", "retry", "recover", "release", "cancel", "purge", "purge-tombstones", "redrive"}
+var writeNames = [NumWrites]string{"create", "claim", "lease", "succeed", "fail", "retry", "recover", "release", "cancel", "purge", "purge-tombstones", "redrive", "lookup", "resolve"}
 
 // String is the write's name, as its failpoints, errors and logs spell it.
 func (w Write) String() string {
@@ -62,9 +64,12 @@ func (w Write) String() string {
 // are past their retention). Nor has Redrive: an operator's one reset of
 // a final call, which a crash on either side of the commit leaves failed
 // or pending, both states the lifecycle already recovers from; the
-// matrix's load never reaches it.
+// matrix's load never reaches it. Nor has Resolve, for the same reason.
+// Nor has RecordLookup: it adds an audit row to a running attempt, and a
+// crash on either side of its commit leaves that attempt running, which a
+// recovery marks abandoned, so the next claim asks again.
 func (w Write) hasFailpoints() bool {
-	return w != WritePurge && w != WritePurgeTombstones && w != WriteRedrive
+	return w != WritePurge && w != WritePurgeTombstones && w != WriteRedrive && w != WriteResolve && w != WriteLookup
 }
 
 // BeforeCommit is the name of w's before-commit failpoint: inside the
@@ -221,6 +226,18 @@ func (o *observed) Cancel(ctx context.Context, callID string, errJSON json.RawMe
 func (o *observed) Redrive(ctx context.Context, callID, by string, prevErr json.RawMessage) (Call, bool, error) {
 	c, ok, err := o.Store.Redrive(ctx, callID, by, prevErr)
 	if err := o.end(WriteRedrive, ok, err); err != nil {
+		return Call{}, false, err
+	}
+	return c, ok, nil
+}
+
+func (o *observed) RecordLookup(ctx context.Context, l Lease, event, detail string) error {
+	return o.end(WriteLookup, true, o.Store.RecordLookup(ctx, l, event, detail))
+}
+
+func (o *observed) Resolve(ctx context.Context, r Resolution) (Call, bool, error) {
+	c, ok, err := o.Store.Resolve(ctx, r)
+	if err := o.end(WriteResolve, ok, err); err != nil {
 		return Call{}, false, err
 	}
 	return c, ok, nil

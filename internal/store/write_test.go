@@ -34,6 +34,8 @@ var (
 		// PurgeTombstones: the tombstones' own retention.
 		"PurgeTombstones": store.WritePurgeTombstones,
 		"Redrive":         store.WriteRedrive,
+		"RecordLookup":    store.WriteLookup,
+		"Resolve":         store.WriteResolve,
 	}
 	readMethods = map[string]bool{
 		"Queue": true, "PendingByPrincipal": true, "Get": true, "GetAny": true, "GetByKey": true, "ListCalls": true, "ListEffects": true, "EffectOf": true,
@@ -167,8 +169,13 @@ func TestFailpointHook(t *testing.T) {
 	if _, err := failpoint.Parse("redrive/after-commit=error", store.Failpoints()); err == nil {
 		t.Error("redrive has no failpoints, but redrive/after-commit was accepted")
 	}
-	if n := len(store.Failpoints()); n != 2*(len(store.Writes)-3) {
-		t.Errorf("%d failpoints, want two for each write but the two purges and redrive", n)
+	for _, w := range []string{"lookup", "resolve"} {
+		if _, err := failpoint.Parse(w+"/after-commit=error", store.Failpoints()); err == nil {
+			t.Errorf("%s has no failpoints, but %s/after-commit was accepted", w, w)
+		}
+	}
+	if n := len(store.Failpoints()); n != 2*(len(store.Writes)-5) {
+		t.Errorf("%d failpoints, want two for each write but the two purges, redrive, lookup and resolve", n)
 	}
 }
 
@@ -194,6 +201,10 @@ func changing() *storefake.Store {
 		PurgeFunc:           func(context.Context, time.Duration, int, bool) (int, error) { return 1, nil },
 		PurgeTombstonesFunc: func(context.Context, time.Duration, int) (int, error) { return 1, nil },
 		RedriveFunc: func(context.Context, string, string, json.RawMessage) (store.Call, bool, error) {
+			return store.Call{}, true, nil
+		},
+		RecordLookupFunc: func(context.Context, store.Lease, string, string) error { return nil },
+		ResolveFunc: func(context.Context, store.Resolution) (store.Call, bool, error) {
 			return store.Call{}, true, nil
 		},
 

@@ -82,6 +82,36 @@ type RunnerFunc func(ctx context.Context, inv Invocation) (Outcome, error)
 // Run calls f.
 func (f RunnerFunc) Run(ctx context.Context, inv Invocation) (Outcome, error) { return f(ctx, inv) }
 
+// LookupVerdict is what a lookup learned (docs/tools.md, "Unknown
+// outcomes").
+type LookupVerdict int
+
+// The verdicts of a lookup.
+const (
+	// LookupFound: the downstream has the effect; the call succeeds with
+	// LookupAnswer.Found.
+	LookupFound LookupVerdict = iota + 1
+	// LookupNotFound: the downstream has no such effect; the next attempt
+	// may run.
+	LookupNotFound
+	// LookupFailed: no usable answer (another status, no connection, a
+	// timeout): the question stays open and no attempt may run.
+	LookupFailed
+)
+
+// LookupAnswer is the answer to one lookup.
+type LookupAnswer struct {
+	Verdict LookupVerdict
+	// Status is the downstream's HTTP status; 0 when it did not answer.
+	Status int
+	// Detail says what the downstream answered, for the audit ("answered
+	// 404", "the downstream refused the connection"); never its address
+	// or a secret.
+	Detail string
+	// Found is the success to record when Verdict is LookupFound.
+	Found Outcome
+}
+
 // EffectID returns the effect id of a call: "eff_" + the first 8 bytes of
 // SHA-256("idemctl-effect:" + callID) in lowercase hex.
 //

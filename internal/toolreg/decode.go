@@ -73,7 +73,11 @@ func (m *mapping) decode(n *yaml.Node, dst any) error {
 	// value, as it always was, not taken for an absent key.
 	v := reflect.ValueOf(dst).Elem()
 	for i := range v.NumField() {
-		if val, present := values[yamlName(v.Type().Field(i))]; present && val == nil {
+		name := yamlName(v.Type().Field(i))
+		if name == "" {
+			continue // the shape's own state, not a key: an empty key ("": ~) must not reach it
+		}
+		if val, present := values[name]; present && val == nil {
 			if s, ok := v.Field(i).Addr().Interface().(interface{ markSet() }); ok {
 				s.markSet()
 			}

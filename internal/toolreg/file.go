@@ -84,6 +84,14 @@ type toolEntry struct {
 	// Headers' values are strings with ${VAR} references, checked one by
 	// one so that a refusal names the header and never shows a value.
 	Headers opt[map[string]any] `yaml:"headers" kind:"http,mcp"`
+	// Reconcile describes the downstream's list of records (reconcile.go).
+	Reconcile reconcileEntry `yaml:"reconcile" kind:"http"`
+
+	// What to do before a new attempt of a call whose previous attempt's
+	// outcome is unknown (docs/tools.md, "Unknown outcomes"), and how to
+	// ask the downstream for on_unknown: lookup.
+	OnUnknown opt[string] `yaml:"on_unknown" kind:"http,mcp"`
+	Lookup    lookupEntry `yaml:"lookup" kind:"http"`
 
 	// An mcp entry's own fields (docs/tools.md, "The mcp kind").
 	Command opt[[]any]          `yaml:"command" kind:"mcp"`
@@ -134,6 +142,24 @@ func (d *dedupEntry) UnmarshalYAML(n *yaml.Node) error {
 
 func (d *dedupEntry) markSet() { d.shape.markSet() }
 
+// lookupEntry is an http tool's lookup field.
+type lookupEntry struct {
+	URL      opt[string] `yaml:"url"`
+	Method   opt[string] `yaml:"method"`
+	Found    opt[[]any]  `yaml:"found"`
+	NotFound opt[[]any]  `yaml:"not_found"`
+
+	shape mapping
+}
+
+// UnmarshalYAML is as toolEntry's.
+func (l *lookupEntry) UnmarshalYAML(n *yaml.Node) error {
+	type fields lookupEntry
+	return l.shape.decode(n, (*fields)(l))
+}
+
+func (l *lookupEntry) markSet() { l.shape.markSet() }
+
 // The keys each shape may have, from the shapes' tags.
 var (
 	httpFields    = fieldNames(toolEntry{}, KindHTTP)
@@ -141,6 +167,7 @@ var (
 	mcpFields     = fieldNames(toolEntry{}, KindMCP)
 	retryFields   = fieldNames(retryEntry{}, "")
 	dedupFields   = fieldNames(dedupEntry{}, "")
+	lookupFields  = fieldNames(lookupEntry{}, "")
 	fileFields    = fieldNames(toolsFile{}, "")
 )
 
@@ -259,6 +286,9 @@ func parseTool(i int, e toolEntry, getenv func(string) (string, bool)) (*Tool, e
 		allowed = mcpFields
 	}
 	if k, found := e.shape.unknown(allowed); found {
+		if kind == KindMCP && k == "lookup" {
+			return nil, bad(k, "%s", errMCPLookup)
+		}
 		if kind == KindBuiltin && slices.Contains(httpFields, k) {
 			return nil, bad(k, "not allowed for a builtin tool (only %s)", strings.Join(builtinFields[2:], ", "))
 		}
@@ -333,6 +363,11 @@ func parseTool(i int, e toolEntry, getenv func(string) (string, bool)) (*Tool, e
 			return nil, bad("principals", "%v", err)
 		}
 		t.Principals = p
+	}
+	if kind != KindBuiltin {
+		if err := parseOnUnknown(e, t, bad); err != nil {
+			return nil, err
+		}
 	}
 	if kind == KindMCP {
 		up, err := parseMCP(e, t, getenv, where, bad)
@@ -409,9 +444,26 @@ func parseTool(i int, e toolEntry, getenv func(string) (string, bool)) (*Tool, e
 			}
 		}
 	}
+	if e.Lookup.shape.set {
+		lc, err := parseLookup(e.Lookup)
+		if err != nil {
+			return nil, fmt.Errorf("%s: lookup%w", where, err)
+		}
+		cfg.Lookup = lc
+	}
+	if t.OnUnknown == OnUnknownLookup && cfg.Lookup == nil {
+		return nil, bad("lookup", "required with on_unknown: lookup (the url that tells whether a call's effect happened)")
+	}
 	ht, err := httptool.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	if e.Reconcile.shape.set {
+		rc, err := parseReconcile(e.Reconcile, cfg.Headers)
+		if err != nil {
+			return nil, fmt.Errorf("%s: reconcile%w", where, err)
+		}
+		t.Reconcile = rc
 	}
 	t.Method = cfg.Method
 	if t.Method == "" {
@@ -419,6 +471,69 @@ func parseTool(i int, e toolEntry, getenv func(string) (string, bool)) (*Tool, e
 	}
 	t.runner = ht
 	return t, nil
+}
+
+// parseOnUnknown reads an http or mcp entry's on_unknown into t (default
+// retry). An mcp entry cannot look up: MCP has no standard way to ask an
+// upstream whether a tools/call's effect happened.
+func parseOnUnknown(e toolEntry, t *Tool, bad func(field, format string, a ...any) error) error {
+	t.OnUnknown = OnUnknownRetry
+	if e.OnUnknown.set {
+		if !e.OnUnknown.ok || !slices.Contains(OnUnknownPolicies, e.OnUnknown.val) {
+			return bad("on_unknown", "must be one of %s, got %s", strings.Join(OnUnknownPolicies, ", "), show(e.OnUnknown.raw))
+		}
+		t.OnUnknown = e.OnUnknown.val
+	}
+	if t.Kind == KindMCP && t.OnUnknown == OnUnknownLookup {
+		return bad("on_unknown", "%s", errMCPLookup)
+	}
+	return nil
+}
+
+// errMCPLookup refuses on_unknown: lookup, and a lookup, on an mcp entry.
+const errMCPLookup = "an mcp entry cannot look up (MCP has no standard way to ask an upstream whether a call's " +
+	"effect happened); use on_unknown: retry or hold"
+
+// parseLookup checks a lookup field; its errors start with the place
+// after "lookup" (".url: ...", or ": ..." for the field itself).
+func parseLookup(e lookupEntry) (*httptool.LookupConfig, error) {
+	if !e.shape.ok {
+		return nil, fmt.Errorf(": must be a mapping with %s", strings.Join(lookupFields, ", "))
+	}
+	if k, found := e.shape.unknown(lookupFields); found {
+		return nil, fmt.Errorf(".%s: unknown field (allowed: %s)", k, strings.Join(lookupFields, ", "))
+	}
+	if !e.URL.ok {
+		return nil, fmt.Errorf(".url: required, a string, got %s", show(e.URL.raw))
+	}
+	lc := &httptool.LookupConfig{URL: e.URL.val}
+	if e.Method.set {
+		if !e.Method.ok {
+			return nil, fmt.Errorf(".method: must be a string, got %s", show(e.Method.raw))
+		}
+		lc.Method = e.Method.val
+	}
+	for _, f := range []struct {
+		name string
+		v    opt[[]any]
+		dst  *[]int
+	}{{"found", e.Found, &lc.Found}, {"not_found", e.NotFound, &lc.NotFound}} {
+		if !f.v.set {
+			continue
+		}
+		if !f.v.ok {
+			return nil, fmt.Errorf(".%s: must be a list of HTTP statuses, got %s", f.name, show(f.v.raw))
+		}
+		*f.dst = []int{}
+		for _, x := range f.v.val {
+			n, isInt := x.(int)
+			if !isInt {
+				return nil, fmt.Errorf(".%s: %s is not an HTTP status", f.name, show(x))
+			}
+			*f.dst = append(*f.dst, n)
+		}
+	}
+	return lc, nil
 }
 
 // setDedup reads the entry's dedup field, if any, into t. It runs once

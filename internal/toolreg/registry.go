@@ -20,6 +20,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/idemctl/idemctl/internal/httptool"
 	"github.com/idemctl/idemctl/internal/tool"
 	"github.com/idemctl/idemctl/internal/wire"
 )
@@ -39,6 +40,23 @@ const (
 	defaultInitialBackoff = 200 * time.Millisecond
 	defaultMaxBackoff     = 30 * time.Second
 )
+
+// The on_unknown policies (docs/tools.md, "Unknown outcomes"): what the
+// executor does before a new attempt of a call whose previous attempt's
+// outcome is unknown.
+const (
+	// OnUnknownRetry runs the attempt, with the same key: safe against a
+	// downstream that honours keys. The default.
+	OnUnknownRetry = "retry"
+	// OnUnknownLookup asks the downstream first (the tool's lookup).
+	OnUnknownLookup = "lookup"
+	// OnUnknownHold fails the call for an operator to settle
+	// (idemctl resolve).
+	OnUnknownHold = "hold"
+)
+
+// OnUnknownPolicies lists the policies, the default first.
+var OnUnknownPolicies = []string{OnUnknownRetry, OnUnknownLookup, OnUnknownHold}
 
 // Dedup is a tool's intent-deduplication rule (docs/tools.md, "The tool
 // registry"): a call with a new key whose Args equal those of a call of
@@ -85,9 +103,15 @@ type Tool struct {
 	// Dedup is the tool's intent-deduplication rule; nil: none (only the
 	// key deduplicates).
 	Dedup *Dedup
+	// OnUnknown is the tool's on_unknown policy (OnUnknownPolicies); ""
+	// for a built-in, which behaves as OnUnknownRetry.
+	OnUnknown string
 	// Principals, if not nil, are the only principals that may call the
 	// tool (and see it listed), sorted; nil: every principal.
 	Principals []string
+	// Reconcile is an http tool's list of downstream records; nil: the
+	// tool cannot be reconciled.
+	Reconcile *Reconcile
 
 	// Upstream is an mcp tool's entry in the tools file ("" otherwise);
 	// Annotations its annotations as the upstream lists them.
@@ -265,3 +289,19 @@ func (r *Registry) Run(ctx context.Context, inv tool.Invocation) (tool.Outcome, 
 const errorCodeToolTimeout = wire.CodeToolTimeout
 
 var errToolTimeout = errors.New("tool timeout")
+
+// LookupEffect asks the downstream of inv's tool whether the call's
+// effect happened (docs/tools.md, "Unknown outcomes"), with the tool's
+// lookup. An error for a tool that has none (only an http tool may), or
+// when ctx ended first.
+func (r *Registry) LookupEffect(ctx context.Context, inv tool.Invocation) (tool.LookupAnswer, error) {
+	t, ok := r.Lookup(inv.Tool)
+	if !ok {
+		return tool.LookupAnswer{}, fmt.Errorf("%w %q", tool.ErrUnknownTool, inv.Tool)
+	}
+	ht, isHTTP := t.runner.(*httptool.Tool)
+	if !isHTTP || !ht.HasLookup() {
+		return tool.LookupAnswer{}, fmt.Errorf("toolreg: tool %q has no lookup", inv.Tool)
+	}
+	return ht.Lookup(ctx, inv)
+}

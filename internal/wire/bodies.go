@@ -104,6 +104,21 @@ type Redrive struct {
 	DryRun bool `json:"dry_run,omitempty"`
 }
 
+// Resolve is the body of POST /v1/tool-calls/{call_id}/resolve (docs/api.md,
+// "Resolving an unknown outcome"): how an operator settles a failed
+// outcome_unknown call.
+type Resolve struct {
+	// Outcome is "succeeded" (the effect happened) or "failed" (it did
+	// not).
+	Outcome Status `json:"outcome"`
+	// Result is the call's result with outcome succeeded; absent:
+	// {"resolved": true}.
+	Result json.RawMessage `json:"result,omitempty"`
+	// Message is the error's message with outcome failed; absent: a
+	// fixed one.
+	Message string `json:"message,omitempty"`
+}
+
 // Redriven is the answer of POST /v1/redrive: the calls selected, newest
 // first (as redriven, or as they are with dry_run), and whether more may
 // match (run it again).

@@ -31,6 +31,9 @@ const (
 	// server whose tool list is not loaded yet (docs/tools.md, "The mcp
 	// kind"); nothing was stored, retry after Retry-After.
 	CodeUpstreamUnavailable = "upstream_unavailable"
+	// CodeNotResolvable: a resolve named a call that is not failed with
+	// outcome_unknown (409); nothing changed.
+	CodeNotResolvable = "not_resolvable"
 	// CodeInternal is also a failed call's code (a tool panic, a
 	// completion the database refused for good).
 	CodeInternal = "internal"
@@ -58,6 +61,9 @@ const (
 	// but no complete answer was read (docs/lifecycle.md, "Unknown
 	// outcomes"); CallError.Unknown names the case.
 	CodeOutcomeUnknown = "outcome_unknown"
+	// CodeResolvedFailed: an operator settled an outcome_unknown call as
+	// failed (idemctl resolve --failed); the message is theirs.
+	CodeResolvedFailed = "resolved_failed"
 )
 
 // The cases of an outcome_unknown error (CallError.Unknown, and the

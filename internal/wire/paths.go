@@ -35,3 +35,9 @@ const ActionCancel = "cancel"
 
 // CancelPath is the path that cancels a call (POST).
 func CancelPath(callID string) string { return CallPath(callID) + "/" + ActionCancel }
+
+// ActionResolve is the action of POST /v1/tool-calls/{call_id}/resolve.
+const ActionResolve = "resolve"
+
+// ResolvePath is the path that settles an outcome_unknown call (POST).
+func ResolvePath(callID string) string { return CallPath(callID) + "/" + ActionResolve }

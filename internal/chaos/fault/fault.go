@@ -219,6 +219,7 @@ var scenarios = []scenario{
 	duplicateRequest,
 	downstreamScenario,
 	mcpUpstreamScenario,
+	unknownOutcomeScenario,
 }
 
 // Names lists the scenarios in the order All runs them.
@@ -354,7 +355,8 @@ func (r *Runner) runOnce(ctx context.Context, name, title string, body func(cont
 // verdictLine prints the scenario's last line.
 func (r *Runner) verdictLine(rep Report) {
 	counts := fmt.Sprintf("calls=%d effects=%d", rep.Calls, rep.Effects)
-	if rep.Scenario == downstreamName || strings.HasPrefix(rep.Scenario, downstreamName+" ") {
+	if rep.Scenario == downstreamName || strings.HasPrefix(rep.Scenario, downstreamName+" ") ||
+		rep.Scenario == unknownName || strings.HasPrefix(rep.Scenario, unknownName+" ") {
 		counts += fmt.Sprintf(" downstream charges=%d", rep.Charges)
 	}
 	if rep.Scenario == mcpUpstreamName || strings.HasPrefix(rep.Scenario, mcpUpstreamName+" ") {
@@ -382,12 +384,12 @@ func (r *Runner) summary(reports []Report) {
 	fmt.Fprintf(r.out, "\n=== summary ===\n")
 	for _, rep := range reports {
 		line := fmt.Sprintf("%-4s %-20s calls=%d effects=%d", rep.Verdict, rep.Scenario, rep.Calls, rep.Effects)
-		if rep.Scenario == downstreamName {
+		if rep.Scenario == downstreamName || rep.Scenario == unknownName {
 			line += fmt.Sprintf(" charges=%d", rep.Charges)
 		}
 		if c := rep.Contrast; c != nil {
 			line += fmt.Sprintf("   contrast %s calls=%d effects=%d", c.Verdict, c.Calls, c.Effects)
-			if rep.Scenario == downstreamName {
+			if rep.Scenario == downstreamName || rep.Scenario == unknownName {
 				line += fmt.Sprintf(" charges=%d", c.Charges)
 			}
 		}

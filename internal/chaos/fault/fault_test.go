@@ -363,3 +363,35 @@ func TestMCPUpstreamOneReceiptAndIgnoreKeysContrast(t *testing.T) {
 	}
 	assertCleanedUp(t, tmp, rep)
 }
+
+// TestUnknownOutcomePolicies: against a downstream that ignores keys and
+// loses its first answer, on_unknown lookup charges once and succeeds,
+// hold charges once and holds the call (reconcile sees its one record);
+// the retry contrast charges twice and reconcile reports the shared key.
+func TestUnknownOutcomePolicies(t *testing.T) {
+	t.Parallel()
+	r, out, tmp := setup(t, Options{})
+	rep := run(t, r, unknownName)
+	if rep.Verdict != Pass || rep.Calls != 2 || rep.Effects != 1 || rep.Charges != 2 {
+		t.Fatalf("report = %+v, want PASS with calls=2 effects=1 charges=2 (one per policy)", rep)
+	}
+	for _, want := range []string{
+		"charge_lookup: succeeded after a lookup found the charge",
+		"charge_hold: held (failed, outcome_unknown, retryable false) with 1 charge downstream",
+		"): the downstream has 1 record: the effect happened",
+		"PASS unknown-outcome: calls=2 effects=1 downstream charges=2,",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("the narration lacks %q:\n%s", want, out)
+		}
+	}
+	c := rep.Contrast
+	if c == nil || c.Verdict != Demo || c.Calls != 1 || c.Effects != 1 || c.Charges != 2 {
+		t.Fatalf("contrast = %+v, want DEMO with calls=1 effects=1 charges=2", c)
+	}
+	if !strings.Contains(out.String(), "shared key: 2 records made with key eff_") ||
+		!strings.Contains(out.String(), "idemctl reconcile found the duplicate") {
+		t.Fatalf("the contrast's reconcile did not report the duplicate:\n%s", out)
+	}
+	assertCleanedUp(t, tmp, rep)
+}

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
@@ -36,7 +37,7 @@ const dbNow = `extract(epoch FROM clock_timestamp())::double precision`
 // callColumns lists the calls columns in the order scanCall reads them.
 const callColumns = `call_id, principal, idem_key, fingerprint, client_id, seq, tool, args_json, status,
   result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at, cancel_requested,
-  not_before, via`
+  not_before, via, unknown_outcome`
 
 // callColumnsOf is callColumns qualified by a table alias, for statements
 // that join calls with other relations.
@@ -45,7 +46,7 @@ func callColumnsOf(alias string) string {
 		alias + `.seq, ` + alias + `.tool, ` + alias + `.args_json, ` + alias + `.status, ` +
 		alias + `.result_json, ` + alias + `.error_json, ` + alias + `.attempt, ` + alias + `.lease_until, ` +
 		alias + `.owner, ` + alias + `.effect_id, ` + alias + `.created_at, ` + alias + `.updated_at, ` +
-		alias + `.cancel_requested, ` + alias + `.not_before, ` + alias + `.via`
+		alias + `.cancel_requested, ` + alias + `.not_before, ` + alias + `.via, ` + alias + `.unknown_outcome`
 }
 
 // scanCall reads one row of callColumns.
@@ -55,14 +56,19 @@ func scanCall(row pgx.Row) (store.Call, error) {
 		args           string
 		status         string
 		result, errObj *string
+		unknown        *string
 	)
 	err := row.Scan(&c.CallID, &c.Principal, &c.IdemKey, &c.Fingerprint, &c.ClientID, &c.Seq, &c.Tool, &args, &status,
-		&result, &errObj, &c.Attempt, &c.LeaseUntil, &c.Owner, &c.EffectID, &c.CreatedAt, &c.UpdatedAt, &c.CancelRequested, &c.NotBefore, &c.Via)
+		&result, &errObj, &c.Attempt, &c.LeaseUntil, &c.Owner, &c.EffectID, &c.CreatedAt, &c.UpdatedAt, &c.CancelRequested, &c.NotBefore, &c.Via,
+		&unknown)
 	if err != nil {
 		return store.Call{}, err
 	}
 	c.ArgsJSON = json.RawMessage(args)
 	c.Status = store.Status(status)
+	if unknown != nil {
+		c.Unknown = *unknown
+	}
 	if result != nil {
 		c.ResultJSON = json.RawMessage(*result)
 	}
@@ -91,4 +97,24 @@ func (s *Store) insertAudit(ctx context.Context, tx pgx.Tx, ts float64, callID, 
 	_, err := tx.Exec(ctx, `INSERT INTO audit (ts, call_id, event, detail) VALUES ($1, $2, $3, $4)`,
 		ts, callID, event, detail)
 	return err
+}
+
+// setUnknown sets unknown_outcome after a completion: kept when the first
+// parameter is true, else the second (NULL: settled). See
+// store.UnknownAfter; $N and $M are the parameters' numbers.
+func setUnknown(keep, val int) string {
+	return fmt.Sprintf(`unknown_outcome = CASE WHEN $%d::boolean THEN unknown_outcome ELSE $%d::text END`, keep, val)
+}
+
+// unknownArgs are setUnknown's arguments for completion c ending in
+// status.
+func unknownArgs(c store.Completion, status store.Status) (keep bool, val *string) {
+	if status == store.StatusSucceeded {
+		return false, nil
+	}
+	u, keep := store.UnknownAfter(c)
+	if u == "" {
+		return keep, nil
+	}
+	return keep, &u
 }

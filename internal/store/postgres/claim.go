@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // claimSQL is ClaimNext's statement ($1 owner, $2 limit, $3 lease seconds,
@@ -80,8 +81,11 @@ WITH clock AS MATERIALIZED (
   UPDATE calls c
   -- error_json: a call back from a scheduled retry kept the failure it
   -- waited out (ScheduleRetry); a running call has none.
+  -- unknown_outcome: a running call here is one whose lease expired, its
+  -- attempt abandoned in flight (SET reads the row as it was).
   SET status = 'running', attempt = c.attempt + 1, error_json = NULL,
-      lease_until = clock.now + $3, owner = $1, updated_at = clock.now
+      lease_until = clock.now + $3, owner = $1, updated_at = clock.now,
+      unknown_outcome = CASE WHEN c.status = 'running' THEN '` + wire.UnknownAbandoned + `' ELSE c.unknown_outcome END
   FROM picked, clock
   WHERE c.call_id = picked.call_id
     AND ((c.status = 'pending' AND (c.not_before IS NULL OR c.not_before <= clock.now))

@@ -70,18 +70,19 @@ func (s *Store) complete(ctx context.Context, c store.Completion, status store.S
 			return fast, interpret(ctx, err)
 		}
 	}
+	keep, unknownVal := unknownArgs(c, status)
 	err := s.inTx(ctx, s.beforeCommit(completeWrite(status), nil, func(tx pgx.Tx) error {
 		var err error
 		call, err = scanCall(tx.QueryRow(ctx, `
 UPDATE calls
 SET status = $4, result_json = $5, error_json = $6, effect_id = $7,
-    lease_until = NULL, owner = NULL, updated_at = clock.now
+    lease_until = NULL, owner = NULL, updated_at = clock.now, `+setUnknown(8, 9)+`
 FROM (SELECT `+dbNow+` AS now) AS clock
 WHERE call_id = $1
   -- The fencing token: still running, still ours, still this attempt.
   AND status = 'running' AND owner = $2 AND attempt = $3
 RETURNING `+callColumnsOf("calls"),
-			c.CallID, c.Owner, c.Attempt, string(status), result, errObj, effectID))
+			c.CallID, c.Owner, c.Attempt, string(status), result, errObj, effectID, keep, unknownVal))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return store.ErrFenced
 		}
@@ -136,7 +137,8 @@ RETURNING `+callColumns, c.CallID))
 
 // completeSQL is complete's common case in one statement ($1 call id, $2
 // owner, $3 attempt, $4 status, $5 result, $6 error, $7 effect id, $8
-// effect tool, $9 amount, $10 audit event, $11 audit detail): the fenced
+// effect tool, $9 amount, $10 audit event, $11 audit detail, $12 and $13
+// setUnknown's keep and value): the fenced
 // UPDATE, the effect row (when $7 is set) and the audit row. The effect is
 // a plain INSERT, without complete's ON CONFLICT: a call that already has
 // an effect, or an effect id another call holds, fails the statement (and
@@ -148,7 +150,7 @@ WITH clock AS MATERIALIZED (
 ), done AS (
   UPDATE calls
   SET status = $4, result_json = $5, error_json = $6, effect_id = $7,
-      lease_until = NULL, owner = NULL, updated_at = clock.now
+      lease_until = NULL, owner = NULL, updated_at = clock.now, ` + setUnknown(12, 13) + `
   FROM clock
   WHERE call_id = $1
     -- The fencing token: still running, still ours, still this attempt.
@@ -188,7 +190,9 @@ func (s *Store) completeFast(ctx context.Context, c store.Completion, status sto
 	op := &groupOp{
 		key: c.CallID,
 		queue: func(b *pgx.Batch) {
-			b.Queue(completeSQL, c.CallID, c.Owner, c.Attempt, string(status), result, errObj, effectID, tool, amount, event, detail)
+			keep, unknown := unknownArgs(c, status)
+			b.Queue(completeSQL, c.CallID, c.Owner, c.Attempt, string(status), result, errObj, effectID, tool, amount, event, detail,
+				keep, unknown)
 		},
 		read: func(r *results) error {
 			var err error
@@ -222,18 +226,19 @@ func (s *Store) ScheduleRetry(ctx context.Context, c store.Completion, delay tim
 		return store.Call{}, fmt.Errorf("postgres schedule retry: negative delay %v", delay)
 	}
 	var call store.Call
+	keep, unknownVal := unknownArgs(c, store.StatusFailed)
 	err := s.inTx(ctx, s.beforeCommit(store.WriteRetry, nil, func(tx pgx.Tx) error {
 		var err error
 		call, err = scanCall(tx.QueryRow(ctx, `
 UPDATE calls
 SET status = 'pending', not_before = clock.now + $4, result_json = NULL, error_json = $5,
-    lease_until = NULL, owner = NULL, updated_at = clock.now
+    lease_until = NULL, owner = NULL, updated_at = clock.now, `+setUnknown(6, 7)+`
 FROM (SELECT `+dbNow+` AS now) AS clock
 WHERE call_id = $1
   -- The fencing token, as in complete.
   AND status = 'running' AND owner = $2 AND attempt = $3
 RETURNING `+callColumnsOf("calls"),
-			c.CallID, c.Owner, c.Attempt, delay.Seconds(), string(store.FailureJSON(c))))
+			c.CallID, c.Owner, c.Attempt, delay.Seconds(), string(store.FailureJSON(c)), keep, unknownVal))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return store.ErrFenced
 		}

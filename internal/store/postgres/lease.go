@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // recoverSQL returns to pending the running calls whose lease has expired
@@ -33,7 +34,8 @@ WITH clock AS MATERIALIZED (
   FOR UPDATE OF c SKIP LOCKED
 ), recovered AS (
   UPDATE calls c
-  SET status = 'pending', lease_until = NULL, owner = NULL, updated_at = clock.now
+  SET status = 'pending', lease_until = NULL, owner = NULL, updated_at = clock.now,
+      unknown_outcome = '` + wire.UnknownAbandoned + `'
   FROM expired, clock
   WHERE c.call_id = expired.call_id
     AND c.status = 'running' AND (c.lease_until IS NULL OR c.lease_until <= clock.now)
@@ -108,12 +110,12 @@ func (s *Store) Release(ctx context.Context, l store.Lease, reason string) error
 		var ts float64
 		err := tx.QueryRow(ctx, `
 UPDATE calls
-SET status = 'pending', lease_until = NULL, owner = NULL, updated_at = clock.now
+SET status = 'pending', lease_until = NULL, owner = NULL, updated_at = clock.now, unknown_outcome = $4
 FROM (SELECT `+dbNow+` AS now) AS clock
 WHERE call_id = $1
   -- Same token as a completion: only the exact lease we were told is dead.
   AND status = 'running' AND owner = $2 AND attempt = $3
-RETURNING updated_at`, callID, owner, attempt).Scan(&ts)
+RETURNING updated_at`, callID, owner, attempt, wire.UnknownAbandoned).Scan(&ts)
 		if errors.Is(err, pgx.ErrNoRows) {
 			var exists bool
 			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM calls WHERE call_id = $1)`, callID).Scan(&exists); err != nil {

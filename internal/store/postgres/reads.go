@@ -99,6 +99,11 @@ func keysetSQL(f store.ListFilter) (string, []any) {
 	if f.Tool != "" {
 		where = append(where, "tool = "+arg(f.Tool))
 	}
+	if f.Code != "" {
+		// error_json is text that idemctl always writes as a JSON object
+		// (store.FailureJSON, the executor's error objects).
+		where = append(where, "(error_json::jsonb ->> 'code') = "+arg(f.Code)+"::text")
+	}
 	if f.KeyPrefix != "" {
 		p := arg(f.KeyPrefix)
 		where = append(where, "substr(idem_key, 1, length("+p+"::text)) = "+p+"::text")

@@ -89,6 +89,8 @@ CREATE INDEX IF NOT EXISTS idx_calls_pending ON calls (created_at, call_id) WHER
 	migrationTombstones,
 	// 8: the index diet (migrationIndexDiet).
 	migrationIndexDiet,
+	// 9: the unknown outcome a call remembers (migrationUnknown).
+	migrationUnknown,
 }
 
 // migrationIndexDiet drops idx_calls_client_seq: no statement reads calls
@@ -97,6 +99,16 @@ CREATE INDEX IF NOT EXISTS idx_calls_pending ON calls (created_at, call_id) WHER
 // completion) wrote an entry into it (BENCHMARKS.md, "Cost per call").
 const migrationIndexDiet = `
 DROP INDEX IF EXISTS idx_calls_client_seq;
+`
+
+// migrationUnknown adds calls.unknown_outcome (store.Call.Unknown): the
+// case of the last attempt whose outcome is unknown and not settled since,
+// NULL for none. A column, not only the audit: the claim that follows
+// clears error_json, and the executor must still know, at the next claim,
+// that it has to look up (or hold) before any new attempt. Every existing
+// row gets NULL (no table rewrite): as before, nothing to settle.
+const migrationUnknown = `
+ALTER TABLE calls ADD COLUMN unknown_outcome text;
 `
 
 // migrationTombstones adds tombstones, what retention keeps of a purged
@@ -190,9 +202,9 @@ CREATE INDEX idx_calls_principal_created ON calls (principal, created_at, call_i
 var schemaVersion = len(migrations)
 
 // minReadVersion is the oldest schema a read-only store accepts: the one
-// that added tombstones, the last table a read (Tombstone) uses (a read-only store
-// cannot migrate: start a server on the database once).
-var minReadVersion = slices.Index(migrations, migrationTombstones) + 1
+// that added calls.unknown_outcome, the last column a read uses (a
+// read-only store cannot migrate: start a server on the database once).
+var minReadVersion = slices.Index(migrations, migrationUnknown) + 1
 
 // migrate creates or upgrades the schema in one transaction. The advisory
 // lock makes instances that start together take turns: the first applies

@@ -61,7 +61,8 @@ func (s *Store) Fail(ctx context.Context, c store.Completion) (store.Call, error
 	err := s.writeTx(ctx, store.WriteFail, func(ctx context.Context, tx *sql.Tx) error {
 		now := s.now()
 		var err error
-		call, err = queryCall(ctx, tx, s.wq.fail, string(errJSON), now, c.CallID, c.Owner, c.Attempt)
+		keep, unknown := unknownArgs(c)
+		call, err = queryCall(ctx, tx, s.wq.fail, string(errJSON), now, keep, unknown, c.CallID, c.Owner, c.Attempt)
 		if errors.Is(err, sql.ErrNoRows) {
 			return whyFenced(ctx, tx, s.wq.callByID, c)
 		} else if err != nil {
@@ -91,8 +92,9 @@ func (s *Store) ScheduleRetry(ctx context.Context, c store.Completion, delay tim
 	err := s.writeTx(ctx, store.WriteRetry, func(ctx context.Context, tx *sql.Tx) error {
 		now := s.now()
 		var err error
+		keep, unknown := unknownArgs(c)
 		call, err = queryCall(ctx, tx, s.wq.scheduleRetry, now+delay.Seconds(), string(store.FailureJSON(c)), now,
-			c.CallID, c.Owner, c.Attempt)
+			keep, unknown, c.CallID, c.Owner, c.Attempt)
 		if errors.Is(err, sql.ErrNoRows) {
 			return whyFenced(ctx, tx, s.wq.callByID, c)
 		} else if err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // leaseLapsed is RecoverExpired's condition on a running call's lease: it
@@ -71,8 +72,8 @@ func (s *Store) RecoverExpired(ctx context.Context) ([]string, error) {
 			// Conditional on the lease still being expired: a live lease
 			// is never touched.
 			res, err := tx.ExecContext(ctx, `UPDATE calls
-				SET status = 'pending', lease_until = NULL, owner = NULL, updated_at = ?
-				WHERE call_id = ? AND status = 'running' AND `+leaseLapsed, now, e.id, now)
+				SET status = 'pending', lease_until = NULL, owner = NULL, updated_at = ?, unknown_outcome = ?
+				WHERE call_id = ? AND status = 'running' AND `+leaseLapsed, now, wire.UnknownAbandoned, e.id, now)
 			if err != nil {
 				return err
 			}
@@ -111,8 +112,8 @@ func (s *Store) Release(ctx context.Context, l store.Lease, reason string) error
 		// Fenced like a completion: if the call was completed, recovered
 		// or taken over since the caller looked, leave it alone.
 		res, err := tx.ExecContext(ctx, `UPDATE calls
-			SET status = 'pending', lease_until = NULL, owner = NULL, updated_at = ?
-			WHERE `+fencing, now, callID, owner, attempt)
+			SET status = 'pending', lease_until = NULL, owner = NULL, updated_at = ?, unknown_outcome = ?
+			WHERE `+fencing, now, wire.UnknownAbandoned, callID, owner, attempt)
 		if err != nil {
 			return err
 		}

@@ -13,7 +13,8 @@ import (
 
 // callColumns is the column list scanCall expects, in its order.
 const callColumns = `call_id, principal, idem_key, fingerprint, client_id, seq, tool, args_json, status,
-	result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at, cancel_requested, not_before, via`
+	result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at, cancel_requested, not_before, via,
+	unknown_outcome`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -21,17 +22,19 @@ func scanCall(sc scanner) (store.Call, error) {
 	var (
 		c                         store.Call
 		clientID, result, errJSON sql.NullString
-		owner, effectID           sql.NullString
+		owner, effectID, unknown  sql.NullString
 		seq                       sql.NullInt64
 		lease, notBefore          sql.NullFloat64
 		args, status              string
 	)
 	err := sc.Scan(&c.CallID, &c.Principal, &c.IdemKey, &c.Fingerprint, &clientID, &seq, &c.Tool, &args, &status,
-		&result, &errJSON, &c.Attempt, &lease, &owner, &effectID, &c.CreatedAt, &c.UpdatedAt, &c.CancelRequested, &notBefore, &c.Via)
+		&result, &errJSON, &c.Attempt, &lease, &owner, &effectID, &c.CreatedAt, &c.UpdatedAt, &c.CancelRequested, &notBefore, &c.Via,
+		&unknown)
 	if err != nil {
 		return store.Call{}, err
 	}
 	c.NotBefore = nullFloat(notBefore)
+	c.Unknown = unknown.String
 	c.Status = store.Status(status)
 	c.ArgsJSON = json.RawMessage(args)
 	c.ClientID = nullString(clientID)
@@ -182,6 +185,12 @@ func keysetQuery(f store.ListFilter) (string, []any) {
 	}
 	if f.Tool != "" {
 		where, args = append(where, "tool = ?"), append(args, f.Tool)
+	}
+	if f.Code != "" {
+		// json_valid first: json_extract fails the whole query on a row
+		// that is not JSON.
+		where, args = append(where, "CASE WHEN json_valid(error_json) THEN json_extract(error_json, '$.code') END = ?"),
+			append(args, f.Code)
 	}
 	if f.KeyPrefix != "" {
 		where, args = append(where, "substr(idem_key, 1, length(?)) = ?"), append(args, f.KeyPrefix, f.KeyPrefix)

@@ -78,6 +78,8 @@ CREATE INDEX IF NOT EXISTS idx_calls_pending ON calls(created_at) WHERE status =
 	migrationTombstones,
 	// 8: the index diet (migrationIndexDiet).
 	migrationIndexDiet,
+	// 9: the unknown outcome a call remembers (migrationUnknown).
+	migrationUnknown,
 }
 
 // migrationIndexDiet drops idx_calls_client_seq: no statement reads calls
@@ -85,6 +87,16 @@ CREATE INDEX IF NOT EXISTS idx_calls_pending ON calls(created_at) WHERE status =
 // every insert wrote an entry into it (BENCHMARKS.md, "Cost per call").
 const migrationIndexDiet = `
 DROP INDEX IF EXISTS idx_calls_client_seq;
+`
+
+// migrationUnknown adds calls.unknown_outcome (store.Call.Unknown): the
+// case of the last attempt whose outcome is unknown and not settled since,
+// NULL for none. A column, not only the audit: the claim that follows
+// clears error_json, and the executor must still know, at the next claim,
+// that it has to look up (or hold) before any new attempt. Every existing
+// row gets NULL: as before, nothing to settle.
+const migrationUnknown = `
+ALTER TABLE calls ADD COLUMN unknown_outcome TEXT;
 `
 
 // migrationTombstones adds tombstones, what retention keeps of a purged
@@ -222,10 +234,10 @@ CREATE INDEX idx_calls_principal_created ON calls(principal, created_at, call_id
 var schemaVersion = len(migrations)
 
 // minReadVersion is the oldest schema a read-only store accepts: the one
-// that added tombstones, the last table a read (Tombstone) uses. A read-only store
+// that added calls.unknown_outcome, the last column a read uses. A read-only store
 // cannot migrate, so inspect asks for a server to be started on an older
 // database first.
-var minReadVersion = slices.Index(migrations, migrationTombstones) + 1
+var minReadVersion = slices.Index(migrations, migrationUnknown) + 1
 
 // migrate brings the database to schemaVersion in one IMMEDIATE transaction,
 // so two servers starting on one file at once migrate it once.

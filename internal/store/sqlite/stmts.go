@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // Hot statements. Each is prepared once per Store (database/sql then keeps
@@ -117,8 +118,12 @@ const (
 	// row when the claim lost.
 	// error_json is cleared: a call back from a scheduled retry kept the
 	// failure it waited out (sqlScheduleRetry), and a running call has none.
+	// A running call here is one whose lease expired: its attempt was
+	// abandoned in flight, so its outcome is unknown (unknown_outcome;
+	// SET reads the row as it was).
 	sqlClaim = `UPDATE calls
-		SET status = 'running', attempt = attempt + 1, lease_until = ?, owner = ?, updated_at = ?, error_json = NULL
+		SET status = 'running', attempt = attempt + 1, lease_until = ?, owner = ?, updated_at = ?, error_json = NULL,
+		    unknown_outcome = CASE WHEN status = 'running' THEN '` + wire.UnknownAbandoned + `' ELSE unknown_outcome END
 		WHERE call_id = ? AND ` + claimable + `
 		RETURNING ` + callColumns
 
@@ -127,14 +132,18 @@ const (
 	// the call at its effect when the completion has one (first ?, run
 	// after sqlInsertEffect): the effect that exists, which is the one just
 	// inserted unless an earlier one was kept; in this UPDATE, so a
-	// success writes the call's row once.
+	// success writes the call's row once. A success settles an unknown
+	// outcome; a failure sets it as store.UnknownAfter says (setUnknown:
+	// keep it, or this value).
 	sqlSucceed = `UPDATE calls
 		SET status = 'succeeded', result_json = ?, error_json = NULL, lease_until = NULL, owner = NULL, updated_at = ?,
-		    effect_id = CASE WHEN ? THEN (SELECT e.effect_id FROM effects e WHERE e.call_id = calls.call_id) ELSE effect_id END
+		    effect_id = CASE WHEN ? THEN (SELECT e.effect_id FROM effects e WHERE e.call_id = calls.call_id) ELSE effect_id END,
+		    unknown_outcome = NULL
 		WHERE ` + fencing + `
 		RETURNING ` + callColumns
 	sqlFail = `UPDATE calls
-		SET status = 'failed', error_json = ?, result_json = NULL, lease_until = NULL, owner = NULL, updated_at = ?
+		SET status = 'failed', error_json = ?, result_json = NULL, lease_until = NULL, owner = NULL, updated_at = ?,
+		    ` + setUnknown + `
 		WHERE ` + fencing + `
 		RETURNING ` + callColumns
 
@@ -144,7 +153,7 @@ const (
 	// claim increments it.
 	sqlScheduleRetry = `UPDATE calls
 		SET status = 'pending', not_before = ?, error_json = ?, result_json = NULL,
-		    lease_until = NULL, owner = NULL, updated_at = ?
+		    lease_until = NULL, owner = NULL, updated_at = ?, ` + setUnknown + `
 		WHERE ` + fencing + `
 		RETURNING ` + callColumns
 
@@ -189,6 +198,19 @@ const (
 	sqlHasExpired = `SELECT EXISTS (SELECT 1 FROM calls WHERE status = 'running' AND lease_until <= ?)
 		OR EXISTS (SELECT 1 FROM calls WHERE status = 'running' AND lease_until IS NULL)`
 )
+
+// setUnknown sets unknown_outcome after a failure: kept when the first ?
+// is true, else the second ? (NULL: settled). See store.UnknownAfter.
+const setUnknown = `unknown_outcome = CASE WHEN ? THEN unknown_outcome ELSE ? END`
+
+// unknownArgs are setUnknown's arguments for c.
+func unknownArgs(c store.Completion) (keep bool, val any) {
+	u, keep := store.UnknownAfter(c)
+	if u == "" {
+		return keep, nil
+	}
+	return keep, u
+}
 
 // sqlListByStatus serves ListCalls with a status filter (the scheduler
 // lists running calls once per scheduler interval to find those of dead owners). The

@@ -48,6 +48,8 @@ type Store struct {
 	PurgeFunc              func(ctx context.Context, olderThan time.Duration, limit int, tombstones bool) (int, error)
 	PurgeTombstonesFunc    func(ctx context.Context, olderThan time.Duration, limit int) (int, error)
 	RedriveFunc            func(ctx context.Context, callID, by string, prevErr json.RawMessage) (store.Call, bool, error)
+	RecordLookupFunc       func(ctx context.Context, l store.Lease, event, detail string) error
+	ResolveFunc            func(ctx context.Context, r store.Resolution) (store.Call, bool, error)
 	TombstoneFunc          func(ctx context.Context, principal, key string) (store.Tombstone, error)
 	PendingByPrincipalFunc func(ctx context.Context, atLeast int64) (map[string]int64, error)
 	PingFunc               func(ctx context.Context) error
@@ -236,6 +238,22 @@ func (s *Store) PurgeTombstones(ctx context.Context, olderThan time.Duration, li
 		return s.PurgeTombstonesFunc(ctx, olderThan, limit)
 	}
 	return s.base("PurgeTombstones").PurgeTombstones(ctx, olderThan, limit)
+}
+
+// RecordLookup calls RecordLookupFunc, else Base.RecordLookup.
+func (s *Store) RecordLookup(ctx context.Context, l store.Lease, event, detail string) error {
+	if s.RecordLookupFunc != nil {
+		return s.RecordLookupFunc(ctx, l, event, detail)
+	}
+	return s.base("RecordLookup").RecordLookup(ctx, l, event, detail)
+}
+
+// Resolve calls ResolveFunc, else Base.Resolve.
+func (s *Store) Resolve(ctx context.Context, r store.Resolution) (store.Call, bool, error) {
+	if s.ResolveFunc != nil {
+		return s.ResolveFunc(ctx, r)
+	}
+	return s.base("Resolve").Resolve(ctx, r)
 }
 
 // Redrive calls RedriveFunc, else Base.Redrive.

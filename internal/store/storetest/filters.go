@@ -1,9 +1,12 @@
 package storetest
 
 import (
+	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
 )
@@ -131,5 +134,57 @@ func testRates(t *testing.T, su suite) {
 	}
 	if sum.Created != 4 || sum.Succeeded != 1 || sum.Failed != 1 {
 		t.Errorf("window counts created %d succeeded %d failed %d, want 4, 1, 1", sum.Created, sum.Succeeded, sum.Failed)
+	}
+}
+
+// testListByCode: ListFilter.Code keeps the calls whose error has that
+// code, a failed call's or a pending call's (the failure a scheduled retry
+// waits out), alone or with a status; calls without an error never match.
+func testListByCode(t *testing.T, open func(t *testing.T) store.Store) {
+	s := open(t)
+	ctx := t.Context()
+	held := createAndClaim(t, s, "held", "w", longLease)
+	comp := failure(held, false)
+	comp.Error = json.RawMessage(`{"code":"outcome_unknown","message":"m","retryable":false,"unknown":"abandoned"}`)
+	if _, err := s.Fail(ctx, comp); err != nil {
+		t.Fatal(err)
+	}
+	waiting := createAndClaim(t, s, "waiting", "w", longLease)
+	comp = failure(waiting, true)
+	comp.Error = json.RawMessage(`{"code":"outcome_unknown","message":"m","retryable":true,"unknown":"reset_after_send"}`)
+	if _, err := s.ScheduleRetry(ctx, comp, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	other := createAndClaim(t, s, "other", "w", longLease)
+	if _, err := s.Fail(ctx, failure(other, false)); err != nil {
+		t.Fatal(err)
+	}
+	create(t, s, "fresh")
+	list := func(f store.ListFilter) []string {
+		t.Helper()
+		got, err := s.ListCalls(ctx, f)
+		if err != nil {
+			t.Fatalf("ListCalls(%+v): %v", f, err)
+		}
+		keys := []string{}
+		for _, c := range got {
+			keys = append(keys, c.IdemKey)
+		}
+		slices.Sort(keys)
+		return keys
+	}
+	def := store.DefaultPrincipal
+	for _, c := range []struct {
+		f    store.ListFilter
+		want []string
+	}{
+		{store.ListFilter{Code: "outcome_unknown"}, []string{"held", "waiting"}},
+		{store.ListFilter{Principal: &def, Code: "outcome_unknown", Status: store.StatusFailed}, []string{"held"}},
+		{store.ListFilter{Code: "tool_failed"}, []string{"other"}},
+		{store.ListFilter{Code: "nothing_like_it"}, []string{}},
+	} {
+		if got := list(c.f); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("ListCalls(code %q, status %q) = %v, want %v", c.f.Code, c.f.Status, got, c.want)
+		}
 	}
 }

@@ -17,6 +17,7 @@
 //   - principals.go: principal scoping, Purge, keyset listing;
 //   - tombstones.go: the tombstones of purged keys, PurgeTombstones;
 //   - redrive.go: Redrive;
+//   - unknown.go: unknown outcomes (Call.Unknown), RecordLookup, Resolve;
 //   - filters.go: the listing filters, Rates;
 //   - dedup.go: intent deduplication and alias keys;
 //   - cancel.go: Cancel;
@@ -133,6 +134,9 @@ func Run(t *testing.T, f Factory) {
 	t.Run("Release", func(t *testing.T) { testRelease(t, open) })
 	// unknown.go
 	t.Run("OutcomeUnknownAudit", func(t *testing.T) { testOutcomeUnknownAudit(t, open) })
+	t.Run("UnknownSurvives", func(t *testing.T) { testUnknownSurvives(t, open) })
+	t.Run("RecordLookup", func(t *testing.T) { testRecordLookup(t, open) })
+	t.Run("Resolve", func(t *testing.T) { testResolve(t, open) })
 	// lease.go
 	t.Run("ExtendLease", func(t *testing.T) { testExtendLease(t, open) })
 	t.Run("ExtendLeaseCancelRequested", func(t *testing.T) { testExtendLeaseCancelRequested(t, open) })
@@ -161,6 +165,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("TombstoneRacesCreate", func(t *testing.T) { testTombstoneRacesCreate(t, su) })
 	// filters.go
 	t.Run("ListFilters", func(t *testing.T) { testListFilters(t, su) })
+	t.Run("ListByCode", func(t *testing.T) { testListByCode(t, open) })
 	t.Run("Rates", func(t *testing.T) { testRates(t, su) })
 	// dedup.go
 	t.Run("IntentDedup", func(t *testing.T) { testIntentDedup(t, su) })

@@ -379,12 +379,18 @@ func (r Runner) Run(ctx context.Context, inv tool.Invocation) (tool.Outcome, err
 
 	var res *mcp.CallToolResult
 	var err error
+	// sent: a tools/call was handed to a session. Without its answer the
+	// outcome is unknown (docs/lifecycle.md, "Unknown outcomes"): the SDK
+	// does not say whether the request was written, so a call handed over
+	// counts as sent, the safe side for an effect.
+	sent := false
 	for try := 0; try < 2; try++ {
 		var s *mcp.ClientSession
 		s, err = u.connect(actx, false)
 		if err != nil {
 			break
 		}
+		sent = true
 		res, err = s.CallTool(actx, params)
 		if err == nil || !broken(err) || actx.Err() != nil {
 			break
@@ -394,7 +400,7 @@ func (r Runner) Run(ctx context.Context, inv tool.Invocation) (tool.Outcome, err
 		u.drop(s)
 	}
 	if err != nil {
-		return r.failure(ctx, actx, inv.Log, err)
+		return r.failure(ctx, actx, inv.Log, sent, err)
 	}
 	body, err := json.Marshal(res)
 	if err != nil {
@@ -412,14 +418,21 @@ func (r Runner) Run(ctx context.Context, inv tool.Invocation) (tool.Outcome, err
 	return out, nil
 }
 
-// failure maps a tools/call that got no result.
-func (r Runner) failure(ctx, actx context.Context, log *slog.Logger, err error) (tool.Outcome, error) {
+// failure maps a tools/call that got no result. sent: a tools/call was
+// handed to a session; then a timeout or a broken connection leaves the
+// outcome unknown (code outcome_unknown, with issue 21's code in the
+// message), a JSON-RPC error does not (it is an answer).
+func (r Runner) failure(ctx, actx context.Context, log *slog.Logger, sent bool, err error) (tool.Outcome, error) {
 	u := r.Up
 	if ctx.Err() != nil {
 		return tool.Outcome{}, ctx.Err() // shutdown, lost lease: not the upstream's fault
 	}
 	if errors.Is(actx.Err(), context.DeadlineExceeded) {
-		return fail(CodeTimeout, true, fmt.Sprintf("no answer within the tool's timeout of %s", u.cfg.Timeout)), nil
+		msg := fmt.Sprintf("no answer within the tool's timeout of %s", u.cfg.Timeout)
+		if sent {
+			return unknown(wire.UnknownTimeoutAfterSend, "the tools/call was sent, then "+msg+" ("+CodeTimeout+")"), nil
+		}
+		return fail(CodeTimeout, true, msg), nil
 	}
 	if werr, ok := upstreamError(err); ok {
 		return fail(CodeError, retryableRPC(werr.Code),
@@ -429,7 +442,17 @@ func (r Runner) failure(ctx, actx context.Context, log *slog.Logger, err error) 
 		log.Warn("mcp tool: no answer from the upstream", "tool", r.Name, "err", u.redactErr(err))
 	}
 	// A fixed phrase: the error itself may name the upstream's address.
+	if sent {
+		return unknown(wire.UnknownResetAfterSend,
+			"the tools/call was sent, then the connection broke before an answer ("+CodeUnreachable+")"), nil
+	}
 	return fail(CodeUnreachable, true, "the upstream could not be reached or the connection broke before an answer"), nil
+}
+
+// unknown is an outcome_unknown failure of the given case: retryable, as
+// an http tool's (the tool's on_unknown decides what happens next).
+func unknown(kase, msg string) tool.Outcome {
+	return tool.Outcome{Err: &tool.ToolError{Code: wire.CodeOutcomeUnknown, Message: msg, Retryable: true, Unknown: kase}}
 }
 
 // retryableRPC: the JSON-RPC errors a retry may get past. The request's

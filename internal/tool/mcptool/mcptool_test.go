@@ -58,7 +58,8 @@ func (s *syncBuffer) String() string {
 }
 
 // TestStdioServerCrashRestarted: a stdio server that exits mid-call
-// fails the attempt with upstream_unreachable (retryable); the next call
+// fails the attempt with outcome_unknown (reset_after_send, retryable: the
+// tools/call was sent, its answer never came); the next call
 // starts it again. Its stderr goes to the log, with the secrets of its
 // environment redacted.
 func TestStdioServerCrashRestarted(t *testing.T) {
@@ -84,8 +85,9 @@ func TestStdioServerCrashRestarted(t *testing.T) {
 	}
 	first := pid("c_1")
 	out, err := Runner{Up: u, Tool: "crash", Name: "crashy_crash"}.Run(ctx, tool.Invocation{CallID: "c_2", Attempt: 1})
-	if err != nil || out.Err == nil || out.Err.Code != wire.CodeUpstreamUnreachable || !out.Err.Retryable {
-		t.Fatalf("crash mid-call: %v %+v; want upstream_unreachable, retryable", err, out.Err)
+	if err != nil || out.Err == nil || out.Err.Code != wire.CodeOutcomeUnknown || out.Err.Unknown != wire.UnknownResetAfterSend ||
+		!out.Err.Retryable || !strings.Contains(out.Err.Message, wire.CodeUpstreamUnreachable) {
+		t.Fatalf("crash mid-call: %v %+v; want outcome_unknown reset_after_send (upstream_unreachable), retryable", err, out.Err)
 	}
 	second := pid("c_3")
 	if first == second {
