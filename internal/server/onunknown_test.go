@@ -324,6 +324,7 @@ func TestResolveRefused(t *testing.T) {
 		}
 	}
 	for _, body := range []string{`{}`, `{"outcome":"maybe"}`, `{"outcome":"failed","result":1}`,
+		`{"outcome":"succeeded","result":[1]}`, `{"outcome":"succeeded","result":"text"}`,
 		`{"outcome":"succeeded","message":"m"}`, `{"outcome":"succeeded","extra":1}`, `not json`} {
 		if r := b.resolve(held.CallID, body); r.status != http.StatusBadRequest || r.errCode(t) != wire.CodeBadRequest {
 			t.Fatalf("resolve %s: %d %s; want 400 bad_request", body, r.status, r.body)

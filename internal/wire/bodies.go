@@ -111,7 +111,7 @@ type Resolve struct {
 	// Outcome is "succeeded" (the effect happened) or "failed" (it did
 	// not).
 	Outcome Status `json:"outcome"`
-	// Result is the call's result with outcome succeeded; absent:
+	// Result is the call's result with outcome succeeded, a JSON object; absent:
 	// {"resolved": true}.
 	Result json.RawMessage `json:"result,omitempty"`
 	// Message is the error's message with outcome failed; absent: a
