@@ -70,6 +70,10 @@ type Tool struct {
 	Concurrency int       `json:"concurrency"`
 	// Dedup is the tool's intent-deduplication rule; nil: none.
 	Dedup *ToolDedup `json:"dedup,omitempty"`
+	// OnUnknown is an http or mcp tool's on_unknown (retry, lookup,
+	// hold); omitted for the built-ins, which retry. The lookup's URL is
+	// never listed.
+	OnUnknown string `json:"on_unknown,omitempty"`
 }
 
 // ToolRetry is a tool's retry policy as listed (durations in Go's form).
