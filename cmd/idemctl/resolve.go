@@ -90,7 +90,7 @@ names "(--db)"). Prints the call as one JSON line. See docs/cli.md, "resolve".`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.useDB = cmd.Flags().Changed("db")
 			if opts.useDB && cmd.Flags().Changed("base") {
-				return errors.New("give --base or --db, not both")
+				return errors.New("give --base or --db, not both (IDEMCTL_BASE, IDEMCTL_DB and the config file's base and db count as given)")
 			}
 			if err := opts.Validate(); err != nil {
 				return err
