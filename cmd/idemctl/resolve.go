@@ -54,8 +54,9 @@ func (o *resolveOptions) Validate() error {
 		}
 		o.req = wire.Resolve{Outcome: wire.StatusSucceeded}
 		if o.Result != "" {
-			if !json.Valid([]byte(o.Result)) {
-				return errors.New("--result must be JSON, e.g. '{\"id\": \"ch_1\"}'")
+			var obj map[string]json.RawMessage
+			if json.Unmarshal([]byte(o.Result), &obj) != nil || obj == nil {
+				return errors.New("--result must be a JSON object, e.g. '{\"id\": \"ch_1\"}'")
 			}
 			o.req.Result = json.RawMessage(o.Result)
 		}
@@ -89,7 +90,7 @@ names "(--db)"). Prints the call as one JSON line. See docs/cli.md, "resolve".`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.useDB = cmd.Flags().Changed("db")
 			if opts.useDB && cmd.Flags().Changed("base") {
-				return errors.New("give --base or --db, not both")
+				return errors.New("give --base or --db, not both (IDEMCTL_BASE, IDEMCTL_DB and the config file's base and db count as given)")
 			}
 			if err := opts.Validate(); err != nil {
 				return err
@@ -105,7 +106,7 @@ names "(--db)"). Prints the call as one JSON line. See docs/cli.md, "resolve".`,
 	f.StringVar(&opts.DB, "db", "", "resolve directly on this database (SQLite path, postgres:// URL or DSN) instead of through --base")
 	f.BoolVar(&opts.Succeeded, "succeeded", false, "the effect happened: the call succeeds")
 	f.BoolVar(&opts.Failed, "failed", false, "the effect did not happen: the call stays failed, settled")
-	f.StringVar(&opts.Result, "result", "", `with --succeeded: the call's result, JSON (default {"resolved":true})`)
+	f.StringVar(&opts.Result, "result", "", `with --succeeded: the call's result, a JSON object (default {"resolved":true})`)
 	f.StringVar(&opts.Message, "message", "", "with --failed: the error's message")
 	return cmd
 }

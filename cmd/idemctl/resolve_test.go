@@ -97,6 +97,7 @@ func TestResolveCommand(t *testing.T) {
 		{"resolve", viaAPI, "--base", base, "--succeeded", "--failed"},
 		{"resolve", viaAPI, "--base", base, "--failed", "--result", "{}"},
 		{"resolve", viaAPI, "--base", base, "--succeeded", "--result", "{nope"},
+		{"resolve", viaAPI, "--base", base, "--succeeded", "--result", "[1]"},
 		{"resolve", viaAPI, "--base", base, "--succeeded", "--message", "m"},
 		{"resolve", viaAPI, "--base", base, "--db", db, "--failed"},
 		{"resolve", "--base", base, "--failed"},

@@ -44,6 +44,9 @@ func (e *Executor) execute(c store.Call) {
 		ran       bool
 		unsettled bool
 	)
+	// A call whose previous attempt's outcome is unknown runs only if its
+	// tool's on_unknown lets it (unknown.go): a lookup or a hold may
+	// decide the outcome without an attempt.
 	switch s, decided, uns := e.beforeAttempt(toolCtx, c, log); s {
 	case giveUp:
 		beat.stop()

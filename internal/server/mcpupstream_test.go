@@ -283,3 +283,27 @@ func TestMCPUpstreamAllowListAndListing(t *testing.T) {
 		t.Errorf("a tool left out by the allow-list: %d, want 400", r.status)
 	}
 }
+
+// TestMCPUpstreamHold: an mcp entry with on_unknown: hold, against an
+// upstream that ignores keys and loses the answer after the effect: the
+// tools/call is sent once (not again within the attempt, nor by a later
+// one), and the call ends failed outcome_unknown, not retryable, one
+// receipt upstream. An expired session (the upstream refuses the call
+// unread) is still tried again on a new session and succeeds.
+func TestMCPUpstreamHold(t *testing.T) {
+	u := setupUpstream(t, true, false, ", on_unknown: hold, retry: {max_attempts: 3, initial_backoff: 10ms, max_backoff: 20ms}")
+	u.demo.DropAnswers(1)
+	c := u.waitFinal(u.post("k-hold", `{"tool":"demo_send_receipt","args":{"to":"ann","amount":5}}`).call(t).CallID)
+	e := callError(t, c)
+	if e.Code != wire.CodeOutcomeUnknown || e.Retryable || e.Unknown != wire.UnknownResetAfterSend || c.Attempt != 1 {
+		t.Fatalf("held call: attempt %d, %+v; want failed at attempt 1, outcome_unknown reset_after_send, not retryable", c.Attempt, e)
+	}
+	if led := u.demo.Ledger(); len(led.Attempts) != 1 || len(led.Receipts) != 1 {
+		t.Fatalf("upstream saw %d tools/call, made %d receipts; want one of each", len(led.Attempts), len(led.Receipts))
+	}
+	u.demo.ForgetSessions()
+	ok := u.waitFinal(u.post("k-hold-2", `{"tool":"demo_send_receipt","args":{"to":"bo","amount":5}}`).call(t).CallID)
+	if ok.Status != wire.StatusSucceeded {
+		t.Fatalf("after an expired session: %s %s; want succeeded on a new session", ok.Status, ok.Error)
+	}
+}

@@ -324,6 +324,7 @@ func TestResolveRefused(t *testing.T) {
 		}
 	}
 	for _, body := range []string{`{}`, `{"outcome":"maybe"}`, `{"outcome":"failed","result":1}`,
+		`{"outcome":"succeeded","result":[1]}`, `{"outcome":"succeeded","result":"text"}`,
 		`{"outcome":"succeeded","message":"m"}`, `{"outcome":"succeeded","extra":1}`, `not json`} {
 		if r := b.resolve(held.CallID, body); r.status != http.StatusBadRequest || r.errCode(t) != wire.CodeBadRequest {
 			t.Fatalf("resolve %s: %d %s; want 400 bad_request", body, r.status, r.body)
@@ -379,4 +380,40 @@ func TestHoldAbandoned(t *testing.T) {
 	}
 	wantEvents(t, b.events(c.CallID), store.EventCreated, store.EventClaimed, store.EventOutcomeUnknown, store.EventRecover,
 		store.EventClaimed, store.EventFailed)
+}
+
+// TestRetryDefaultSendsAgain: without on_unknown (retry, the default) the
+// next attempt sends the request again with the same key and never looks
+// up, even when the tool has a lookup block: against a downstream that
+// ignores keys, that is a second charge (the contrast lookup and hold
+// exist for).
+func TestRetryDefaultSendsAgain(t *testing.T) {
+	t.Parallel()
+	d := newKeylessDownstream(t)
+	d.drop, d.chargeBeforeDrop = 1, true
+	reg, err := toolreg.Parse([]byte(`
+tools:
+  - name: pay
+    kind: http
+    url: `+d.url+`/charges
+    lookup: {url: "`+d.url+`/charges?key={effect_id}"}
+    retry: {max_attempts: 3, initial_backoff: 10ms, max_backoff: 20ms}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tl, _ := reg.Lookup("pay"); tl.OnUnknown != toolreg.OnUnknownRetry {
+		t.Fatalf("default on_unknown %q, want retry", tl.OnUnknown)
+	}
+	b := setup(t, func(c *Config) { c.Tools = reg })
+	c := b.post("retry-default", payBody).call(t)
+	got := b.waitFinal(c.CallID)
+	if got.Status != store.StatusSucceeded || got.Attempt != 2 {
+		t.Fatalf("call %s at attempt %d; want succeeded at attempt 2", got.Status, got.Attempt)
+	}
+	if r := d.requests(); !reflect.DeepEqual(r, []string{"POST", "POST"}) || d.chargesOf(tool.EffectID(c.CallID)) != 2 {
+		t.Fatalf("downstream saw %v, %d charges; want two POSTs under one key and no lookup", r, d.chargesOf(tool.EffectID(c.CallID)))
+	}
+	wantEvents(t, b.events(c.CallID), store.EventCreated, store.EventClaimed, store.EventOutcomeUnknown,
+		store.EventRetryScheduled, store.EventClaimed, store.EventSucceeded)
 }

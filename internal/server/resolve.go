@@ -77,6 +77,9 @@ func checkResolve(req wire.Resolve, maxResult int) error {
 		if len(req.Result) > maxResult {
 			return fmt.Errorf("result is %d bytes; this server stores at most %d", len(req.Result), maxResult)
 		}
+		if len(req.Result) > 0 && !isJSONObject(req.Result) {
+			return errors.New("result must be a JSON object, as every tool's result is")
+		}
 	case wire.StatusFailed:
 		if len(req.Result) > 0 {
 			return errors.New(`result goes with outcome "succeeded"; a failed call has a message`)
@@ -88,6 +91,12 @@ func checkResolve(req wire.Resolve, maxResult int) error {
 		return fmt.Errorf(`outcome must be "succeeded" or "failed", got %q`, req.Outcome)
 	}
 	return nil
+}
+
+// isJSONObject reports whether raw is a JSON object (null is not).
+func isJSONObject(raw json.RawMessage) bool {
+	var m map[string]json.RawMessage
+	return json.Unmarshal(raw, &m) == nil && m != nil
 }
 
 // maxResolveMessage bounds a resolve's message: a note, not a document.

@@ -39,9 +39,14 @@ func ResolveCall(ctx context.Context, st Store, c Call, by string, req wire.Reso
 	r := Resolution{CallID: c.CallID, By: by, PrevErr: c.ErrorJSON}
 	switch req.Outcome {
 	case wire.StatusSucceeded:
-		r.Succeeded, r.Result = true, req.Result
-		if len(bytes.TrimSpace(r.Result)) == 0 {
-			r.Result = DefaultResolvedResult
+		r.Succeeded, r.Result = true, DefaultResolvedResult
+		if len(bytes.TrimSpace(req.Result)) > 0 {
+			// Stored compact, as every tool's result is.
+			var buf bytes.Buffer
+			if err := json.Compact(&buf, req.Result); err != nil {
+				return Call{}, fmt.Errorf("resolve: result: %w", err)
+			}
+			r.Result = buf.Bytes()
 		}
 		r.Effect = &Effect{EffectID: effectID, CallID: c.CallID, Tool: c.Tool}
 	case wire.StatusFailed:

@@ -369,7 +369,7 @@ func (e *upstreamEntry) importTool(mt *mcp.Tool) (*Tool, error) {
 	if e.base.effectSet {
 		t.Effect = e.base.Effect
 	}
-	t.runner = mcptool.Runner{Up: e.up, Tool: mt.Name, Name: name, Effect: t.Effect}
+	t.runner = mcptool.Runner{Up: e.up, Tool: mt.Name, Name: name, Effect: t.Effect, Hold: t.OnUnknown == OnUnknownHold}
 	return &t, nil
 }
 

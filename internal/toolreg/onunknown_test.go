@@ -2,6 +2,7 @@ package toolreg
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -38,6 +39,16 @@ func TestParseOnUnknown(t *testing.T) {
 	}
 	if tl, _ := Builtins().Lookup("charge"); tl.OnUnknown != "" {
 		t.Errorf("builtin charge: on_unknown %q, want none (retry)", tl.OnUnknown)
+	}
+	// GET /v1/tools lists the policy, never the lookup's URL.
+	listing, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := string(listing); !strings.Contains(s, `"name":"c",`) || !strings.Contains(s, `"on_unknown":"lookup"`) ||
+		!strings.Contains(s, `"on_unknown":"hold"`) || strings.Contains(s, "/charges") ||
+		strings.Count(s, `"on_unknown"`) != 3 {
+		t.Errorf("listing %s: want on_unknown for the three http tools only, no lookup url", s)
 	}
 }
 

@@ -145,7 +145,7 @@ func (t *Tool) MarshalJSON() ([]byte, error) { return json.Marshal(t.listing()) 
 // listing is the tool as GET /v1/tools lists it: no URL, no headers.
 func (t *Tool) listing() wire.Tool {
 	l := wire.Tool{Name: t.Name, Kind: t.Kind, Description: t.Description, Schema: t.schemaJSON,
-		Upstream: t.Upstream, Annotations: t.Annotations,
+		Upstream: t.Upstream, Annotations: t.Annotations, OnUnknown: t.OnUnknown,
 		Effect: t.Effect, Destructive: t.Destructive, Method: t.Method, Concurrency: t.Concurrency,
 		Retry: wire.ToolRetry{MaxAttempts: t.Retry.MaxAttempts,
 			InitialBackoff: t.Retry.InitialBackoff.String(), MaxBackoff: t.Retry.MaxBackoff.String()}}

@@ -70,6 +70,10 @@ type Tool struct {
 	Concurrency int       `json:"concurrency"`
 	// Dedup is the tool's intent-deduplication rule; nil: none.
 	Dedup *ToolDedup `json:"dedup,omitempty"`
+	// OnUnknown is an http or mcp tool's on_unknown (retry, lookup,
+	// hold); omitted for the built-ins, which retry. The lookup's URL is
+	// never listed.
+	OnUnknown string `json:"on_unknown,omitempty"`
 }
 
 // ToolRetry is a tool's retry policy as listed (durations in Go's form).
@@ -111,7 +115,7 @@ type Resolve struct {
 	// Outcome is "succeeded" (the effect happened) or "failed" (it did
 	// not).
 	Outcome Status `json:"outcome"`
-	// Result is the call's result with outcome succeeded; absent:
+	// Result is the call's result with outcome succeeded, a JSON object; absent:
 	// {"resolved": true}.
 	Result json.RawMessage `json:"result,omitempty"`
 	// Message is the error's message with outcome failed; absent: a

@@ -159,6 +159,11 @@ func (t headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	if k, ok := req.Context().Value(keyCtx{}).(string); ok && req.Method == http.MethodPost {
 		req.Header.Set(wire.HeaderIdempotencyKey, k)
+		// With the key, net/http would resend the tools/call by itself
+		// when a reused connection closes before the answer: a second
+		// effect at an upstream that ignores keys, which Run neither sees
+		// nor counts as sent (see httptool.Tool.Run).
+		req.GetBody = nil
 	}
 	return t.base.RoundTrip(req)
 }
@@ -352,6 +357,10 @@ type Runner struct {
 	Tool, Name string
 	// Effect: a success records an effect row.
 	Effect bool
+	// Hold: the tool's on_unknown is hold, so a tools/call that may have
+	// reached the upstream is never sent again within the attempt (only
+	// one the upstream refused for an unknown session is).
+	Hold bool
 }
 
 // Run makes one tools/call (docs/tools.md, "The mcp kind"). A non-nil
@@ -379,10 +388,12 @@ func (r Runner) Run(ctx context.Context, inv tool.Invocation) (tool.Outcome, err
 
 	var res *mcp.CallToolResult
 	var err error
-	// sent: a tools/call was handed to a session. Without its answer the
-	// outcome is unknown (docs/lifecycle.md, "Unknown outcomes"): the SDK
-	// does not say whether the request was written, so a call handed over
-	// counts as sent, the safe side for an effect.
+	// sent: a tools/call was handed to a session and not refused unread.
+	// Without its answer the outcome is unknown (docs/lifecycle.md,
+	// "Unknown outcomes"): the SDK does not say whether the request was
+	// written, so a call handed over counts as sent, the safe side for an
+	// effect. Only an upstream's "no such session" (404) says it was not
+	// acted on.
 	sent := false
 	for try := 0; try < 2; try++ {
 		var s *mcp.ClientSession
@@ -390,9 +401,11 @@ func (r Runner) Run(ctx context.Context, inv tool.Invocation) (tool.Outcome, err
 		if err != nil {
 			break
 		}
-		sent = true
 		res, err = s.CallTool(actx, params)
-		if err == nil || !broken(err) || actx.Err() != nil {
+		if err != nil && !errors.Is(err, mcp.ErrSessionMissing) {
+			sent = true
+		}
+		if err == nil || !broken(err) || actx.Err() != nil || (r.Hold && sent) {
 			break
 		}
 		// The session is gone (an HTTP upstream expired it, a stdio
