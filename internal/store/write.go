@@ -31,6 +31,9 @@ const (
 	WritePurge                        // Purge: the retention's delete
 	WritePurgeTombstones              // PurgeTombstones: the tombstones' retention
 	WriteRedrive                      // Redrive: a failed call sent back to pending
+	WriteAdmit                        // Admit: a gate's tokens or probe taken
+	WriteUnadmit                      // Unadmit: unused tokens or probe given back
+	WriteReport                       // ReportAttempt: an attempt's outcome counted by a breaker
 
 	// NumWrites is how many writes there are (for arrays indexed by Write).
 	NumWrites
@@ -45,7 +48,7 @@ var Writes = func() []Write {
 	return out
 }()
 
-var writeNames = [NumWrites]string{"create", "claim", "lease", "succeed", "fail", "retry", "recover", "release", "cancel", "purge", "purge-tombstones", "redrive"}
+var writeNames = [NumWrites]string{"create", "claim", "lease", "succeed", "fail", "retry", "recover", "release", "cancel", "purge", "purge-tombstones", "redrive", "admit", "unadmit", "report"}
 
 // String is the write's name, as its failpoints, errors and logs spell it.
 func (w Write) String() string {
@@ -64,7 +67,7 @@ func (w Write) String() string {
 // or pending, both states the lifecycle already recovers from; the
 // matrix's load never reaches it.
 func (w Write) hasFailpoints() bool {
-	return w != WritePurge && w != WritePurgeTombstones && w != WriteRedrive
+	return w != WritePurge && w != WritePurgeTombstones && w != WriteRedrive && !w.gate()
 }
 
 // BeforeCommit is the name of w's before-commit failpoint: inside the
@@ -240,4 +243,29 @@ func (o *observed) PurgeTombstones(ctx context.Context, olderThan time.Duration,
 		return 0, err
 	}
 	return n, nil
+}
+
+// gate reports whether w is one of the gates' writes (gate.go), which have
+// no failpoints: they guard the downstream and decide nothing about a
+// call's state.
+func (w Write) gate() bool { return w == WriteAdmit || w == WriteUnadmit || w == WriteReport }
+
+func (o *observed) Admit(ctx context.Context, g Gate, want int) (Admission, error) {
+	a, err := o.Store.Admit(ctx, g, want)
+	if err := o.end(WriteAdmit, true, err); err != nil {
+		return Admission{}, err
+	}
+	return a, nil
+}
+
+func (o *observed) Unadmit(ctx context.Context, g Gate, unused int, probe bool) error {
+	return o.end(WriteUnadmit, true, o.Store.Unadmit(ctx, g, unused, probe))
+}
+
+func (o *observed) ReportAttempt(ctx context.Context, g Gate, out GateOutcome) (GateState, error) {
+	s, err := o.Store.ReportAttempt(ctx, g, out)
+	if err := o.end(WriteReport, true, err); err != nil {
+		return GateState{}, err
+	}
+	return s, nil
 }

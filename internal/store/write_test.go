@@ -34,11 +34,14 @@ var (
 		// PurgeTombstones: the tombstones' own retention.
 		"PurgeTombstones": store.WritePurgeTombstones,
 		"Redrive":         store.WriteRedrive,
+		"Admit":           store.WriteAdmit,
+		"Unadmit":         store.WriteUnadmit,
+		"ReportAttempt":   store.WriteReport,
 	}
 	readMethods = map[string]bool{
 		"Queue": true, "PendingByPrincipal": true, "Get": true, "GetAny": true, "GetByKey": true, "ListCalls": true, "ListEffects": true, "EffectOf": true,
 		"Audit": true, "Dupes": true, "Attempts": true, "Rates": true, "Stats": true, "Ping": true, "Close": true,
-		"Tombstone": true,
+		"Tombstone": true, "GateStates": true,
 	}
 )
 
@@ -167,8 +170,11 @@ func TestFailpointHook(t *testing.T) {
 	if _, err := failpoint.Parse("redrive/after-commit=error", store.Failpoints()); err == nil {
 		t.Error("redrive has no failpoints, but redrive/after-commit was accepted")
 	}
-	if n := len(store.Failpoints()); n != 2*(len(store.Writes)-3) {
-		t.Errorf("%d failpoints, want two for each write but the two purges and redrive", n)
+	if _, err := failpoint.Parse("admit/after-commit=error", store.Failpoints()); err == nil {
+		t.Error("admit has no failpoints, but admit/after-commit was accepted")
+	}
+	if n := len(store.Failpoints()); n != 2*(len(store.Writes)-6) {
+		t.Errorf("%d failpoints, want two for each write but the two purges, redrive and the three gate writes", n)
 	}
 }
 
@@ -196,6 +202,12 @@ func changing() *storefake.Store {
 		RedriveFunc: func(context.Context, string, string, json.RawMessage) (store.Call, bool, error) {
 			return store.Call{}, true, nil
 		},
+		AdmitFunc:   func(context.Context, store.Gate, int) (store.Admission, error) { return store.Admission{}, nil },
+		UnadmitFunc: func(context.Context, store.Gate, int, bool) error { return nil },
+		ReportAttemptFunc: func(context.Context, store.Gate, store.GateOutcome) (store.GateState, error) {
+			return store.GateState{}, nil
+		},
+		GateStatesFunc: func(context.Context) ([]store.GateState, error) { return nil, nil },
 
 		QueueFunc:              func(context.Context) (store.Queue, error) { return store.Queue{}, nil },
 		PendingByPrincipalFunc: func(context.Context, int64) (map[string]int64, error) { return nil, nil },

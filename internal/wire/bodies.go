@@ -70,6 +70,10 @@ type Tool struct {
 	Concurrency int       `json:"concurrency"`
 	// Dedup is the tool's intent-deduplication rule; nil: none.
 	Dedup *ToolDedup `json:"dedup,omitempty"`
+	// Rate is the tool's rate limit; nil: none.
+	Rate *ToolRate `json:"rate,omitempty"`
+	// Breaker is the tool's circuit breaker and its state; nil: none.
+	Breaker *ToolBreaker `json:"breaker,omitempty"`
 }
 
 // ToolRetry is a tool's retry policy as listed (durations in Go's form).

@@ -31,6 +31,10 @@ const (
 	// server whose tool list is not loaded yet (docs/tools.md, "The mcp
 	// kind"); nothing was stored, retry after Retry-After.
 	CodeUpstreamUnavailable = "upstream_unavailable"
+	// CodeCircuitOpen: the tool's circuit breaker is open and the tool
+	// fails fast (breaker.fail_fast; docs/tools.md, "Circuit breakers"):
+	// a new call is refused, nothing is stored; retry after Retry-After.
+	CodeCircuitOpen = "circuit_open"
 	// CodeInternal is also a failed call's code (a tool panic, a
 	// completion the database refused for good).
 	CodeInternal = "internal"

@@ -76,7 +76,22 @@ CREATE INDEX IF NOT EXISTS idx_calls_pending ON calls(created_at) WHERE status =
 	migrationVia,
 	// 7: tombstones of purged keys (migrationTombstones).
 	migrationTombstones,
+	// 8: the gates of rate-limited and breaker-guarded tools (migrationGates).
+	migrationGates,
 }
+
+// migrationGates adds one row per guarded tool (store.GateState): its
+// token bucket and its circuit breaker.
+const migrationGates = `
+CREATE TABLE tool_gates (
+  tool         TEXT PRIMARY KEY,
+  tokens       REAL NOT NULL,
+  refilled_at  REAL NOT NULL,
+  breaker      TEXT NOT NULL CHECK (breaker IN ('closed', 'open', 'half_open')),
+  failures     INTEGER NOT NULL DEFAULT 0,
+  until        REAL NOT NULL DEFAULT 0
+);
+`
 
 // migrationTombstones adds tombstones, what retention keeps of a purged
 // call's keys (store.Tombstone; docs/operations.md, "Retention"): keyed
