@@ -20,6 +20,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/tool"
 	"github.com/idemctl/idemctl/internal/wire"
 )
@@ -80,6 +81,10 @@ type Tool struct {
 	// Concurrency caps the tool's executions at once; 0 means only the
 	// server's worker count does.
 	Concurrency int
+	// Rate is the tool's rate limit and Breaker its circuit breaker
+	// (docs/tools.md, "Rate limits", "Circuit breakers"); nil: none.
+	Rate    *store.Rate
+	Breaker *store.Breaker
 	// Method is an http tool's request method ("" for built-ins).
 	Method string
 	// Dedup is the tool's intent-deduplication rule; nil: none (only the
@@ -130,6 +135,15 @@ func (t *Tool) listing() wire.Tool {
 	}
 	if t.Dedup != nil {
 		l.Dedup = &wire.ToolDedup{Args: t.Dedup.Args, Window: t.Dedup.Window.String()}
+	}
+	if r := t.Rate; r != nil {
+		l.Rate = &wire.ToolRate{Limit: r.Limit, Per: r.Per.String(), Burst: r.Burst}
+	}
+	if b := t.Breaker; b != nil {
+		// The state is the server's to add (it reads the store); a
+		// listing without one shows a breaker never opened.
+		l.Breaker = &wire.ToolBreaker{Failures: b.Failures, Cooldown: b.Cooldown.String(), FailFast: b.FailFast,
+			State: wire.BreakerClosed}
 	}
 	return l
 }
