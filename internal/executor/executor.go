@@ -71,6 +71,7 @@ type Executor struct {
 	whyNoDeadOwners string
 	proc            procFS
 	limit           limiter
+	gates           *gates // rate limits and breakers (gate.go)
 	lease           time.Duration
 	interval        time.Duration
 	grace           time.Duration
@@ -163,6 +164,7 @@ func (e *Executor) Shutdown(ctx context.Context) error {
 func (e *Executor) stop(ctx context.Context, grace time.Duration) error {
 	e.stopSched()
 	<-e.schedDone // no new run starts after this
+	e.gates.stop()
 
 	done := make(chan struct{})
 	go func() { e.runs.Wait(); close(done) }()

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/toolreg"
 )
 
@@ -29,6 +30,10 @@ type ToolPolicy struct {
 	// Concurrency caps how many calls of this tool this server runs at
 	// once, within the global --workers. 0 means only the global bound.
 	Concurrency int
+	// Rate and Breaker guard the tool's downstream across every instance
+	// on the database (gate.go); nil: none.
+	Rate    *store.Rate
+	Breaker *store.Breaker
 }
 
 // DefaultToolPolicy is the policy of every tool when Config.Policies is
@@ -51,6 +56,8 @@ func registryPolicies(reg *toolreg.Registry) func(tool string) ToolPolicy {
 			InitialBackoff: t.Retry.InitialBackoff,
 			MaxBackoff:     t.Retry.MaxBackoff,
 			Concurrency:    t.Concurrency,
+			Rate:           t.Rate,
+			Breaker:        t.Breaker,
 		}
 	}
 }

@@ -214,6 +214,11 @@ func (s *Server) submit(ctx context.Context, principal, key string, req createRe
 			return store.Call{}, 0, aerr
 		}
 	}
+	if open, left := s.exec.FailFast(req.Tool); open {
+		if aerr := s.refuseCircuitOpen(ctx, principal, key, req.Tool, left); aerr != nil {
+			return store.Call{}, 0, aerr
+		}
+	}
 	call, outcome, err := s.createOrGet(ctx, principal, key, req)
 	switch {
 	case errors.Is(err, store.ErrConflict):

@@ -232,13 +232,17 @@ func (r *Registry) String() string { return "tools: " + strings.Join(r.Names(), 
 func (r *Registry) GoString() string { return r.String() }
 
 // MarshalJSON is the body of GET /v1/tools (wire.Tools).
-func (r *Registry) MarshalJSON() ([]byte, error) {
+func (r *Registry) MarshalJSON() ([]byte, error) { return json.Marshal(r.Listing()) }
+
+// Listing is the body of GET /v1/tools; each breaker is listed closed
+// (its state is the store's, which the server adds).
+func (r *Registry) Listing() wire.Tools {
 	tools := r.Tools()
 	body := wire.Tools{Tools: make([]wire.Tool, 0, len(tools))}
 	for _, t := range tools {
 		body.Tools = append(body.Tools, t.listing())
 	}
-	return json.Marshal(body)
+	return body
 }
 
 // Run runs one attempt of a validated call with the tool's runner: a
