@@ -316,3 +316,38 @@ func TestBreakerFailFast(t *testing.T) {
 		t.Errorf(`idemctl_calls_total{outcome="circuit_open"} = %v, want 1`, got)
 	}
 }
+
+// TestRedriveObeysRateLimit: calls sent back to pending by a redrive run
+// at the tool's rate like any pending call: the recovery of a downstream
+// is not met with a flood.
+func TestRedriveObeysRateLimit(t *testing.T) {
+	t.Parallel()
+	down := newCountingDownstream(t)
+	down.failing.Store(true)
+	reg, err := toolreg.Parse([]byte(fmt.Sprintf(`tools:
+  - {name: hook, kind: http, url: %q, retry: {max_attempts: 1}, rate: {limit: 10, per: 1s, burst: 2}}
+`, down.URL)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, func(c *Config) { c.Tools = reg })
+	const n = 14
+	for i := range n {
+		b.post(fmt.Sprintf("k-rd-%02d", i), `{"tool":"hook","args":{}}`).call(t)
+	}
+	eventually(t, "every call failed", func() bool { return b.stats().ByStatus[store.StatusFailed] == n })
+	down.failing.Store(false)
+
+	r := b.do(http.MethodPost, wire.PathRedrive, []byte(`{"tool":"hook","code":"downstream_error"}`),
+		map[string]string{"Content-Type": "application/json"})
+	var redriven wire.Redriven[json.RawMessage]
+	if err := json.Unmarshal(r.body, &redriven); r.status != http.StatusOK || err != nil || len(redriven.Calls) != n {
+		t.Fatalf("redrive: %d %s", r.status, r.body)
+	}
+	eventually(t, "every redriven call succeeded", func() bool { return b.stats().ByStatus[store.StatusSucceeded] == n })
+	at := down.arrivals()
+	if len(at) != 2*n {
+		t.Fatalf("%d requests downstream, want %d failures and %d redriven successes", len(at), n, n)
+	}
+	checkRate(t, at[n:], 10, time.Second, 2)
+}
