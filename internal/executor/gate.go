@@ -42,13 +42,14 @@ type gates struct {
 	mu    sync.Mutex
 	next  map[string]time.Time       // a tool is not admitted before this
 	view  map[string]store.GateState // the last row seen of each tool
+	waits map[string]float64         // idemctl_tool_throttled_total by tool
 	timer *time.Timer                // wakes the scheduler at wakeAt
 	at    time.Time
 }
 
 func newGates(policy func(string) ToolPolicy, names func() []string, interval time.Duration, wake func(), m *metrics) *gates {
 	return &gates{policy: policy, names: names, interval: interval, wake: wake, m: m,
-		next: map[string]time.Time{}, view: map[string]store.GateState{}}
+		next: map[string]time.Time{}, view: map[string]store.GateState{}, waits: map[string]float64{}}
 }
 
 // gateOf is the tool's gate from its policy.
@@ -87,6 +88,9 @@ func (g *gates) admit(ctx context.Context, st store.Store, free int, quotas []st
 				g.saw(a.State, gate)
 				if a.Throttled {
 					g.m.throttled.WithLabelValues(name).Inc()
+					g.mu.Lock()
+					g.waits[name]++
+					g.mu.Unlock()
 				}
 				switch {
 				case a.Granted > 0:
@@ -276,4 +280,12 @@ func (e *Executor) FailFast(tool string) (bool, time.Duration) {
 		return false, 0
 	}
 	return true, left
+}
+
+// Throttles is how many admissions of tool left ready calls waiting for a
+// token on this instance (idemctl_tool_throttled_total{tool}).
+func (e *Executor) Throttles(tool string) float64 {
+	e.gates.mu.Lock()
+	defer e.gates.mu.Unlock()
+	return e.gates.waits[tool]
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -121,6 +122,12 @@ func TestRateLimitOneInstance(t *testing.T) {
 			t.Fatalf("post %d: %d %s", i, r.status, r.body)
 		}
 	}
+	// The console's overview shows the tool throttling while its bucket
+	// is empty (about two seconds here).
+	eventually(t, "the console shows hook throttling", func() bool {
+		page := string(b.get("/ui").body)
+		return strings.Contains(page, `data-tool="hook"`) && strings.Contains(page, `badge throttled`)
+	})
 	eventually(t, "every call succeeded", func() bool { return b.stats().ByStatus[store.StatusSucceeded] == n })
 	at := down.arrivals()
 	if len(at) != n {
@@ -299,6 +306,9 @@ func TestBreakerFailFast(t *testing.T) {
 		b.waitFinal(b.post(fmt.Sprintf("k-ff-%d", i), `{"tool":"flaky","args":{}}`).call(t).CallID)
 	}
 	eventually(t, "the breaker opens", func() bool { open, _ := b.srv.exec.FailFast("flaky"); return open })
+	if page := string(b.get("/ui").body); !strings.Contains(page, `badge breaker-open`) || !strings.Contains(page, `id="open-breakers">1 open`) {
+		t.Errorf("the console's overview does not show flaky's breaker open")
+	}
 	r := b.post("k-ff-new", `{"tool":"flaky","args":{}}`)
 	if r.status != http.StatusServiceUnavailable || r.errCode(t) != wire.CodeCircuitOpen {
 		t.Fatalf("new call while open: %d %s, want 503 circuit_open", r.status, r.body)

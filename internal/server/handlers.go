@@ -73,6 +73,7 @@ func (s *Server) routes() http.Handler {
 			AuthLimit:    s.authLimit,
 			HTTPS:        s.proxies.HTTPS,
 			Cancel:       s.cancelCall,
+			Gates:        s.consoleGates,
 			ValidCallID:  isCallID,
 			EncodeCursor: encodeCursor,
 			DecodeCursor: decodeCursor,

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/idemctl/idemctl/internal/console"
 	"github.com/idemctl/idemctl/internal/logkey"
 	"github.com/idemctl/idemctl/internal/store"
 
@@ -116,4 +117,47 @@ func (s *Server) toolsWithState(ctx context.Context, reg *toolreg.Registry) (wir
 		}
 	}
 	return l, nil
+}
+
+// consoleGates is the console overview's table of guarded tools: those
+// principal may call that have a rate limit or a breaker, with the state
+// the store holds now. The tokens are computed at this host's clock (the
+// database's may differ by the skew between them; it is a display).
+func (s *Server) consoleGates(ctx context.Context, principal string) ([]console.Gate, error) {
+	var tools []*toolreg.Tool
+	for _, t := range s.cfg.Tools.For(principal).Tools() {
+		if t.Gate().Guarded() {
+			tools = append(tools, t)
+		}
+	}
+	if len(tools) == 0 {
+		return nil, nil
+	}
+	states, err := s.st.GateStates(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := float64(time.Now().UnixNano()) / 1e9
+	out := make([]console.Gate, 0, len(tools))
+	for _, t := range tools {
+		g := t.Gate()
+		st := store.NewGateState(g, now)
+		for _, row := range states {
+			if row.Tool == t.Name {
+				st = row
+			}
+		}
+		v := console.Gate{Tool: t.Name}
+		if r := g.Rate; r != nil {
+			v.Rate = fmt.Sprintf("%d per %s, burst %d", r.Limit, r.Per, r.Burst)
+			v.Tokens = st.TokensAt(g, now)
+			v.Throttled = v.Tokens < 1
+			v.Throttles = s.exec.Throttles(t.Name)
+		}
+		if b := g.Breaker; b != nil {
+			v.Breaker, v.Failures, v.Until, v.FailFast = st.Breaker, st.Failures, st.Until, b.FailFast
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }

@@ -188,6 +188,10 @@ func (s GateState) Report(g Gate, now float64, o GateOutcome) GateState {
 	return s
 }
 
+// TokensAt is the bucket's content at now (by the database's clock), for
+// a display: the tokens written plus those earned since.
+func (s GateState) TokensAt(g Gate, now float64) float64 { return s.refill(g, now).Tokens }
+
 // refill adds the tokens earned since RefilledAt.
 func (s GateState) refill(g Gate, now float64) GateState {
 	if g.Rate == nil {
