@@ -51,6 +51,14 @@ const (
 	HTTPTool   = "create_charge"
 )
 
+// The gates of the workload's guarded tools (writeTools).
+const (
+	EmailRate           = 20
+	EmailBurst          = 5
+	FailBreakerFailures = 4
+	FailBreakerCooldown = 250 * time.Millisecond
+)
+
 // ArgRef is the argument under which the soak's http-tool calls carry
 // their own soak key. The downstream sees it in every request body, so it
 // can tell which call a request belongs to without trusting the

@@ -426,13 +426,23 @@ func withAppName(dsn, app string, force bool) (string, string, error) {
 }
 
 // writeTools writes the servers' tools file: the http tool against the
-// soak's downstream.
+// soak's downstream, and the gates of two built-ins (docs/tools.md, "Rate
+// limits", "Circuit breakers"): send_email is rate-limited (the workload
+// sends more than its limit at times, so calls wait pending for tokens),
+// and fail is breaker-guarded (its calls fail retryably often enough in a
+// row to open the breaker, hold calls pending for the cooldown and probe).
+// The checks hold for them as for every call: each acknowledged call
+// ends final, once.
 func writeTools(dir, chargeURL string) (string, error) {
 	doc := map[string]any{"tools": []any{map[string]any{
 		"name": HTTPTool, "kind": "http", "url": chargeURL, "timeout": "5s",
 		"schema": map[string]any{"type": "object", "required": []string{"amount"}, "additionalProperties": false,
 			"properties": map[string]any{"amount": map[string]any{"type": "integer", "minimum": 1},
 				ArgRef: map[string]any{"type": "string"}}},
+	}, map[string]any{
+		"name": ToolEmail, "kind": "builtin", "rate": map[string]any{"limit": EmailRate, "per": "1s", "burst": EmailBurst},
+	}, map[string]any{
+		"name": ToolFail, "kind": "builtin", "breaker": map[string]any{"failures": FailBreakerFailures, "cooldown": FailBreakerCooldown.String()},
 	}}}
 	b, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {
