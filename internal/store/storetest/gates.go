@@ -87,6 +87,32 @@ func testGateShared(t *testing.T, su suite) {
 	if granted != 4 {
 		t.Fatalf("two instances granted %d tokens in all, want the burst, 4", granted)
 	}
+
+	// The breaker too: failures reported through one instance open it
+	// for the other, and the probe after the cooldown is granted once.
+	b := store.Gate{Tool: "charge", Breaker: &store.Breaker{Failures: 2, Cooldown: 200 * time.Millisecond}}
+	for i := range 2 {
+		if _, err := stores[i].ReportAttempt(t.Context(), b, store.AttemptFailed); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a, err := stores[1].Admit(t.Context(), b, 5); err != nil || a.Granted != 0 || a.State.Breaker != store.BreakerOpen {
+		t.Fatalf("the other instance's admission after two failures = %+v, %v; want nothing, open", a, err)
+	}
+	var probes [2]int
+	eventually(t, "a probe", func() bool {
+		for i := range 2 {
+			a, err := stores[i].Admit(t.Context(), b, 5)
+			if err != nil {
+				t.Fatal(err)
+			}
+			probes[i] += a.Granted
+		}
+		return probes[0]+probes[1] > 0
+	})
+	if probes[0]+probes[1] != 1 {
+		t.Fatalf("probes granted %v; want one in all", probes)
+	}
 }
 
 // testGateBreaker: the breaker opens after Failures retryable failures in
