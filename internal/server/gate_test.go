@@ -183,12 +183,12 @@ func TestRateLimitThreeInstances(t *testing.T) {
 }
 
 // breakerTools is a tools file with one http tool, flaky, sending to url,
-// with no server-side retry and a breaker of 3 failures, cooldown 1s.
-func breakerTools(t *testing.T, url string, failFast bool) *toolreg.Registry {
+// with no server-side retry and a breaker of 3 failures and cooldown.
+func breakerTools(t *testing.T, url string, cooldown time.Duration, failFast bool) *toolreg.Registry {
 	t.Helper()
 	reg, err := toolreg.Parse([]byte(fmt.Sprintf(`tools:
-  - {name: flaky, kind: http, url: %q, retry: {max_attempts: 1}, breaker: {failures: 3, cooldown: 1s, fail_fast: %v}}
-`, url, failFast)), nil)
+  - {name: flaky, kind: http, url: %q, retry: {max_attempts: 1}, breaker: {failures: 3, cooldown: %s, fail_fast: %v}}
+`, url, cooldown, failFast)), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,8 +222,8 @@ func TestBreakerOpensProbesCloses(t *testing.T) {
 	t.Parallel()
 	down := newCountingDownstream(t)
 	down.failing.Store(true)
-	b := setup(t, func(c *Config) { c.Tools = breakerTools(t, down.URL, false) })
 	const cooldown = time.Second
+	b := setup(t, func(c *Config) { c.Tools = breakerTools(t, down.URL, cooldown, false) })
 
 	var first []string
 	for i := range 3 {
@@ -301,7 +301,7 @@ func TestBreakerFailFast(t *testing.T) {
 	t.Parallel()
 	down := newCountingDownstream(t)
 	down.failing.Store(true)
-	b := setup(t, func(c *Config) { c.Tools = breakerTools(t, down.URL, true) })
+	b := setup(t, func(c *Config) { c.Tools = breakerTools(t, down.URL, 3*time.Second, true) })
 	for i := range 3 {
 		b.waitFinal(b.post(fmt.Sprintf("k-ff-%d", i), `{"tool":"flaky","args":{}}`).call(t).CallID)
 	}
@@ -313,8 +313,8 @@ func TestBreakerFailFast(t *testing.T) {
 	if r.status != http.StatusServiceUnavailable || r.errCode(t) != wire.CodeCircuitOpen {
 		t.Fatalf("new call while open: %d %s, want 503 circuit_open", r.status, r.body)
 	}
-	if ra, err := strconv.Atoi(r.header.Get(wire.HeaderRetryAfter)); err != nil || ra < 1 || ra > 1 {
-		t.Errorf("Retry-After %q, want the cooldown's rest, 1 s", r.header.Get(wire.HeaderRetryAfter))
+	if ra, err := strconv.Atoi(r.header.Get(wire.HeaderRetryAfter)); err != nil || ra < 2 || ra > 3 {
+		t.Errorf("Retry-After %q, want the cooldown's rest, 2 or 3 s of 3 s", r.header.Get(wire.HeaderRetryAfter))
 	}
 	if _, err := b.st.GetByKey(t.Context(), store.DefaultPrincipal, "k-ff-new"); err == nil {
 		t.Error("the refused call was stored")
