@@ -113,7 +113,7 @@ func (g *gates) admit(ctx context.Context, st store.Store, free int, quotas []st
 }
 
 // settle gives back what the claim did not use of each grant.
-func (g *gates) settle(ctx context.Context, st store.Store, adm []admitted, calls []store.Call, log func(string, error) bool) {
+func (g *gates) settle(ctx context.Context, st store.Store, adm []admitted, calls []store.Call, noteErr func(string, error) bool) {
 	for _, ad := range adm {
 		if ad.a.Granted == 0 {
 			continue
@@ -129,7 +129,7 @@ func (g *gates) settle(ctx context.Context, st store.Store, adm []admitted, call
 			continue
 		}
 		probe := ad.a.Probe && used == 0
-		log("unadmit", st.Unadmit(ctx, ad.gate, unused, probe))
+		noteErr("unadmit", st.Unadmit(ctx, ad.gate, unused, probe))
 		if used == 0 {
 			// Ready by the count, but another instance claimed them
 			// first: look again after an interval.
