@@ -15,6 +15,8 @@
 //	owner.go       the lease owner's identity and whether a process is gone
 //	queue.go       the pending count the scheduler keeps for back-pressure
 //	policy.go      per-tool policies: server-side retries, concurrency caps
+//	gate.go        per-tool rate limits and circuit breakers: admission before
+//	               a claim, each attempt's outcome after it (state in the store)
 //	running.go     the tools running in this process, for cancel
 //	result.go      the bound on a stored result
 //	metrics.go     the executor's Prometheus collectors
