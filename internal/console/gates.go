@@ -8,9 +8,9 @@ import "github.com/idemctl/idemctl/internal/wire"
 type Gate struct {
 	Tool string
 	// Rate is the tool's limit ("10 per 1s, burst 2"; "" for none);
-	// Tokens the bucket's content now; Throttled that it is empty (ready
-	// calls wait for a token); Throttles this instance's
-	// idemctl_tool_throttled_total.
+	// Tokens the bucket's content now; Throttled that it is empty while
+	// calls of the tool are pending (they wait for a token); Throttles
+	// this instance's idemctl_tool_throttled_total.
 	Rate      string
 	Tokens    float64
 	Throttled bool

@@ -129,6 +129,10 @@ func TestRateLimitOneInstance(t *testing.T) {
 		return strings.Contains(page, `data-tool="hook"`) && strings.Contains(page, `badge throttled`)
 	})
 	eventually(t, "every call succeeded", func() bool { return b.stats().ByStatus[store.StatusSucceeded] == n })
+	// Nothing waits now, though the bucket was just emptied: no throttling.
+	if page := string(b.get("/ui").body); strings.Contains(page, `badge throttled`) {
+		t.Error("the console shows hook throttling with no call pending")
+	}
 	at := down.arrivals()
 	if len(at) != n {
 		t.Fatalf("%d requests downstream for %d calls", len(at), n)

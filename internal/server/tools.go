@@ -122,7 +122,8 @@ func (s *Server) toolsWithState(ctx context.Context, reg *toolreg.Registry) (wir
 // consoleGates is the console overview's table of guarded tools: those
 // principal may call that have a rate limit or a breaker, with the state
 // the store holds now. The tokens are computed at this host's clock (the
-// database's may differ by the skew between them; it is a display).
+// database's may differ by the skew between them; it is a display); a
+// tool is throttling when its bucket is empty and it has pending calls.
 func (s *Server) consoleGates(ctx context.Context, principal string) ([]console.Gate, error) {
 	var tools []*toolreg.Tool
 	for _, t := range s.cfg.Tools.For(principal).Tools() {
@@ -151,8 +152,16 @@ func (s *Server) consoleGates(ctx context.Context, principal string) ([]console.
 		if r := g.Rate; r != nil {
 			v.Rate = fmt.Sprintf("%d per %s, burst %d", r.Limit, r.Per, r.Burst)
 			v.Tokens = st.TokensAt(g, now)
-			v.Throttled = v.Tokens < 1
 			v.Throttles = s.exec.Throttles(t.Name)
+			if v.Tokens < 1 {
+				// Throttling: the bucket is empty and calls of the tool
+				// wait (any principal's, as the counts are server-wide).
+				waiting, err := s.st.ListCalls(ctx, store.ListFilter{Tool: t.Name, Status: store.StatusPending, Limit: 1})
+				if err != nil {
+					return nil, err
+				}
+				v.Throttled = len(waiting) > 0
+			}
 		}
 		if b := g.Breaker; b != nil {
 			v.Breaker, v.Failures, v.Until, v.FailFast = st.Breaker, st.Failures, st.Until, b.FailFast
