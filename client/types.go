@@ -37,6 +37,22 @@ type ToolRetry = wire.ToolRetry
 // ToolDedup is a tool's intent-deduplication rule as listed.
 type ToolDedup = wire.ToolDedup
 
+// ToolRate is a tool's rate limit as listed.
+type ToolRate = wire.ToolRate
+
+// ToolBreaker is a tool's circuit breaker and its state as listed.
+type ToolBreaker = wire.ToolBreaker
+
+// BreakerState is a circuit breaker's state.
+type BreakerState = wire.BreakerState
+
+// The states of a circuit breaker.
+const (
+	BreakerClosed   = wire.BreakerClosed
+	BreakerOpen     = wire.BreakerOpen
+	BreakerHalfOpen = wire.BreakerHalfOpen
+)
+
 // StatsBody is the body of GET /stats, embedded in Stats.
 type StatsBody = wire.Stats
 
@@ -61,6 +77,7 @@ const (
 	CodeAuthThrottled         = wire.CodeAuthThrottled
 	CodeToolForbidden         = wire.CodeToolForbidden
 	CodeNotResolvable         = wire.CodeNotResolvable
+	CodeCircuitOpen           = wire.CodeCircuitOpen
 	CodeInternal              = wire.CodeInternal
 
 	CodeToolFailed            = wire.CodeToolFailed

@@ -149,6 +149,18 @@ func TestSoakSQLite(t *testing.T) {
 	out, errOut, code := cliRun(t, "soak", "--binary", bin, "--cycles", "20", "--min-gap", "100ms", "--max-gap", "500ms",
 		"--clients", "6", "--seed", "20", "--drain-timeout", "60s")
 	assertSoakPassed(t, out, errOut, code, 20, soak.FaultKinds(false, false), 20, "sqlite_integrity")
+	assertGatesUsed(t, out)
+}
+
+// assertGatesUsed: the workload's guarded tools (send_email rate-limited,
+// fail breaker-guarded) went through their gates: each has its row.
+func assertGatesUsed(t *testing.T, out string) {
+	t.Helper()
+	m := regexp.MustCompile(`gates \(database\): (.*)`).FindStringSubmatch(out)
+	if m == nil || !strings.Contains(m[1], "fail breaker=") || !strings.Contains(m[1], "send_email breaker=") {
+		t.Fatalf("the gates of fail and send_email are not in the figures:\n%s", out)
+	}
+	t.Log(m[0])
 }
 
 // TestSoakPostgresThreeInstances is the CI soak on PostgreSQL: three
@@ -164,6 +176,7 @@ func TestSoakPostgresThreeInstances(t *testing.T) {
 		"--pg-restart-cmd", "echo restart >> "+ran, "--cycles", "20", "--min-gap", "100ms", "--max-gap", "500ms",
 		"--clients", "6", "--seed", "21", "--drain-timeout", "60s")
 	assertSoakPassed(t, out, errOut, code, 21, soak.FaultKinds(true, true), 20)
+	assertGatesUsed(t, out)
 	if !strings.Contains(out, "SKIP sqlite_integrity") {
 		t.Fatalf("integrity_check on PostgreSQL?\n%s", out)
 	}

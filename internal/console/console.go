@@ -107,6 +107,10 @@ type Config struct {
 	// Cancel is the server's cancel path (the same code as POST
 	// /v1/tool-calls/{id}/cancel). Required.
 	Cancel func(ctx context.Context, principal, callID string) (store.Call, store.CancelOutcome, error)
+	// Gates lists the rate-limited and breaker-guarded tools principal
+	// may call, with their state (docs/console.md, "Overview"); nil
+	// shows none.
+	Gates func(ctx context.Context, principal string) ([]Gate, error)
 	// ValidCallID reports whether an id has the shape the server hands
 	// out; other ids are 404 without a store lookup. Nil accepts any id.
 	ValidCallID func(string) bool

@@ -24,6 +24,10 @@ type overviewData struct {
 	// whose outcome idemctl could not learn), to settle with idemctl
 	// resolve.
 	Attention []store.Call
+	// Gates are the guarded tools (rate limits, breakers); OpenBreakers
+	// counts those whose breaker is open or probing.
+	Gates        []Gate
+	OpenBreakers int
 	// Now is when the page was read (UTC), shown as "updated".
 	Now string
 }
@@ -67,6 +71,17 @@ func (c *console) overview(w http.ResponseWriter, r *http.Request) {
 	}); err != nil {
 		c.storeError(w, r, err)
 		return
+	}
+	if c.cfg.Gates != nil {
+		if d.Gates, err = c.cfg.Gates(ctx, principal); err != nil {
+			c.storeError(w, r, err)
+			return
+		}
+		for _, g := range d.Gates {
+			if g.Open() {
+				d.OpenBreakers++
+			}
+		}
 	}
 	c.render(w, r, http.StatusOK, "overview.html", page{Title: "Overview", Nav: "overview",
 		Refresh: int(c.cfg.Refresh / time.Second), Data: d})

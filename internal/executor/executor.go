@@ -15,6 +15,8 @@
 //	owner.go       the lease owner's identity and whether a process is gone
 //	queue.go       the pending count the scheduler keeps for back-pressure
 //	policy.go      per-tool policies: server-side retries, concurrency caps
+//	gate.go        per-tool rate limits and circuit breakers: admission before
+//	               a claim, each attempt's outcome after it (state in the store)
 //	running.go     the tools running in this process, for cancel
 //	result.go      the bound on a stored result
 //	metrics.go     the executor's Prometheus collectors
@@ -71,6 +73,7 @@ type Executor struct {
 	whyNoDeadOwners string
 	proc            procFS
 	limit           limiter
+	gates           *gates // rate limits and breakers (gate.go)
 	lease           time.Duration
 	interval        time.Duration
 	grace           time.Duration
@@ -166,6 +169,7 @@ func (e *Executor) Shutdown(ctx context.Context) error {
 func (e *Executor) stop(ctx context.Context, grace time.Duration) error {
 	e.stopSched()
 	<-e.schedDone // no new run starts after this
+	e.gates.stop()
 
 	done := make(chan struct{})
 	go func() { e.runs.Wait(); close(done) }()

@@ -42,6 +42,9 @@ type metrics struct {
 	claimQueries prometheus.Counter
 
 	deadOwnerRecovery prometheus.Gauge // 1 on, 0 off (lease expiry only)
+
+	throttled    *prometheus.CounterVec // tool
+	breakerState *prometheus.GaugeVec   // tool
 }
 
 func newMetrics() *metrics {
@@ -84,6 +87,14 @@ func newMetrics() *metrics {
 			Name: "idemctl_dead_owner_recovery",
 			Help: "1 if calls of crashed processes on this host are released at once (dead-owner recovery), 0 if only lease expiry recovers them (identity incomplete, or /proc may hide processes).",
 		}),
+		throttled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemctl_tool_throttled_total",
+			Help: "Admissions of a rate-limited tool that left ready calls pending for want of tokens (docs/tools.md, \"Rate limits\").",
+		}, []string{"tool"}),
+		breakerState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "idemctl_tool_breaker_state",
+			Help: "A breaker-guarded tool's circuit breaker as this instance last saw it: 0 closed, 1 half_open (a probe is out), 2 open.",
+		}, []string{"tool"}),
 	}
 	// Pre-create the label values a dashboard expects, so they read 0
 	// instead of being absent before the first event.
@@ -98,7 +109,7 @@ func newMetrics() *metrics {
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.executions, m.attempts, m.recoveries, m.fenced, m.busyWorkers,
-		m.execSeconds, m.heartbeats, m.claimQueries, m.deadOwnerRecovery}
+		m.execSeconds, m.heartbeats, m.claimQueries, m.deadOwnerRecovery, m.throttled, m.breakerState}
 }
 
 // Describe implements prometheus.Collector.

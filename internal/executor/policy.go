@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/toolreg"
 )
 
@@ -33,6 +34,10 @@ type ToolPolicy struct {
 	// what happens before a new attempt of a call whose previous
 	// attempt's outcome is unknown (unknown.go). "" means retry.
 	OnUnknown string
+	// Rate and Breaker guard the tool's downstream across every instance
+	// on the database (gate.go); nil: none.
+	Rate    *store.Rate
+	Breaker *store.Breaker
 }
 
 // DefaultToolPolicy is the policy of every tool when Config.Policies is
@@ -56,6 +61,8 @@ func registryPolicies(reg *toolreg.Registry) func(tool string) ToolPolicy {
 			MaxBackoff:     t.Retry.MaxBackoff,
 			Concurrency:    t.Concurrency,
 			OnUnknown:      t.OnUnknown,
+			Rate:           t.Rate,
+			Breaker:        t.Breaker,
 		}
 	}
 }

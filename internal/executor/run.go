@@ -129,6 +129,10 @@ func (e *Executor) execute(c store.Call) {
 		log.Error("recording completion failed; the lease will bring the call back", logkey.Err, err)
 		return
 	}
+	// The outcome is recorded: a breaker-guarded tool's breaker counts it
+	// (a fenced attempt returned above and is not counted: the attempt
+	// that took it over is).
+	e.gates.report(e.st, c, out, log.Warn)
 	if done.Status == store.StatusPending {
 		// A server-side retry was scheduled: not final, nobody is told;
 		// the call is pending again (back-pressure counts it).

@@ -57,10 +57,17 @@ func (e *Executor) tick(ctx context.Context) {
 		// until it expired.
 		quotas := e.limit.quotas()
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+		// Guarded tools (a rate limit, a breaker) are admitted first; the
+		// grants cap them in the claim (gate.go).
+		quotas, adm := e.gates.admit(cctx, e.st, free, quotas, e.noteErr)
 		calls, err := e.st.ClaimNext(cctx, e.owner, e.lease, free, quotas...)
-		cancel()
 		e.m.claimQueries.Inc()
-		if e.noteErr("claim", err) {
+		claimErr := e.noteErr("claim", err)
+		if len(adm) > 0 {
+			e.gates.settle(cctx, e.st, adm, calls, e.noteErr)
+		}
+		cancel()
+		if claimErr {
 			return
 		}
 		e.queue.claimed(len(calls))

@@ -77,7 +77,7 @@ func New(cfg Config, d Deps) (*Executor, error) {
 		m.deadOwnerRecovery.Set(1)
 	}
 	policy := policyFunc(cfg.Policies)
-	return &Executor{
+	e := &Executor{
 		st:              d.Store,
 		owner:           fmt.Sprintf("%s/%d", self, instances.Add(1)),
 		self:            self,
@@ -101,7 +101,9 @@ func New(cfg Config, d Deps) (*Executor, error) {
 		maxResult:       cfg.MaxResultBytes,
 		log:             d.Logger,
 		m:               m,
-	}, nil
+	}
+	e.gates = newGates(policy, d.Tools.Names, cfg.RecoverInterval, e.Wake, m)
+	return e, nil
 }
 
 // Owner is the lease owner this executor claims calls under:

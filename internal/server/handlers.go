@@ -73,6 +73,7 @@ func (s *Server) routes() http.Handler {
 			AuthLimit:    s.authLimit,
 			HTTPS:        s.proxies.HTTPS,
 			Cancel:       s.cancelCall,
+			Gates:        s.consoleGates,
 			ValidCallID:  isCallID,
 			EncodeCursor: encodeCursor,
 			DecodeCursor: decodeCursor,
@@ -211,6 +212,11 @@ func (s *Server) submit(ctx context.Context, principal, key string, req createRe
 	principalFull := !full && s.pendingOf.full(ctx, principal)
 	if full || principalFull {
 		if aerr := s.refuseNewKey(ctx, principal, key, principalFull); aerr != nil {
+			return store.Call{}, 0, aerr
+		}
+	}
+	if open, left := s.exec.FailFast(req.Tool); open {
+		if aerr := s.refuseCircuitOpen(ctx, principal, key, req.Tool, left); aerr != nil {
 			return store.Call{}, 0, aerr
 		}
 	}

@@ -23,6 +23,9 @@ const (
 	// callsExpired: a key whose call retention purged, answered 410
 	// from its tombstone.
 	callsExpired = "expired"
+	// callsCircuitOpen: a new key refused because its tool's breaker is
+	// open and fails fast.
+	callsCircuitOpen = "circuit_open"
 )
 
 // Label values of idemctl_limit_refusals_total{limit}.
@@ -84,7 +87,7 @@ func newMetrics(st store.Store, maxPending int64, exec prometheus.Collector, ext
 		}, []string{"route"}),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idemctl_calls_total",
-			Help: "POST /v1/tool-calls results: created, replayed (same key, same fingerprint), retry_reset, conflict (same key, other fingerprint), deduplicated, expired (a purged key's tombstone: 410).",
+			Help: "POST /v1/tool-calls results: created, replayed (same key, same fingerprint), retry_reset, conflict (same key, other fingerprint), deduplicated, expired (a purged key's tombstone: 410), circuit_open (a new key refused: the tool's breaker is open and fails fast).",
 		}, []string{"outcome"}),
 		bodiesInFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "idemctl_http_bodies_in_flight",
@@ -146,7 +149,7 @@ func newMetrics(st store.Store, maxPending int64, exec prometheus.Collector, ext
 	}
 	// Pre-create the label values a dashboard expects, so they read 0
 	// instead of being absent before the first event.
-	for _, o := range []string{callsCreated, callsReplayed, callsRetryReset, callsConflict, callsDeduplicated, callsExpired} {
+	for _, o := range []string{callsCreated, callsReplayed, callsRetryReset, callsConflict, callsDeduplicated, callsExpired, callsCircuitOpen} {
 		m.calls.WithLabelValues(o)
 	}
 	for _, r := range []string{authMissing, authUnknown, authThrottled} {

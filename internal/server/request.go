@@ -37,6 +37,8 @@ type apiError struct {
 	callID string
 	// purgedAt, on idempotency_key_expired, is when the call was purged.
 	purgedAt *float64
+	// retryAfter, on a 503, is the Retry-After in whole seconds (0: 1).
+	retryAfter int
 }
 
 func (e *apiError) Error() string { return e.code + ": " + e.message }

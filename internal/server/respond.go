@@ -55,7 +55,8 @@ func writeError(w http.ResponseWriter, log *slog.Logger, status int, code, messa
 // writeAPIError writes an *apiError.
 func writeAPIError(w http.ResponseWriter, log *slog.Logger, e *apiError) {
 	if e.status == http.StatusServiceUnavailable {
-		w.Header().Set(wire.HeaderRetryAfter, "1") // every 503 stored nothing: retry with the same key
+		// every 503 stored nothing: retry with the same key
+		w.Header().Set(wire.HeaderRetryAfter, strconv.Itoa(max(e.retryAfter, 1)))
 	}
 	writeJSON(w, log, e.status, wire.Error{Error: wire.ErrorDetail{Code: e.code, Message: e.message, CallID: e.callID, PurgedAt: e.purgedAt}})
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/exitcode"
+	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -98,6 +99,9 @@ type Observed struct {
 	// Audit holds the audit rows of the calls a pause froze, by call id
 	// (database mode only).
 	Audit map[string][]AuditRow
+	// Gates are the rows of the guarded tools (rate limits, breakers) as
+	// the run left them (database mode only): a figure, not a check.
+	Gates []store.GateState
 }
 
 // Violation is one broken invariant, on one key (or instance, or row).

@@ -110,6 +110,9 @@ func (o *dbObserver) observe(ctx context.Context, keys []KeyInfo) (Observed, err
 	for _, d := range dupes {
 		obs.Dupes = append(obs.Dupes, d.CallID)
 	}
+	if obs.Gates, err = o.st.GateStates(ctx); err != nil {
+		return obs, fmt.Errorf("reading the gates: %w", err)
+	}
 	return obs, nil
 }
 

@@ -57,6 +57,13 @@ const (
 // httpTool reports whether tool is one of the soak's http tools, whose
 // calls carry ArgRef.
 func httpTool(tool string) bool { return tool == HTTPTool || tool == LookupTool }
+// The gates of the workload's guarded tools (writeTools).
+const (
+	EmailRate           = 20
+	EmailBurst          = 5
+	FailBreakerFailures = 4
+	FailBreakerCooldown = 250 * time.Millisecond
+)
 
 // ArgRef is the argument under which the soak's http-tool calls carry
 // their own soak key. The downstream sees it in every request body, so it

@@ -73,6 +73,14 @@ func (r *run) print(rep *Report, in Input) {
 		r.printDowntime(in)
 	}
 	r.printAttempts(in)
+	if len(in.Observed.Gates) > 0 {
+		// A tool's row exists once a claim was admitted through it.
+		var parts []string
+		for _, g := range in.Observed.Gates {
+			parts = append(parts, fmt.Sprintf("%s breaker=%s failures-in-a-row=%d tokens=%.1f", g.Tool, g.Breaker, g.Failures, g.Tokens))
+		}
+		fmt.Fprintf(w, "gates (database): %s\n", strings.Join(parts, ";  "))
+	}
 	state := "drained"
 	if !r.drained {
 		state = "NOT drained"

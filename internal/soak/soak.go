@@ -454,8 +454,14 @@ func (r *run) startLookupDownstream() (string, error) {
 }
 
 // writeTools writes the servers' tools file: HTTPTool against the soak's
-// downstream, and LookupTool (on_unknown: lookup) against the one at
-// lookupBase.
+// downstream, LookupTool (on_unknown: lookup) against the one at
+// lookupBase, and the gates of two built-ins (docs/tools.md, "Rate
+// limits", "Circuit breakers"): send_email is rate-limited (the workload
+// sends more than its limit at times, so calls wait pending for tokens),
+// and fail is breaker-guarded (its calls fail retryably often enough in a
+// row to open the breaker, hold calls pending for the cooldown and probe).
+// The checks hold for them as for every call: each acknowledged call
+// ends final, once.
 func writeTools(dir, chargeURL, lookupBase string) (string, error) {
 	schema := map[string]any{"type": "object", "required": []string{"amount"}, "additionalProperties": false,
 		"properties": map[string]any{"amount": map[string]any{"type": "integer", "minimum": 1},
@@ -466,6 +472,8 @@ func writeTools(dir, chargeURL, lookupBase string) (string, error) {
 			"on_unknown": "lookup",
 			"lookup":     map[string]any{"url": lookupBase + "/charges?idempotency_key={effect_id}"},
 			"retry":      map[string]any{"max_attempts": 5, "initial_backoff": "100ms", "max_backoff": "1s"}},
+		map[string]any{"name": ToolEmail, "kind": "builtin", "rate": map[string]any{"limit": EmailRate, "per": "1s", "burst": EmailBurst}},
+		map[string]any{"name": ToolFail, "kind": "builtin", "breaker": map[string]any{"failures": FailBreakerFailures, "cooldown": FailBreakerCooldown.String()}},
 	}}
 	b, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {

@@ -760,6 +760,10 @@ type Store interface {
 	// exactly), however old, or ErrNotFound.
 	Tombstone(ctx context.Context, principal, key string) (Tombstone, error)
 
+	// GateStore keeps the rate limits' and breakers' shared state
+	// (gate.go).
+	GateStore
+
 	// Ping checks the database is reachable (/readyz). Errors:
 	// ErrUnavailable (also once the store is closed), or ctx's error.
 	Ping(ctx context.Context) error

@@ -33,6 +33,9 @@ const (
 	WriteRedrive                      // Redrive: a failed call sent back to pending
 	WriteLookup                       // RecordLookup: a lookup's verdict audited
 	WriteResolve                      // Resolve: an operator settles an outcome_unknown call
+	WriteAdmit                        // Admit: a gate's tokens or probe taken
+	WriteUnadmit                      // Unadmit: unused tokens or probe given back
+	WriteReport                       // ReportAttempt: an attempt's outcome counted by a breaker
 
 	// NumWrites is how many writes there are (for arrays indexed by Write).
 	NumWrites
@@ -47,7 +50,7 @@ var Writes = func() []Write {
 	return out
 }()
 
-var writeNames = [NumWrites]string{"create", "claim", "lease", "succeed", "fail", "retry", "recover", "release", "cancel", "purge", "purge-tombstones", "redrive", "lookup", "resolve"}
+var writeNames = [NumWrites]string{"create", "claim", "lease", "succeed", "fail", "retry", "recover", "release", "cancel", "purge", "purge-tombstones", "redrive", "lookup", "resolve", "admit", "unadmit", "report"}
 
 // String is the write's name, as its failpoints, errors and logs spell it.
 func (w Write) String() string {
@@ -69,7 +72,7 @@ func (w Write) String() string {
 // crash on either side of its commit leaves that attempt running, which a
 // recovery marks abandoned, so the next claim asks again.
 func (w Write) hasFailpoints() bool {
-	return w != WritePurge && w != WritePurgeTombstones && w != WriteRedrive && w != WriteResolve && w != WriteLookup
+	return w != WritePurge && w != WritePurgeTombstones && w != WriteRedrive && w != WriteResolve && w != WriteLookup && !w.gate()
 }
 
 // BeforeCommit is the name of w's before-commit failpoint: inside the
@@ -257,4 +260,29 @@ func (o *observed) PurgeTombstones(ctx context.Context, olderThan time.Duration,
 		return 0, err
 	}
 	return n, nil
+}
+
+// gate reports whether w is one of the gates' writes (gate.go), which have
+// no failpoints: they guard the downstream and decide nothing about a
+// call's state.
+func (w Write) gate() bool { return w == WriteAdmit || w == WriteUnadmit || w == WriteReport }
+
+func (o *observed) Admit(ctx context.Context, g Gate, want int) (Admission, error) {
+	a, err := o.Store.Admit(ctx, g, want)
+	if err := o.end(WriteAdmit, true, err); err != nil {
+		return Admission{}, err
+	}
+	return a, nil
+}
+
+func (o *observed) Unadmit(ctx context.Context, g Gate, unused int, probe bool) error {
+	return o.end(WriteUnadmit, true, o.Store.Unadmit(ctx, g, unused, probe))
+}
+
+func (o *observed) ReportAttempt(ctx context.Context, g Gate, out GateOutcome) (GateState, error) {
+	s, err := o.Store.ReportAttempt(ctx, g, out)
+	if err := o.end(WriteReport, true, err); err != nil {
+		return GateState{}, err
+	}
+	return s, nil
 }

@@ -36,11 +36,14 @@ var (
 		"Redrive":         store.WriteRedrive,
 		"RecordLookup":    store.WriteLookup,
 		"Resolve":         store.WriteResolve,
+		"Admit":           store.WriteAdmit,
+		"Unadmit":         store.WriteUnadmit,
+		"ReportAttempt":   store.WriteReport,
 	}
 	readMethods = map[string]bool{
 		"Queue": true, "PendingByPrincipal": true, "Get": true, "GetAny": true, "GetByKey": true, "ListCalls": true, "ListEffects": true, "EffectOf": true,
 		"Audit": true, "Dupes": true, "Attempts": true, "Rates": true, "Stats": true, "Ping": true, "Close": true,
-		"Tombstone": true,
+		"Tombstone": true, "GateStates": true,
 	}
 )
 
@@ -169,13 +172,13 @@ func TestFailpointHook(t *testing.T) {
 	if _, err := failpoint.Parse("redrive/after-commit=error", store.Failpoints()); err == nil {
 		t.Error("redrive has no failpoints, but redrive/after-commit was accepted")
 	}
-	for _, w := range []string{"lookup", "resolve"} {
+	for _, w := range []string{"lookup", "resolve", "admit", "unadmit", "report"} {
 		if _, err := failpoint.Parse(w+"/after-commit=error", store.Failpoints()); err == nil {
 			t.Errorf("%s has no failpoints, but %s/after-commit was accepted", w, w)
 		}
 	}
-	if n := len(store.Failpoints()); n != 2*(len(store.Writes)-5) {
-		t.Errorf("%d failpoints, want two for each write but the two purges, redrive, lookup and resolve", n)
+	if n := len(store.Failpoints()); n != 2*(len(store.Writes)-8) {
+		t.Errorf("%d failpoints, want two for each write but the two purges, redrive, lookup, resolve and the three gate writes", n)
 	}
 }
 
@@ -207,6 +210,12 @@ func changing() *storefake.Store {
 		ResolveFunc: func(context.Context, store.Resolution) (store.Call, bool, error) {
 			return store.Call{}, true, nil
 		},
+		AdmitFunc:   func(context.Context, store.Gate, int) (store.Admission, error) { return store.Admission{}, nil },
+		UnadmitFunc: func(context.Context, store.Gate, int, bool) error { return nil },
+		ReportAttemptFunc: func(context.Context, store.Gate, store.GateOutcome) (store.GateState, error) {
+			return store.GateState{}, nil
+		},
+		GateStatesFunc: func(context.Context) ([]store.GateState, error) { return nil, nil },
 
 		QueueFunc:              func(context.Context) (store.Queue, error) { return store.Queue{}, nil },
 		PendingByPrincipalFunc: func(context.Context, int64) (map[string]int64, error) { return nil, nil },

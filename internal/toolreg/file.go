@@ -65,14 +65,16 @@ func (l *entryList) UnmarshalYAML(n *yaml.Node) error {
 // kind:"http" are an http tool's only; a builtin entry tunes the policy of
 // a built-in tool and has the others.
 type toolEntry struct {
-	Name        opt[string] `yaml:"name"`
-	Kind        opt[string] `yaml:"kind"`
-	Description opt[string] `yaml:"description" kind:"builtin,http"`
-	Destructive opt[bool]   `yaml:"destructive" kind:"builtin,http"`
-	Timeout     opt[string] `yaml:"timeout"`
-	Retry       retryEntry  `yaml:"retry"`
-	Concurrency opt[int]    `yaml:"concurrency"`
-	Dedup       dedupEntry  `yaml:"dedup" kind:"builtin,http"`
+	Name        opt[string]  `yaml:"name"`
+	Kind        opt[string]  `yaml:"kind"`
+	Description opt[string]  `yaml:"description" kind:"builtin,http"`
+	Destructive opt[bool]    `yaml:"destructive" kind:"builtin,http"`
+	Timeout     opt[string]  `yaml:"timeout"`
+	Retry       retryEntry   `yaml:"retry"`
+	Concurrency opt[int]     `yaml:"concurrency"`
+	Rate        rateEntry    `yaml:"rate"`
+	Breaker     breakerEntry `yaml:"breaker"`
+	Dedup       dedupEntry   `yaml:"dedup" kind:"builtin,http"`
 	// Principals are read as any: a refusal shows what was written.
 	Principals opt[any] `yaml:"principals"`
 
@@ -168,6 +170,8 @@ var (
 	retryFields   = fieldNames(retryEntry{}, "")
 	dedupFields   = fieldNames(dedupEntry{}, "")
 	lookupFields  = fieldNames(lookupEntry{}, "")
+	rateFields    = fieldNames(rateEntry{}, "")
+	breakerFields = fieldNames(breakerEntry{}, "")
 	fileFields    = fieldNames(toolsFile{}, "")
 )
 
@@ -356,6 +360,20 @@ func parseTool(i int, e toolEntry, getenv func(string) (string, bool)) (*Tool, e
 		if err := parseRetry(e.Retry, &t.Retry); err != nil {
 			return nil, fmt.Errorf("%s: retry%w", where, err)
 		}
+	}
+	if e.Rate.shape.set {
+		r, err := parseRate(e.Rate)
+		if err != nil {
+			return nil, fmt.Errorf("%s: rate%w", where, err)
+		}
+		t.Rate = r
+	}
+	if e.Breaker.shape.set {
+		b, err := parseBreaker(e.Breaker)
+		if err != nil {
+			return nil, fmt.Errorf("%s: breaker%w", where, err)
+		}
+		t.Breaker = b
 	}
 	if e.Principals.set {
 		p, err := parsePrincipals(e.Principals.raw)

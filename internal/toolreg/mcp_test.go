@@ -37,7 +37,7 @@ func TestParseMCPEntryErrors(t *testing.T) {
 		{`tools: [{name: b, kind: mcp, command: [x], env: {KEY: 5}}]`, `tools[0] (b): env.KEY: must be a string, got a int`},
 		{`tools: [{name: b, kind: mcp, command: [x], tools: []}]`, `tools[0] (b): tools: must be a non-empty list`},
 		{`tools: [{name: b, kind: mcp, command: [x], rename: {a: "no spaces"}}]`, `tools[0] (b): rename.a: "no spaces" must be 1 to 64 letters`},
-		{`tools: [{name: b, kind: mcp, command: [x], schema: {}}]`, `tools[0] (b): schema: unknown field (allowed: name, kind, timeout, retry, concurrency, principals, effect, url, headers, on_unknown, command, env, tools, rename)`},
+		{`tools: [{name: b, kind: mcp, command: [x], schema: {}}]`, `tools[0] (b): schema: unknown field (allowed: name, kind, timeout, retry, concurrency, rate, breaker, principals, effect, url, headers, on_unknown, command, env, tools, rename)`},
 		{`tools: [{name: charge, kind: mcp, command: [x]}]`, `tools[0] (charge): name: "charge" is a built-in tool's name`},
 	} {
 		_, err := Parse([]byte(tc.file), env)

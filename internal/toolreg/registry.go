@@ -21,6 +21,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/idemctl/idemctl/internal/httptool"
+	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/tool"
 	"github.com/idemctl/idemctl/internal/wire"
 )
@@ -98,6 +99,10 @@ type Tool struct {
 	// Concurrency caps the tool's executions at once; 0 means only the
 	// server's worker count does.
 	Concurrency int
+	// Rate is the tool's rate limit and Breaker its circuit breaker
+	// (docs/tools.md, "Rate limits", "Circuit breakers"); nil: none.
+	Rate    *store.Rate
+	Breaker *store.Breaker
 	// Method is an http tool's request method ("" for built-ins).
 	Method string
 	// Dedup is the tool's intent-deduplication rule; nil: none (only the
@@ -154,6 +159,15 @@ func (t *Tool) listing() wire.Tool {
 	}
 	if t.Dedup != nil {
 		l.Dedup = &wire.ToolDedup{Args: t.Dedup.Args, Window: t.Dedup.Window.String()}
+	}
+	if r := t.Rate; r != nil {
+		l.Rate = &wire.ToolRate{Limit: r.Limit, Per: r.Per.String(), Burst: r.Burst}
+	}
+	if b := t.Breaker; b != nil {
+		// The state is the server's to add (it reads the store); a
+		// listing without one shows a breaker never opened.
+		l.Breaker = &wire.ToolBreaker{Failures: b.Failures, Cooldown: b.Cooldown.String(), FailFast: b.FailFast,
+			State: wire.BreakerClosed}
 	}
 	return l
 }
@@ -242,13 +256,17 @@ func (r *Registry) String() string { return "tools: " + strings.Join(r.Names(), 
 func (r *Registry) GoString() string { return r.String() }
 
 // MarshalJSON is the body of GET /v1/tools (wire.Tools).
-func (r *Registry) MarshalJSON() ([]byte, error) {
+func (r *Registry) MarshalJSON() ([]byte, error) { return json.Marshal(r.Listing()) }
+
+// Listing is the body of GET /v1/tools; each breaker is listed closed
+// (its state is the store's, which the server adds).
+func (r *Registry) Listing() wire.Tools {
 	tools := r.Tools()
 	body := wire.Tools{Tools: make([]wire.Tool, 0, len(tools))}
 	for _, t := range tools {
 		body.Tools = append(body.Tools, t.listing())
 	}
-	return json.Marshal(body)
+	return body
 }
 
 // Run runs one attempt of a validated call with the tool's runner: a

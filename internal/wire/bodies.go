@@ -74,6 +74,10 @@ type Tool struct {
 	// hold); omitted for the built-ins, which retry. The lookup's URL is
 	// never listed.
 	OnUnknown string `json:"on_unknown,omitempty"`
+	// Rate is the tool's rate limit; nil: none.
+	Rate *ToolRate `json:"rate,omitempty"`
+	// Breaker is the tool's circuit breaker and its state; nil: none.
+	Breaker *ToolBreaker `json:"breaker,omitempty"`
 }
 
 // ToolRetry is a tool's retry policy as listed (durations in Go's form).

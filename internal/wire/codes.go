@@ -34,6 +34,10 @@ const (
 	// CodeNotResolvable: a resolve named a call that is not failed with
 	// outcome_unknown (409); nothing changed.
 	CodeNotResolvable = "not_resolvable"
+	// CodeCircuitOpen: the tool's circuit breaker is open and the tool
+	// fails fast (breaker.fail_fast; docs/tools.md, "Circuit breakers"):
+	// a new call is refused, nothing is stored; retry after Retry-After.
+	CodeCircuitOpen = "circuit_open"
 	// CodeInternal is also a failed call's code (a tool panic, a
 	// completion the database refused for good).
 	CodeInternal = "internal"

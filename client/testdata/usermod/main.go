@@ -26,6 +26,11 @@ var (
 	_ client.Tool
 	_ client.ToolRetry
 	_ client.ToolDedup
+	_ client.ToolRate
+	_ client.ToolBreaker
+	_ client.BreakerState = client.BreakerOpen
+	_ client.RedriveOptions
+	_ client.Redriven
 	_ client.Stats
 	_ client.StatsBody
 	_ *client.Queue
@@ -165,6 +170,14 @@ func run(ctx context.Context, ck *checker, base, token string) {
 		ended.Status == client.StatusFailed, "call = %+v, err = %v", ended.Call, err)
 	_, err = c.Cancel(ctx, long.Call.CallID)
 	ck.check("canceling an ended call is ErrAlreadyFinal", errors.Is(err, client.ErrAlreadyFinal), "err = %v", err)
+
+	none, err := c.Redrive(ctx, client.RedriveOptions{Tool: "fail", DryRun: true})
+	ck.check("Redrive leaves a definite failure alone without Force", err == nil && none.DryRun && len(none.Calls) == 0,
+		"redriven = %d calls, err = %v", len(none.Calls), err)
+	dry, err := c.Redrive(ctx, client.RedriveOptions{Tool: "fail", Force: true, DryRun: true})
+	ck.check("Redrive with Force and DryRun lists the failed call, unchanged", err == nil && dry.DryRun && len(dry.Calls) == 1 &&
+		dry.Calls[0].CallID == failed.CallID && dry.Calls[0].Status == client.StatusFailed,
+		"redriven = %d calls, err = %v", len(dry.Calls), err)
 
 	tools, err := c.Tools(ctx)
 	var charge client.Tool

@@ -91,6 +91,9 @@ CREATE INDEX IF NOT EXISTS idx_calls_pending ON calls (created_at, call_id) WHER
 	migrationIndexDiet,
 	// 9: the unknown outcome a call remembers (migrationUnknown).
 	migrationUnknown,
+	// 10: the gates of rate-limited and breaker-guarded tools
+	// (migrationGates).
+	migrationGates,
 }
 
 // migrationIndexDiet drops idx_calls_client_seq: no statement reads calls
@@ -273,3 +276,17 @@ func (s *Store) checkSchema(ctx context.Context) error {
 	}
 	return nil
 }
+
+// migrationGates adds one row per guarded tool (store.GateState): its
+// token bucket and its circuit breaker. Admit and ReportAttempt lock the
+// row (FOR UPDATE), so the instances on one database share one budget.
+const migrationGates = `
+CREATE TABLE tool_gates (
+  tool         text PRIMARY KEY,
+  tokens       double precision NOT NULL,
+  refilled_at  double precision NOT NULL,
+  breaker      text NOT NULL CHECK (breaker IN ('closed', 'open', 'half_open')),
+  failures     bigint NOT NULL DEFAULT 0,
+  until        double precision NOT NULL DEFAULT 0
+);
+`

@@ -67,23 +67,21 @@ func (s *Store) Resolve(ctx context.Context, r store.Resolution) (store.Call, bo
 			return nil // changed since it was read
 		}
 		if r.Succeeded {
+			if e := r.Effect; e != nil {
+				// Not under a lease, so not the fenced sqlInsertEffect; an
+				// effect an earlier attempt recorded is kept.
+				if _, err := tx.ExecContext(ctx, `INSERT INTO effects (effect_id, call_id, tool, amount, created_at)
+					VALUES (?, ?, COALESCE(NULLIF(?, ''), ?), ?, ?) ON CONFLICT (call_id) DO NOTHING`,
+					e.EffectID, r.CallID, e.Tool, c.Tool, e.Amount, now); err != nil {
+					return err
+				}
+			}
 			call, err = scanCall(tx.QueryRowContext(ctx, `UPDATE calls
-				SET status = 'succeeded', result_json = ?, error_json = NULL, unknown_outcome = NULL, updated_at = ?
+				SET status = 'succeeded', result_json = ?, error_json = NULL, unknown_outcome = NULL, updated_at = ?,
+				    effect_id = (SELECT e.effect_id FROM effects e WHERE e.call_id = calls.call_id)
 				WHERE call_id = ? RETURNING `+callColumns, jsonArg(r.Result), now, r.CallID))
 			if err != nil {
 				return err
-			}
-			if e := r.Effect; e != nil {
-				if _, err := tx.StmtContext(ctx, s.wq.insertEffect).ExecContext(ctx,
-					e.EffectID, e.Tool, e.Amount, now, r.CallID); err != nil {
-					return err
-				}
-				var linked string
-				if err := tx.StmtContext(ctx, s.wq.linkEffect).QueryRowContext(ctx, r.CallID, r.CallID).
-					Scan(&linked); err != nil {
-					return err
-				}
-				call.EffectID = &linked
 			}
 		} else {
 			call, err = scanCall(tx.QueryRowContext(ctx, `UPDATE calls

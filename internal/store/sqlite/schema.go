@@ -80,6 +80,8 @@ CREATE INDEX IF NOT EXISTS idx_calls_pending ON calls(created_at) WHERE status =
 	migrationIndexDiet,
 	// 9: the unknown outcome a call remembers (migrationUnknown).
 	migrationUnknown,
+	// 10: the gates of rate-limited and breaker-guarded tools (migrationGates).
+	migrationGates,
 }
 
 // migrationIndexDiet drops idx_calls_client_seq: no statement reads calls
@@ -97,6 +99,19 @@ DROP INDEX IF EXISTS idx_calls_client_seq;
 // row gets NULL: as before, nothing to settle.
 const migrationUnknown = `
 ALTER TABLE calls ADD COLUMN unknown_outcome TEXT;
+`
+
+// migrationGates adds one row per guarded tool (store.GateState): its
+// token bucket and its circuit breaker.
+const migrationGates = `
+CREATE TABLE tool_gates (
+  tool         TEXT PRIMARY KEY,
+  tokens       REAL NOT NULL,
+  refilled_at  REAL NOT NULL,
+  breaker      TEXT NOT NULL CHECK (breaker IN ('closed', 'open', 'half_open')),
+  failures     INTEGER NOT NULL DEFAULT 0,
+  until        REAL NOT NULL DEFAULT 0
+);
 `
 
 // migrationTombstones adds tombstones, what retention keeps of a purged

@@ -52,6 +52,10 @@ type Store struct {
 	ResolveFunc            func(ctx context.Context, r store.Resolution) (store.Call, bool, error)
 	TombstoneFunc          func(ctx context.Context, principal, key string) (store.Tombstone, error)
 	PendingByPrincipalFunc func(ctx context.Context, atLeast int64) (map[string]int64, error)
+	AdmitFunc              func(ctx context.Context, g store.Gate, want int) (store.Admission, error)
+	UnadmitFunc            func(ctx context.Context, g store.Gate, unused int, probe bool) error
+	ReportAttemptFunc      func(ctx context.Context, g store.Gate, o store.GateOutcome) (store.GateState, error)
+	GateStatesFunc         func(ctx context.Context) ([]store.GateState, error)
 	PingFunc               func(ctx context.Context) error
 	CloseFunc              func() error
 }
@@ -302,4 +306,36 @@ func (s *Store) base(method string) store.Store {
 		panic("storefake: " + method + " called with neither " + method + "Func nor Base set")
 	}
 	return s.Base
+}
+
+// Admit calls AdmitFunc, else Base.Admit.
+func (s *Store) Admit(ctx context.Context, g store.Gate, want int) (store.Admission, error) {
+	if s.AdmitFunc != nil {
+		return s.AdmitFunc(ctx, g, want)
+	}
+	return s.base("Admit").Admit(ctx, g, want)
+}
+
+// Unadmit calls UnadmitFunc, else Base.Unadmit.
+func (s *Store) Unadmit(ctx context.Context, g store.Gate, unused int, probe bool) error {
+	if s.UnadmitFunc != nil {
+		return s.UnadmitFunc(ctx, g, unused, probe)
+	}
+	return s.base("Unadmit").Unadmit(ctx, g, unused, probe)
+}
+
+// ReportAttempt calls ReportAttemptFunc, else Base.ReportAttempt.
+func (s *Store) ReportAttempt(ctx context.Context, g store.Gate, o store.GateOutcome) (store.GateState, error) {
+	if s.ReportAttemptFunc != nil {
+		return s.ReportAttemptFunc(ctx, g, o)
+	}
+	return s.base("ReportAttempt").ReportAttempt(ctx, g, o)
+}
+
+// GateStates calls GateStatesFunc, else Base.GateStates.
+func (s *Store) GateStates(ctx context.Context) ([]store.GateState, error) {
+	if s.GateStatesFunc != nil {
+		return s.GateStatesFunc(ctx)
+	}
+	return s.base("GateStates").GateStates(ctx)
 }

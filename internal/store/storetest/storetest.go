@@ -20,6 +20,8 @@
 //   - unknown.go: unknown outcomes (Call.Unknown), RecordLookup, Resolve;
 //   - filters.go: the listing filters, Rates;
 //   - dedup.go: intent deduplication and alias keys;
+//   - gates.go: the rate limits' and breakers' rows (Admit, Unadmit,
+//     ReportAttempt, GateStates), shared by two instances;
 //   - cancel.go: Cancel;
 //   - instances.go: two stores on one database, a closed store;
 //   - failpoint.go: the before-commit hook (Options.BeforeCommit) of
@@ -169,6 +171,10 @@ func Run(t *testing.T, f Factory) {
 	t.Run("Rates", func(t *testing.T) { testRates(t, su) })
 	// dedup.go
 	t.Run("IntentDedup", func(t *testing.T) { testIntentDedup(t, su) })
+	// gates.go
+	t.Run("GateRate", func(t *testing.T) { testGateRate(t, open) })
+	t.Run("GateShared", func(t *testing.T) { testGateShared(t, su) })
+	t.Run("GateBreaker", func(t *testing.T) { testGateBreaker(t, open) })
 	// cancel.go
 	t.Run("Cancel", func(t *testing.T) { testCancel(t, open) })
 	// instances.go
