@@ -31,6 +31,8 @@ const (
 	WritePurge                        // Purge: the retention's delete
 	WritePurgeTombstones              // PurgeTombstones: the tombstones' retention
 	WriteRedrive                      // Redrive: a failed call sent back to pending
+	WriteDeliveryClaim                // ClaimDeliveries: webhook deliveries claimed for sending
+	WriteDeliveryEnd                  // EndDelivery: one webhook delivery attempt recorded
 
 	// NumWrites is how many writes there are (for arrays indexed by Write).
 	NumWrites
@@ -45,7 +47,7 @@ var Writes = func() []Write {
 	return out
 }()
 
-var writeNames = [NumWrites]string{"create", "claim", "lease", "succeed", "fail", "retry", "recover", "release", "cancel", "purge", "purge-tombstones", "redrive"}
+var writeNames = [NumWrites]string{"create", "claim", "lease", "succeed", "fail", "retry", "recover", "release", "cancel", "purge", "purge-tombstones", "redrive", "delivery-claim", "delivery-end"}
 
 // String is the write's name, as its failpoints, errors and logs spell it.
 func (w Write) String() string {
@@ -62,9 +64,16 @@ func (w Write) String() string {
 // are past their retention). Nor has Redrive: an operator's one reset of
 // a final call, which a crash on either side of the commit leaves failed
 // or pending, both states the lifecycle already recovers from; the
-// matrix's load never reaches it.
+// matrix's load never reaches it. Nor have the webhook deliveries' writes:
+// a crash on either side of their commit leaves a delivery pending (sent
+// again, the receiver deduplicates by its id) or ended, and the matrix's
+// load names no notify_url.
 func (w Write) hasFailpoints() bool {
-	return w != WritePurge && w != WritePurgeTombstones && w != WriteRedrive
+	switch w {
+	case WritePurge, WritePurgeTombstones, WriteRedrive, WriteDeliveryClaim, WriteDeliveryEnd:
+		return false
+	}
+	return true
 }
 
 // BeforeCommit is the name of w's before-commit failpoint: inside the
@@ -210,8 +219,8 @@ func (o *observed) Release(ctx context.Context, l Lease, reason string) error {
 	return o.end(WriteRelease, true, o.Store.Release(ctx, l, reason))
 }
 
-func (o *observed) Cancel(ctx context.Context, callID string, errJSON json.RawMessage) (Call, CancelOutcome, error) {
-	c, out, err := o.Store.Cancel(ctx, callID, errJSON)
+func (o *observed) Cancel(ctx context.Context, callID string, errJSON json.RawMessage, notify *NewDelivery) (Call, CancelOutcome, error) {
+	c, out, err := o.Store.Cancel(ctx, callID, errJSON, notify)
 	if err := o.end(WriteCancel, out != AlreadyFinal, err); err != nil {
 		return Call{}, 0, err
 	}
@@ -240,4 +249,16 @@ func (o *observed) PurgeTombstones(ctx context.Context, olderThan time.Duration,
 		return 0, err
 	}
 	return n, nil
+}
+
+func (o *observed) ClaimDeliveries(ctx context.Context, owner string, lease time.Duration, limit int) ([]Delivery, error) {
+	ds, err := o.Store.ClaimDeliveries(ctx, owner, lease, limit)
+	if err := o.end(WriteDeliveryClaim, len(ds) > 0, err); err != nil {
+		return nil, err
+	}
+	return ds, nil
+}
+
+func (o *observed) EndDelivery(ctx context.Context, e DeliveryEnd) error {
+	return o.end(WriteDeliveryEnd, true, o.Store.EndDelivery(ctx, e))
 }

@@ -13,7 +13,7 @@ import (
 
 // callColumns is the column list scanCall expects, in its order.
 const callColumns = `call_id, principal, idem_key, fingerprint, client_id, seq, tool, args_json, status,
-	result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at, cancel_requested, not_before, via`
+	result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at, cancel_requested, not_before, via, notify_url`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -21,13 +21,13 @@ func scanCall(sc scanner) (store.Call, error) {
 	var (
 		c                         store.Call
 		clientID, result, errJSON sql.NullString
-		owner, effectID           sql.NullString
+		owner, effectID, notify   sql.NullString
 		seq                       sql.NullInt64
 		lease, notBefore          sql.NullFloat64
 		args, status              string
 	)
 	err := sc.Scan(&c.CallID, &c.Principal, &c.IdemKey, &c.Fingerprint, &clientID, &seq, &c.Tool, &args, &status,
-		&result, &errJSON, &c.Attempt, &lease, &owner, &effectID, &c.CreatedAt, &c.UpdatedAt, &c.CancelRequested, &notBefore, &c.Via)
+		&result, &errJSON, &c.Attempt, &lease, &owner, &effectID, &c.CreatedAt, &c.UpdatedAt, &c.CancelRequested, &notBefore, &c.Via, &notify)
 	if err != nil {
 		return store.Call{}, err
 	}
@@ -41,6 +41,7 @@ func scanCall(sc scanner) (store.Call, error) {
 	c.LeaseUntil = nullFloat(lease)
 	c.Owner = nullString(owner)
 	c.EffectID = nullString(effectID)
+	c.NotifyURL = nullString(notify)
 	return c, nil
 }
 
