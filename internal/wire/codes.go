@@ -31,6 +31,11 @@ const (
 	// server whose tool list is not loaded yet (docs/tools.md, "The mcp
 	// kind"); nothing was stored, retry after Retry-After.
 	CodeUpstreamUnavailable = "upstream_unavailable"
+	// CodeNotifyURLNotAllowed: the call's notify_url is not an absolute
+	// http(s) URL matching one of the server's --webhook-allow patterns,
+	// or the server allows no webhooks (422; docs/api.md, "Completion
+	// webhooks"). Nothing was stored.
+	CodeNotifyURLNotAllowed = "notify_url_not_allowed"
 	// CodeInternal is also a failed call's code (a tool panic, a
 	// completion the database refused for good).
 	CodeInternal = "internal"
