@@ -22,6 +22,11 @@ import (
 // returned is then pending.
 func (e *Executor) commit(c store.Call, out tool.Outcome, extensions int64) (store.Call, error) {
 	comp := store.Completion{Lease: store.Lease{CallID: c.CallID, Owner: e.owner, Attempt: c.Attempt}, Extensions: extensions}
+	notify, nerr := store.DeliveryFor(c)
+	if nerr != nil {
+		return store.Call{}, nerr
+	}
+	comp.Notify = notify
 	if out.Err != nil {
 		raw, err := storedError(out.Err)
 		if err != nil {
@@ -112,12 +117,15 @@ func (e *Executor) failRefused(c store.Call, refusal error, extensions int64) (s
 	if err != nil {
 		return store.Call{}, err
 	}
+	notify, err := store.DeliveryFor(c)
+	if err != nil {
+		return store.Call{}, err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
 	defer cancel()
 	return e.st.Fail(ctx, store.Completion{Lease: store.Lease{CallID: c.CallID, Owner: e.owner, Attempt: c.Attempt},
-		Error: raw, Extensions: extensions})
+		Error: raw, Extensions: extensions, Notify: notify})
 }
-
 // refusalReason is the short, data-free reason of a refused completion:
 // "the database refused it", with the refusal's code when the backend gives
 // one (store.RefusedError.Code: an SQLSTATE such as 22P05 untranslatable

@@ -53,6 +53,20 @@ func NewDeliveryID() (string, error) {
 	return "wh_" + hex.EncodeToString(b[:]), nil
 }
 
+// DeliveryFor is the delivery a final state of c writes with it
+// (Completion.Notify, Cancel's notify): one with a fresh id when c names a
+// notify_url, else nil, so a call without one costs no statement.
+func DeliveryFor(c Call) (*NewDelivery, error) {
+	if c.NotifyURL == nil {
+		return nil, nil
+	}
+	id, err := NewDeliveryID()
+	if err != nil {
+		return nil, err
+	}
+	return &NewDelivery{ID: id, URL: *c.NotifyURL}, nil
+}
+
 // Delivery is one row of the outbox.
 type Delivery struct {
 	ID     string
