@@ -126,6 +126,7 @@ func (e *Executor) failRefused(c store.Call, refusal error, extensions int64) (s
 	return e.st.Fail(ctx, store.Completion{Lease: store.Lease{CallID: c.CallID, Owner: e.owner, Attempt: c.Attempt},
 		Error: raw, Extensions: extensions, Notify: notify})
 }
+
 // refusalReason is the short, data-free reason of a refused completion:
 // "the database refused it", with the refusal's code when the backend gives
 // one (store.RefusedError.Code: an SQLSTATE such as 22P05 untranslatable
