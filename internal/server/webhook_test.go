@@ -21,17 +21,20 @@ const hookSecret = "whsec_test_secret"
 
 // delivery is one request a hookReceiver got.
 type delivery struct {
+	path   string
 	header http.Header
 	body   []byte
 }
 
 // hookReceiver is a webhook receiver: it keeps every request and answers
-// each with status(n), n counting from 1.
+// each with status(n), n counting from 1, and a Location of redirect if
+// set (a request to redirect itself is answered 200).
 type hookReceiver struct {
 	*httptest.Server
-	status func(n int) int
-	mu     sync.Mutex
-	got    []delivery
+	status   func(n int) int
+	redirect string
+	mu       sync.Mutex
+	got      []delivery
 }
 
 func newHookReceiver(t *testing.T, status func(n int) int) *hookReceiver {
@@ -40,9 +43,15 @@ func newHookReceiver(t *testing.T, status func(n int) int) *hookReceiver {
 	h.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		h.mu.Lock()
-		h.got = append(h.got, delivery{header: r.Header.Clone(), body: body})
+		h.got = append(h.got, delivery{path: r.URL.Path, header: r.Header.Clone(), body: body})
 		n := len(h.got)
 		h.mu.Unlock()
+		if h.redirect != "" {
+			if r.URL.Path == h.redirect {
+				return
+			}
+			w.Header().Set("Location", h.redirect)
+		}
 		w.WriteHeader(h.status(n))
 	}))
 	t.Cleanup(h.Close)
@@ -268,10 +277,13 @@ func TestWebhookPrincipalDefault(t *testing.T) {
 
 // TestWebhookGivenUp: a receiver that never answers 2xx gets attempts
 // until the retry window has passed, then the delivery is given up and
-// audited so; a redirect is not followed.
+// audited so. A redirect is not followed (the allow-list judged the URL
+// the call named, not the one a receiver points to): here it would lead
+// to a 200.
 func TestWebhookGivenUp(t *testing.T) {
 	t.Parallel()
 	recv := newHookReceiver(t, func(int) int { return http.StatusFound })
+	recv.redirect = "/elsewhere"
 	b := setup(t, withWebhooks(t, recv.URL+"/"), func(c *Config) { c.Webhooks.RetryFor = 300 * time.Millisecond })
 	c := b.post("never", `{"tool":"charge","args":{"amount":2},"notify_url":"`+recv.URL+`/h"}`).call(t)
 	eventually(t, "the delivery given up", func() bool {
@@ -286,8 +298,14 @@ func TestWebhookGivenUp(t *testing.T) {
 	if last.Event != store.EventNotifyFailed || !strings.Contains(last.Detail, "given up") || !strings.Contains(last.Detail, "302") {
 		t.Fatalf("last audit row %+v, want notify_failed … 302 … given up", last)
 	}
-	if n := len(recv.deliveries()); n < 2 {
-		t.Fatalf("%d attempts before giving up, want retries", n)
+	got := recv.deliveries()
+	if len(got) < 2 {
+		t.Fatalf("%d attempts before giving up, want retries", len(got))
+	}
+	for _, d := range got {
+		if d.path != "/h" {
+			t.Fatalf("a request to %s: the redirect was followed", d.path)
+		}
 	}
 	if got := b.metricValue(`idemctl_webhook_attempts_total{outcome="given_up"}`); got != 1 {
 		t.Fatalf("given_up attempts = %v, want 1", got)
