@@ -2,13 +2,20 @@ package main
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/idemctl/idemctl/client"
 	"github.com/idemctl/idemctl/internal/exitcode"
+	"github.com/idemctl/idemctl/internal/server"
+	"github.com/idemctl/idemctl/internal/server/servertest"
+	"github.com/idemctl/idemctl/internal/webhook"
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // TestServeWebhookFlags: a bad --webhook-allow or --webhook-default stops
@@ -47,5 +54,56 @@ func TestServeWebhookFlags(t *testing.T) {
 	}
 	if names := dirEntries(t, dir); len(names) != 0 {
 		t.Errorf("refused serve left %q behind", names)
+	}
+}
+
+// TestCallNotifyURL: `idemctl call --notify-url` against a real server
+// that allows it delivers the final call there, signed; against one that
+// does not, the call is refused (exit 1, notify_url_not_allowed) and
+// nothing is recorded.
+func TestCallNotifyURL(t *testing.T) {
+	t.Parallel()
+	secret := []byte("whsec_cli_test")
+	got := make(chan client.Webhook, 4)
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hook, err := client.ReadWebhook(r, secret)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		got <- hook
+	}))
+	t.Cleanup(recv.Close)
+	ep, err := webhook.ParseEndpoint(recv.URL+"/ ${S}", func(string) string { return string(secret) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	allow, err := webhook.NewAllow([]webhook.Endpoint{ep}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	on := servertest.Start(t, servertest.Options{Config: server.Config{Webhooks: webhook.Config{Allow: allow, Poll: 20 * time.Millisecond}}})
+	out, errOut, code := cliRun(t, "call", "--base", on.URL, "--key", "cli-hook", "--amount", "3", "--notify-url", recv.URL+"/hooks")
+	if code != exitcode.OK {
+		t.Fatalf("exit %d: %s %s", code, out, errOut)
+	}
+	lines := cliLines(t, out)
+	callID, _ := lines[len(lines)-1]["call_id"].(string)
+	select {
+	case hook := <-got:
+		if hook.Call.CallID != callID || hook.Call.Status != wire.StatusSucceeded {
+			t.Fatalf("delivered %s %s, want %s succeeded", hook.Call.CallID, hook.Call.Status, callID)
+		}
+	case <-time.After(10 * time.Second): // a hang guard
+		t.Fatal("no delivery")
+	}
+
+	off := servertest.Start(t, servertest.Options{})
+	out, errOut, code = cliRun(t, "call", "--base", off.URL, "--key", "cli-hook", "--amount", "3", "--notify-url", recv.URL+"/hooks")
+	if code != exitcode.Failed || !strings.Contains(out+errOut, wire.CodeNotifyURLNotAllowed) {
+		t.Fatalf("on a server without webhooks: exit %d, %s %s; want 1 and notify_url_not_allowed", code, out, errOut)
+	}
+	if st, err := off.Store.Stats(t.Context()); err != nil || st.Calls != 0 {
+		t.Fatalf("a refused call was recorded: %+v, %v", st, err)
 	}
 }
