@@ -76,7 +76,7 @@ type callData struct {
 	Timeline []timelineEntry
 	// Deliveries are the call's webhook deliveries, oldest first.
 	Deliveries []store.Delivery
-	Curl     string
+	Curl       string
 	// Cancelable: pending or running.
 	Cancelable bool
 	// Notice is the outcome of a cancel just made.
