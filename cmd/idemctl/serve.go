@@ -172,8 +172,8 @@ func (o *serveOptions) Validate() error {
 // endpoint's secret from the environment; errors never show a secret.
 func (o *serveOptions) loadWebhooks() (*webhook.Allow, error) {
 	var errs []error
-	if o.WebhookRetryFor <= 0 || o.WebhookTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("--webhook-retry-for and --webhook-timeout must be positive, got %s and %s", o.WebhookRetryFor, o.WebhookTimeout))
+	if o.WebhookRetryFor < 0 || o.WebhookTimeout < 0 {
+		errs = append(errs, fmt.Errorf("--webhook-retry-for and --webhook-timeout must not be negative (0: the default), got %s and %s", o.WebhookRetryFor, o.WebhookTimeout))
 	}
 	var eps []webhook.Endpoint
 	for _, entry := range o.WebhookAllow {

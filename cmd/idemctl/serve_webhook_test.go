@@ -39,7 +39,7 @@ func TestServeWebhookFlags(t *testing.T) {
 		{[]string{"--webhook-allow", "https://hooks.*.com/ ${PATH}"}, "'*' may only begin the host"},
 		{[]string{"--webhook-default", "*=https://hooks.example.com/"}, "delivers no webhooks"},
 		{[]string{"--webhook-allow", "https://hooks.example.com/a ${PATH}", "--webhook-default", "alice=https://hooks.example.com/b"}, "no --webhook-allow pattern"},
-		{[]string{"--webhook-retry-for", "0s"}, "--webhook-retry-for and --webhook-timeout must be positive"},
+		{[]string{"--webhook-retry-for", "-1s"}, "--webhook-retry-for and --webhook-timeout must not be negative"},
 	} {
 		args := append([]string{"serve", "--addr", "127.0.0.1:0", "--db", db}, c.args...)
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second) // a hang guard
