@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/store/postgres"
+	"github.com/idemctl/idemctl/internal/store/postgres/pgtest"
 	"github.com/idemctl/idemctl/internal/webhook"
 	"github.com/idemctl/idemctl/internal/wire"
 )
@@ -315,4 +318,45 @@ func TestWebhookGivenUp(t *testing.T) {
 	eventually(t, "the given-up attempt counted", func() bool {
 		return b.metricValue(`idemctl_webhook_attempts_total{outcome="given_up"}`) == 1
 	})
+}
+
+// TestWebhookTwoInstancesSendEachOnce: two servers on one PostgreSQL
+// database both run the delivery loop; each delivery reaches the receiver
+// once (the claim's lease keeps the other instance off it), and every
+// call's is delivered.
+func TestWebhookTwoInstancesSendEachOnce(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Schema(t) // skips without PostgreSQL
+	recv := newHookReceiver(t, func(int) int { return http.StatusOK })
+	var bs []*bundle
+	for range 2 {
+		st, err := postgres.Open(context.Background(), db, store.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		bs = append(bs, setupStore(t, st, true, withWebhooks(t, recv.URL+"/")))
+	}
+	const n = 20
+	ids := map[string]bool{}
+	for i := range n {
+		c := bs[i%2].post(fmt.Sprintf("two-%d", i), `{"tool":"charge","args":{"amount":1},"notify_url":"`+recv.URL+`/h"}`).call(t)
+		ids[c.CallID] = true
+	}
+	eventually(t, "every call delivered", func() bool { return len(recv.deliveries()) >= n })
+	// Let a late duplicate show itself, were there one.
+	time.Sleep(200 * time.Millisecond)
+	perDelivery := map[string]int{}
+	for _, d := range recv.deliveries() {
+		perDelivery[d.header.Get(wire.HeaderIdempotencyKey)]++
+		delete(ids, d.header.Get(wire.HeaderCallID))
+	}
+	if len(ids) != 0 {
+		t.Errorf("calls never delivered: %v", ids)
+	}
+	for id, k := range perDelivery {
+		if k != 1 {
+			t.Errorf("delivery %s sent %d times, want once", id, k)
+		}
+	}
 }
