@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -104,4 +105,68 @@ func testWebhookSurvivesKill(t *testing.T, db string) {
 		ds := doURL(t, q.URL, http.MethodGet, "/metrics", nil, nil)
 		return metricSample(t, ds.body, "idemctl_webhook_pending") == 0
 	})
+}
+
+// TestProcessWebhookKilledMidDelivery: the server is killed (SIGKILL)
+// while its delivery request is at the receiver, unanswered; a server
+// started again on the database sends it again once the dead sender's
+// lease has lapsed, with the same Idempotency-Key, so the receiver can
+// tell it is the same delivery. SQLite.
+func TestProcessWebhookKilledMidDelivery(t *testing.T) {
+	t.Parallel()
+	bin := idemctlBinary(t)
+	db := filepath.Join(t.TempDir(), "idem.db")
+	release := make(chan struct{})
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	recv := newHookReceiver(t, func(n int) int {
+		if n == 1 {
+			<-release // held until the sender is dead
+		}
+		return http.StatusOK
+	})
+	// --webhook-timeout 1s: a claim's lease is 2 × 1s + 5s.
+	args := []string{"--db", db, "--webhook-allow", recv.URL + "/ ${WEBHOOK_TEST_SECRET}", "--webhook-timeout", "1s", "--log-level", "warn"}
+	env := []string{"WEBHOOK_TEST_SECRET=" + hookSecret}
+	p := startServeEnv(t, bin, env, args...)
+	status, c, err := tryPost(p.URL, "hook-mid", `{"tool":"charge","args":{"amount":7},"notify_url":"`+recv.URL+`/h"}`)
+	if err != nil || status != http.StatusAccepted {
+		t.Fatalf("POST: %d %v", status, err)
+	}
+	eventually(t, "the first delivery request at the receiver", func() bool { return len(recv.deliveries()) == 1 })
+	p.Kill()
+	once.Do(func() { close(release) })
+
+	q := startServeEnv(t, bin, env, args...)
+	deadline := time.Now().Add(60 * time.Second) // the lease (7 s) must lapse first; a hang guard
+	for len(recv.deliveries()) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the delivery was not sent again after the restart")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	got := recv.deliveries()
+	first, second := got[0].header.Get(wire.HeaderIdempotencyKey), got[1].header.Get(wire.HeaderIdempotencyKey)
+	if first == "" || first != second || got[1].header.Get(wire.HeaderCallID) != c.CallID {
+		t.Fatalf("sent as %q, then as %q (call %s); want the same delivery id twice", first, second, got[1].header.Get(wire.HeaderCallID))
+	}
+	waitByKey(t, q.URL, "hook-mid", func(wire.Call) bool {
+		return metricSample(t, doURL(t, q.URL, http.MethodGet, "/metrics", nil, nil).body, "idemctl_webhook_pending") == 0
+	})
+}
+
+// startServeEnv is startServe with env added to the process's environment.
+func startServeEnv(t *testing.T, bin string, env []string, args ...string) *serveproc.Process {
+	t.Helper()
+	p, err := serveproc.Start(context.Background(), serveproc.Config{Binary: bin, Args: args, Env: env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.Kill()
+		if t.Failed() {
+			t.Logf("output of %s:\n%s", p.CommandLine(), p.Stderr())
+		}
+	})
+	return p
 }
