@@ -20,6 +20,7 @@ type callConfig struct {
 	key        string
 	clientID   string
 	seq        *int64
+	notifyURL  string
 	preferWait *time.Duration
 }
 
@@ -36,6 +37,15 @@ func WithClientID(id string) CallOption { return func(c *callConfig) { c.clientI
 // WithSeq labels the call with the caller's sequence number (seq). It is
 // not part of the fingerprint.
 func WithSeq(n int64) CallOption { return func(c *callConfig) { c.seq = &n } }
+
+// WithNotifyURL asks the server to deliver the call's final state to url
+// (a completion webhook: docs/api.md, "Completion webhooks"), so the
+// caller need not poll. The server must allow url (serve --webhook-allow),
+// else Submit ends with an *APIError of code notify_url_not_allowed. It is
+// not part of the fingerprint: a retry with the same key and another url
+// is the same call, which keeps its first url. Receivers check each
+// delivery with VerifyWebhook.
+func WithNotifyURL(url string) CallOption { return func(c *callConfig) { c.notifyURL = url } }
 
 // WithCallPreferWait overrides the client's WithPreferWait for this call.
 func WithCallPreferWait(d time.Duration) CallOption {
@@ -85,14 +95,6 @@ type Submission struct {
 	Replayed bool
 	// Attempts holds one record per attempt, in order.
 	Attempts []AttemptRecord
-}
-
-// wireRequest is the JSON body of POST /v1/tool-calls.
-type wireRequest struct {
-	Tool     string `json:"tool"`
-	Args     any    `json:"args"`
-	ClientID string `json:"client_id,omitempty"`
-	Seq      *int64 `json:"seq,omitempty"`
 }
 
 // Call makes one logical call of tool with args and returns it once it is
@@ -148,7 +150,7 @@ func (c *Client) Submit(ctx context.Context, tool string, args any, opts ...Call
 	if args == nil {
 		args = struct{}{}
 	}
-	body, err := json.Marshal(wireRequest{Tool: tool, Args: args, ClientID: cc.clientID, Seq: cc.seq})
+	body, err := json.Marshal(wire.CallRequest{Tool: tool, Args: args, ClientID: cc.clientID, Seq: cc.seq, NotifyURL: cc.notifyURL})
 	if err != nil {
 		return Submission{Key: key}, fmt.Errorf("client: encoding request: %w", err)
 	}

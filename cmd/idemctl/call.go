@@ -33,6 +33,9 @@ type callOptions struct {
 	ClientID       string
 	Seq            int64
 	PollTimeout    time.Duration
+	// NotifyURL is --notify-url: where the server delivers the final call
+	// (a completion webhook); "" asks for none.
+	NotifyURL string
 
 	amountSet, seqSet bool
 	args              map[string]any // built by Validate
@@ -139,6 +142,7 @@ See docs/cli.md, "call".`,
 	f.BoolVar(&opts.NewKeyOnRetry, "new-key-on-retry", false, "use K-0, K-1, ... per attempt (demonstrates the duplicate-effect bug)")
 	f.StringVar(&opts.ClientID, "client-id", "", "optional client label (not part of the fingerprint)")
 	f.Int64Var(&opts.Seq, "seq", 0, "optional client sequence number (not part of the fingerprint)")
+	f.StringVar(&opts.NotifyURL, "notify-url", "", "ask the server to POST the final call to this URL (a completion webhook the server allows with --webhook-allow; not part of the fingerprint)")
 	f.DurationVar(&opts.PollTimeout, "poll-timeout", 10*time.Second, "how long to poll for a final state (0 = do not poll)")
 	return cmd
 }
@@ -166,6 +170,9 @@ func runCall(ctx context.Context, opts *callOptions, streams *IOStreams) error {
 	callOpts := []client.CallOption{client.WithKey(opts.Key), client.WithClientID(opts.ClientID)}
 	if opts.seqSet {
 		callOpts = append(callOpts, client.WithSeq(opts.Seq))
+	}
+	if opts.NotifyURL != "" {
+		callOpts = append(callOpts, client.WithNotifyURL(opts.NotifyURL))
 	}
 	if opts.NewKeyOnRetry {
 		ctx = clientknob.WithNewKeyOnRetry(ctx)

@@ -21,6 +21,7 @@ import (
 	"github.com/idemctl/idemctl/internal/store/backend"
 	"github.com/idemctl/idemctl/internal/toolreg"
 	"github.com/idemctl/idemctl/internal/trustproxy"
+	"github.com/idemctl/idemctl/internal/webhook"
 )
 
 // serveOptions are the flags of idemctl serve.
@@ -78,7 +79,15 @@ type serveOptions struct {
 	// TrustedProxies are --trusted-proxies: CIDRs whose forwarding
 	// headers the server believes.
 	TrustedProxies []string
+	// WebhookAllow are --webhook-allow entries ("PATTERN ${VAR}"),
+	// WebhookDefault --webhook-default ones ("PRINCIPAL=URL");
+	// WebhookRetryFor and WebhookTimeout the delivery's bounds.
+	WebhookAllow    []string
+	WebhookDefault  []string
+	WebhookRetryFor time.Duration
+	WebhookTimeout  time.Duration
 
+	webhooks   *webhook.Allow      // WebhookAllow and WebhookDefault, parsed by Validate
 	hosts      *hostcheck.Checker  // AllowedHosts, parsed by Validate
 	level      slog.Level          // parsed by Validate
 	tools      *toolreg.Registry   // loaded by Validate (nil: the built-ins)
@@ -131,6 +140,10 @@ func (o *serveOptions) Validate() error {
 	if _, err := trustproxy.Parse(o.TrustedProxies); err != nil {
 		errs = append(errs, fmt.Errorf("--trusted-proxies: %w", err))
 	}
+	o.webhooks, err = o.loadWebhooks()
+	if err != nil {
+		errs = append(errs, err)
+	}
 	fps, err := loadFailpoints(o.Chaos)
 	if err != nil {
 		errs = append(errs, err)
@@ -155,6 +168,29 @@ func (o *serveOptions) Validate() error {
 	return errors.Join(errs...)
 }
 
+// loadWebhooks parses --webhook-allow and --webhook-default, reading each
+// endpoint's secret from the environment; errors never show a secret.
+func (o *serveOptions) loadWebhooks() (*webhook.Allow, error) {
+	var errs []error
+	if o.WebhookRetryFor < 0 || o.WebhookTimeout < 0 {
+		errs = append(errs, fmt.Errorf("--webhook-retry-for and --webhook-timeout must not be negative (0: the default), got %s and %s", o.WebhookRetryFor, o.WebhookTimeout))
+	}
+	var eps []webhook.Endpoint
+	for _, entry := range o.WebhookAllow {
+		e, err := webhook.ParseEndpoint(entry, webhook.EnvSecrets)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--webhook-allow: %w", err))
+			continue
+		}
+		eps = append(eps, e)
+	}
+	allow, err := webhook.NewAllow(eps, o.WebhookDefault)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("--webhook-default: %w", err))
+	}
+	return allow, errors.Join(errs...)
+}
+
 // serverConfig is the server configuration the flags describe. The token
 // file is named but not read yet (server.NewAuth): runServe reads it.
 func (o *serveOptions) serverConfig() server.Config {
@@ -177,6 +213,7 @@ func (o *serveOptions) serverConfig() server.Config {
 		NoUI:               !o.uiEnabled(),
 		AllowedHosts:       o.AllowedHosts,
 		TrustedProxies:     o.TrustedProxies,
+		Webhooks:           webhook.Config{Allow: o.webhooks, RetryFor: o.WebhookRetryFor, Timeout: o.WebhookTimeout},
 
 		MaxConcurrentBodies:  o.MaxBodies,
 		MaxHeldWaits:         o.MaxHeldWaits,
@@ -261,6 +298,10 @@ Passwords in --db are never printed. See docs/cli.md, "serve".`,
 	f.BoolVar(&opts.UI, "ui", true, "serve the web console at /ui (default: on with --auth-tokens or on a loopback --addr, off otherwise; --ui=false turns it off)")
 	f.StringSliceVar(&opts.AllowedHosts, "allowed-hosts", nil, "on a loopback --addr (and --pprof), Host names answered besides localhost, 127.0.0.0/8 and [::1] (comma-separated; \".example.com\" allows the names under it); any other Host gets 403 host_not_allowed, against DNS rebinding")
 	f.StringSliceVar(&opts.TrustedProxies, "trusted-proxies", nil, "reverse proxies (CIDRs or addresses, comma-separated) whose X-Forwarded-Proto and X-Forwarded-For are believed: the console cookie is Secure behind a TLS proxy, and failed sign-ins are throttled per real client; default none")
+	f.StringSliceVar(&opts.WebhookAllow, "webhook-allow", nil, "completion webhooks: \"PATTERN ${VAR}\" allows notify_urls under PATTERN (an http(s) URL; the host may begin with *., the path is a prefix), signed with the secret in the environment variable VAR; repeat for more; none (the default) turns webhooks off")
+	f.StringSliceVar(&opts.WebhookDefault, "webhook-default", nil, "PRINCIPAL=URL: the notify_url of that principal's calls that name none (* for every principal without its own); the URL must match --webhook-allow")
+	f.DurationVar(&opts.WebhookRetryFor, "webhook-retry-for", webhook.DefaultRetryFor, "how long a webhook delivery is retried (exponential backoff from 5s, at most 1h apart) before it is given up")
+	f.DurationVar(&opts.WebhookTimeout, "webhook-timeout", webhook.DefaultTimeout, "how long one webhook request may take, its answer included")
 	f.StringVar(&opts.InstanceHost, "instance-host", "", "host identity in lease owners, for dead-owner recovery (default: hostname + hash of boot id and pid namespace); never give two machines or containers the same value")
 	return cmd
 }

@@ -37,6 +37,7 @@ func Of(c store.Call) wire.Call {
 		CancelRequested: c.CancelRequested,
 		NotBefore:       notBefore(c),
 		Via:             store.ViaOf(c.Via),
+		NotifyURL:       c.NotifyURL,
 	}
 }
 

@@ -26,4 +26,9 @@ func TestOf(t *testing.T) {
 	if v.NotBefore != nil || v.Via != store.ViaMCP || string(v.Args) != `{"amount":1}` {
 		t.Fatalf("running row rendered %+v: want no not_before, via mcp, the stored args", v)
 	}
+	hook := "https://hooks.example.com/h"
+	row.NotifyURL = &hook
+	if v := Of(row); v.NotifyURL == nil || *v.NotifyURL != hook {
+		t.Fatalf("a row with a notify_url rendered %v, want %q", v.NotifyURL, hook)
+	}
 }

@@ -74,7 +74,9 @@ type callData struct {
 	Call     store.Call
 	Effect   *store.Effect
 	Timeline []timelineEntry
-	Curl     string
+	// Deliveries are the call's webhook deliveries, oldest first.
+	Deliveries []store.Delivery
+	Curl       string
 	// Cancelable: pending or running.
 	Cancelable bool
 	// Notice is the outcome of a cancel just made.
@@ -113,7 +115,8 @@ func (c *console) loadCall(w http.ResponseWriter, r *http.Request) (store.Call, 
 }
 
 // call is GET /ui/calls/{call_id}: the call's fields, its result or
-// error, its effect row, its audit timeline and a curl that reads it.
+// error, its effect row, its webhook deliveries, its audit timeline and a
+// curl that reads it.
 func (c *console) call(w http.ResponseWriter, r *http.Request) {
 	call, ok := c.loadCall(w, r)
 	if !ok {
@@ -128,6 +131,10 @@ func (c *console) call(w http.ResponseWriter, r *http.Request) {
 	d := callData{Call: call, Timeline: timeline(events), Curl: c.curl(r, call.CallID),
 		Cancelable: !call.Status.Final(), Notice: cancelNotices[r.URL.Query().Get("cancel")],
 		NeedsAttention: store.Resolvable(call)}
+	if d.Deliveries, err = c.cfg.Store.Deliveries(ctx, call.CallID); err != nil {
+		c.storeError(w, r, err)
+		return
+	}
 	if eff, err := c.cfg.Store.EffectOf(ctx, call.CallID); err == nil {
 		d.Effect = &eff
 	} else if !errors.Is(err, store.ErrNotFound) {

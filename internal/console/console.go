@@ -73,6 +73,7 @@ type Reader interface {
 	ListCalls(ctx context.Context, f store.ListFilter) ([]store.Call, error)
 	EffectOf(ctx context.Context, callID string) (store.Effect, error)
 	Audit(ctx context.Context, callID string, limit int) ([]store.AuditEvent, error)
+	Deliveries(ctx context.Context, callID string) ([]store.Delivery, error)
 	Attempts(ctx context.Context) ([]store.AttemptBucket, error)
 	Rates(ctx context.Context, minutes int) (store.Rates, error)
 	Stats(ctx context.Context) (store.Stats, error)

@@ -55,7 +55,7 @@ func setup(t *testing.T, pageSize int, auth bool) bundle {
 			if err != nil {
 				return store.Call{}, 0, err
 			}
-			return st.Cancel(ctx, id, json.RawMessage(`{"code":"canceled","message":"canceled by request","retryable":false}`))
+			return st.Cancel(ctx, id, json.RawMessage(`{"code":"canceled","message":"canceled by request","retryable":false}`), nil)
 		},
 		EncodeCursor: func(c store.Cursor) string {
 			return strconv.FormatFloat(c.CreatedAt, 'g', -1, 64) + "_" + c.CallID

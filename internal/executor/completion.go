@@ -25,6 +25,11 @@ import (
 func (e *Executor) commit(c store.Call, out tool.Outcome, unsettled bool, extensions int64) (store.Call, error) {
 	comp := store.Completion{Lease: store.Lease{CallID: c.CallID, Owner: e.owner, Attempt: c.Attempt}, Extensions: extensions,
 		Unsettled: unsettled}
+	notify, nerr := store.DeliveryFor(c)
+	if nerr != nil {
+		return store.Call{}, nerr
+	}
+	comp.Notify = notify
 	if out.Err != nil {
 		raw, err := storedError(out.Err)
 		if err != nil {
@@ -115,10 +120,14 @@ func (e *Executor) failRefused(c store.Call, refusal error, extensions int64) (s
 	if err != nil {
 		return store.Call{}, err
 	}
+	notify, err := store.DeliveryFor(c)
+	if err != nil {
+		return store.Call{}, err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
 	defer cancel()
 	return e.st.Fail(ctx, store.Completion{Lease: store.Lease{CallID: c.CallID, Owner: e.owner, Attempt: c.Attempt},
-		Error: raw, Extensions: extensions})
+		Error: raw, Extensions: extensions, Notify: notify})
 }
 
 // refusalReason is the short, data-free reason of a refused completion:

@@ -72,7 +72,7 @@ func TestCancelStopsRunningTool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, out, err := b.st.Cancel(ctx, c.CallID, errJSON); err != nil || out != store.CancelRequested {
+	if _, out, err := b.st.Cancel(ctx, c.CallID, errJSON, nil); err != nil || out != store.CancelRequested {
 		t.Fatalf("store cancel: %v %v, want CancelRequested", out, err)
 	}
 	b.ex.Cancel(c.CallID)

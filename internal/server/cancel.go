@@ -78,7 +78,7 @@ func (s *Server) cancelCall(ctx context.Context, principal, id string) (store.Ca
 	if !isCallID(id) {
 		return store.Call{}, 0, store.ErrNotFound
 	}
-	_, err := s.st.Get(ctx, principal, id)
+	cur, err := s.st.Get(ctx, principal, id)
 	if err != nil {
 		return store.Call{}, 0, err
 	}
@@ -86,14 +86,20 @@ func (s *Server) cancelCall(ctx context.Context, principal, id string) (store.Ca
 	if err != nil {
 		return store.Call{}, 0, err
 	}
-	call, out, err := s.st.Cancel(ctx, id, errJSON)
+	// Written only if the cancel fails the call (it was pending): a
+	// running call's delivery comes with the worker's completion.
+	notify, err := store.DeliveryFor(cur)
+	if err != nil {
+		return store.Call{}, 0, err
+	}
+	call, out, err := s.st.Cancel(ctx, id, errJSON, notify)
 	if err != nil {
 		return store.Call{}, 0, err // ErrNotFound: purged meanwhile
 	}
 	switch out {
 	case store.Canceled:
 		s.log.Info("call canceled", logkey.CallID, id, logkey.Key, call.IdemKey, logkey.Principal, principal)
-		s.waiters.notify(id)
+		s.onFinal(id)
 	case store.CancelRequested:
 		if call.Owner != nil && *call.Owner == s.exec.Owner() {
 			s.exec.Cancel(id)

@@ -143,7 +143,7 @@ func TestCancelThroughAnotherInstanceAtHeartbeat(t *testing.T) {
 	running := b.post("k-sleep", `{"tool":"sleep","args":{"seconds":10}}`).call(t)
 	eventuallyStatus(t, b, running.CallID, "running")
 	errJSON := json.RawMessage(`{"code":"canceled","message":"canceled by request","retryable":false}`)
-	if _, out, err := b.st.Cancel(t.Context(), running.CallID, errJSON); err != nil || out != store.CancelRequested {
+	if _, out, err := b.st.Cancel(t.Context(), running.CallID, errJSON, nil); err != nil || out != store.CancelRequested {
 		t.Fatalf("Cancel in the store = %v, %v; want CancelRequested", out, err)
 	}
 	done := b.waitFinal(running.CallID)

@@ -208,6 +208,9 @@ func (s *Server) readCreate(w http.ResponseWriter, r *http.Request) (req createR
 // checked completely (parseCreate, checkToolCall). A refusal stores
 // nothing; a conflict carries the call the key names.
 func (s *Server) submit(ctx context.Context, principal, key string, req createRequest) (store.Call, store.Outcome, *apiError) {
+	if aerr := s.notifyURL(principal, &req); aerr != nil {
+		return store.Call{}, 0, aerr
+	}
 	full := s.queueFull()
 	principalFull := !full && s.pendingOf.full(ctx, principal)
 	if full || principalFull {
@@ -262,6 +265,21 @@ func (s *Server) submit(ctx context.Context, principal, key string, req createRe
 		s.exec.Wake() // start now, not at the next tick
 	}
 	return call, outcome, nil
+}
+
+// notifyURL checks req's notify_url against the allow-list (422
+// notify_url_not_allowed, nothing stored), or gives req principal's
+// default endpoint when it names none (checked at start).
+func (s *Server) notifyURL(principal string, req *createRequest) *apiError {
+	allow := s.cfg.Webhooks.Allow
+	if req.NotifyURL == nil {
+		req.NotifyURL = allow.Default(principal)
+		return nil
+	}
+	if err := allow.Check(*req.NotifyURL); err != nil {
+		return &apiError{status: http.StatusUnprocessableEntity, code: wire.CodeNotifyURLNotAllowed, message: err.Error()}
+	}
+	return nil
 }
 
 // keyExpired is the 410 of a key whose call retention purged (err wraps

@@ -70,10 +70,11 @@ type metrics struct {
 
 // newMetrics builds the collectors. The queue is read from st at scrape
 // time; maxPending is Config.MaxPending; exec is the executor's metrics
-// (executor.Executor.Collector), registered with the server's own. extra,
+// (executor.Executor.Collector), registered with the server's own, as are
+// more (the webhook deliverer's, when it runs). extra,
 // if not nil, also receives the idemctl collectors (not the Go and process
 // ones, which an embedding program registers itself).
-func newMetrics(st store.Store, maxPending int64, exec prometheus.Collector, extra prometheus.Registerer) (*metrics, error) {
+func newMetrics(st store.Store, maxPending int64, exec prometheus.Collector, extra prometheus.Registerer, more ...prometheus.Collector) (*metrics, error) {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -129,6 +130,7 @@ func newMetrics(st store.Store, maxPending int64, exec prometheus.Collector, ext
 		m.bodiesInFlight, m.waitsHeld, m.limitRefusals, newQueueCollector(st), maxPendingGauge,
 		m.authFailures, m.purged, m.tombstonesPurged, m.purgeSeconds,
 	}
+	own = append(own, more...)
 	for _, c := range own {
 		if err := m.reg.Register(c); err != nil {
 			return nil, err

@@ -107,10 +107,15 @@ type createRequest struct {
 	DedupWindow time.Duration
 	// Via is the door (store.ViaHTTP, store.ViaMCP); "" is the API.
 	Via string
+	// NotifyURL is the body's notify_url (nil: none; submit then applies
+	// the principal's default). Not part of the fingerprint: it says
+	// where to tell of the call's end, not what to do, so a retry through
+	// another replica with another callback is the same call.
+	NotifyURL *string
 }
 
 // bodyFields are the only members a POST body may have.
-var bodyFields = map[string]bool{"tool": true, "args": true, "client_id": true, "seq": true}
+var bodyFields = map[string]bool{"tool": true, "args": true, "client_id": true, "seq": true, "notify_url": true}
 
 // parseCreate checks a POST body completely — syntax, members, tool (one
 // principal may call), arguments (by the tool registry reg), fingerprint —
@@ -136,7 +141,7 @@ func parseCreate(body []byte, chaos bool, reg *toolreg.Registry, principal strin
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return req, badRequest("body: unknown member(s) %s (allowed: tool, args, client_id, seq)", strings.Join(unknown, ", "))
+		return req, badRequest("body: unknown member(s) %s (allowed: tool, args, client_id, seq, notify_url)", strings.Join(unknown, ", "))
 	}
 
 	req, aerr := checkToolCall(obj["tool"], obj["args"], chaos, reg, principal)
@@ -163,6 +168,13 @@ func parseCreate(body []byte, chaos bool, reg *toolreg.Registry, principal strin
 			return req, badRequest("body: seq must be an integer, got %s", n)
 		}
 		req.Seq = &i
+	}
+	if raw := obj["notify_url"]; raw != nil {
+		s, ok := raw.(string)
+		if !ok {
+			return req, badRequest("body: notify_url must be a string")
+		}
+		req.NotifyURL = &s
 	}
 
 	return req, nil
@@ -260,6 +272,7 @@ func (r createRequest) newCall(callID, principal, key string) store.NewCall {
 		Intent:      r.Intent,
 		DedupWindow: r.DedupWindow,
 		Via:         r.Via,
+		NotifyURL:   r.NotifyURL,
 	}
 }
 

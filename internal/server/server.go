@@ -48,6 +48,7 @@ import (
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/toolreg"
 	"github.com/idemctl/idemctl/internal/trustproxy"
+	"github.com/idemctl/idemctl/internal/webhook"
 )
 
 // Defaults of Config's zero values (the executor's are in package
@@ -201,6 +202,13 @@ type Config struct {
 	// Version is reported by GET /v1; empty means the module version
 	// from the build information.
 	Version string
+	// Webhooks configures completion webhooks (docs/api.md, "Completion
+	// webhooks"): the allow-list of notify_url targets with their secrets
+	// and each principal's default (Webhooks.Allow), and the delivery
+	// loop's timeouts and backoff. A nil or empty Allow turns them off:
+	// a notify_url is refused and no delivery is sent. Owner and Logger
+	// are the server's.
+	Webhooks webhook.Config
 	// Tools is the tool registry: which tools calls may name, how their
 	// args are checked at accept time, what GET /v1/tools lists. nil means
 	// the four built-in tools (toolreg.Builtins).
@@ -221,6 +229,10 @@ type Server struct {
 	m       *metrics
 	exec    *executor.Executor
 	waiters *waiters
+	// hooks sends the webhook outbox (nil when webhooks are off);
+	// hooksDone is closed when its loop has ended.
+	hooks     *webhook.Deliverer
+	hooksDone chan struct{}
 	// newCallID makes the id of a new call (newCallID; tests replace it).
 	newCallID func() (string, error)
 	// bodySlots and waitSlots are semaphores: a send takes a slot
@@ -281,11 +293,18 @@ func New(cfg Config, st store.Store) (*Server, error) {
 		bodyBytes:  &byteBudget{max: cfg.MaxBodyBytesInFlight},
 	}
 	var err error
-	s.exec, err = executor.New(cfg.Config, executor.Deps{Store: st, Tools: cfg.Tools, Logger: log, OnFinal: s.waiters.notify})
+	s.exec, err = executor.New(cfg.Config, executor.Deps{Store: st, Tools: cfg.Tools, Logger: log, OnFinal: s.onFinal})
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	s.m, err = newMetrics(st, s.maxPending, s.exec.Collector(), cfg.Registry)
+	var extra []prometheus.Collector
+	if cfg.Webhooks.Allow.Enabled() {
+		hc := cfg.Webhooks
+		hc.Owner, hc.Logger = s.exec.Owner(), log
+		s.hooks = webhook.New(st, hc)
+		extra = append(extra, s.hooks.Collector())
+	}
+	s.m, err = newMetrics(st, s.maxPending, s.exec.Collector(), cfg.Registry, extra...)
 	if err != nil {
 		return nil, fmt.Errorf("server: metrics: %w", err)
 	}
@@ -431,7 +450,33 @@ func (s *Server) Start(ctx context.Context) error {
 		s.purgeDone = make(chan struct{})
 		go s.purgeLoop(ctx)
 	}
+	if s.hooks != nil {
+		s.hooksDone = make(chan struct{})
+		hctx, stop := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-s.closing:
+			case <-hctx.Done():
+			}
+			stop()
+		}()
+		go func() {
+			defer close(s.hooksDone)
+			defer stop()
+			s.log.Info("webhook deliveries starting", "endpoints", s.cfg.Webhooks.Allow.Endpoints())
+			s.hooks.Run(hctx)
+		}()
+	}
 	return nil
+}
+
+// onFinal is told of every call this server made final (a completion, a
+// cancel): held waits answer, and the webhook loop looks at the outbox.
+func (s *Server) onFinal(callID string) {
+	s.waiters.notify(callID)
+	if s.hooks != nil {
+		s.hooks.Wake()
+	}
 }
 
 // Shutdown stops claiming, releases handlers held by "Prefer: wait", and
@@ -444,6 +489,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	err := s.exec.Shutdown(ctx)
+	if s.hooksDone != nil {
+		// A delivery in flight ends within its timeout; one cut short is
+		// sent again later (its lease lapses), with the same id.
+		select {
+		case <-s.hooksDone:
+		case <-ctx.Done():
+		}
+	}
 	if s.purgeDone != nil {
 		// A purge batch is short and the loop checks closing between
 		// batches; waiting keeps it from using a store about to close.

@@ -173,7 +173,10 @@ type Call struct {
 	// "Unknown outcomes"); "" when there is none. It survives the claims
 	// that follow, until an attempt's outcome, a lookup's found answer or
 	// an operator settles it (UnknownAfter).
-	Unknown   string
+	Unknown string
+	// NotifyURL is where the call's final result is delivered (a webhook;
+	// NewCall.NotifyURL), nil for none.
+	NotifyURL *string
 	CreatedAt float64
 	UpdatedAt float64
 }
@@ -192,6 +195,12 @@ type NewCall struct {
 	// Via is the door the call comes through (ViaHTTP, ViaMCP); "" is
 	// ViaHTTP. Stored, never part of the request's identity.
 	Via string
+	// NotifyURL, if set, is where each final state of the call is
+	// delivered (docs/api.md, "Completion webhooks"): stored with a new
+	// call, never part of its identity, and never changed by a later
+	// request with the same key. The caller has checked it against the
+	// allow-list.
+	NotifyURL *string
 	// Intent is the call's intent fingerprint (the server's hash of the
 	// tool and the args its dedup rule selects), stored with the call;
 	// "" stores none. The store compares it exactly and never computes it.
@@ -320,6 +329,10 @@ type Completion struct {
 	// Unknown stays as it is, and no outcome_unknown event is written: no
 	// new request was sent (UnknownAfter).
 	Unsettled bool
+	// Notify, for Succeed and Fail of a call with a notify_url, is the
+	// webhook delivery written in the completion's transaction (the
+	// outbox); nil writes none, and no statement.
+	Notify *NewDelivery
 }
 
 // Resolution is an operator's settlement of a failed outcome_unknown call
@@ -687,8 +700,38 @@ type Store interface {
 	// claim or a completion sees exactly one of the states. Returns the
 	// call as it is afterwards.
 	//
+	// notify, if set, is the webhook delivery written in the transaction
+	// that fails a pending call (the call's notify_url: the caller read the
+	// call); it is not written for the other outcomes.
+	//
 	// Errors: ErrNotFound if there is no such call.
-	Cancel(ctx context.Context, callID string, errJSON json.RawMessage) (Call, CancelOutcome, error)
+	Cancel(ctx context.Context, callID string, errJSON json.RawMessage, notify *NewDelivery) (Call, CancelOutcome, error)
+
+	// ClaimDeliveries claims up to limit webhook deliveries for owner:
+	// pending ones whose next time has come and that no live lease holds
+	// (a sender that died leaves a lease that lapses), oldest next time
+	// first. Each claim increments Attempts and sets the lease to the
+	// database's now + lease, in one transaction, so several instances on
+	// one database never send one delivery at the same time. Returns the
+	// claimed deliveries (never nil); limit <= 0 claims nothing.
+	ClaimDeliveries(ctx context.Context, owner string, lease time.Duration, limit int) ([]Delivery, error)
+
+	// EndDelivery records how one claimed attempt ended (DeliveryEnd) and
+	// its audit row on the call (DeliveryEvent), in one transaction, fenced
+	// on (ID, Owner, Attempts): delivered, pending again after Delay, or
+	// failed for good.
+	//
+	// Errors: ErrNotHeld if the delivery is not pending under exactly that
+	// claim (its lease lapsed and another sender took it): nothing
+	// changes. A plain error for a bad argument (CheckDeliveryEnd).
+	EndDelivery(ctx context.Context, e DeliveryEnd) error
+
+	// Deliveries returns a call's deliveries, oldest first (never nil).
+	Deliveries(ctx context.Context, callID string) ([]Delivery, error)
+
+	// PendingDeliveries counts the deliveries not yet delivered or given
+	// up (an index of pending ones only).
+	PendingDeliveries(ctx context.Context) (int64, error)
 
 	// Get returns principal's call with that id, or ErrNotFound: another
 	// principal's call does not exist for this one (docs/api.md,

@@ -36,6 +36,8 @@ const (
 	WriteAdmit                        // Admit: a gate's tokens or probe taken
 	WriteUnadmit                      // Unadmit: unused tokens or probe given back
 	WriteReport                       // ReportAttempt: an attempt's outcome counted by a breaker
+	WriteDeliveryClaim                // ClaimDeliveries: webhook deliveries claimed for sending
+	WriteDeliveryEnd                  // EndDelivery: one webhook delivery attempt recorded
 
 	// NumWrites is how many writes there are (for arrays indexed by Write).
 	NumWrites
@@ -50,7 +52,7 @@ var Writes = func() []Write {
 	return out
 }()
 
-var writeNames = [NumWrites]string{"create", "claim", "lease", "succeed", "fail", "retry", "recover", "release", "cancel", "purge", "purge-tombstones", "redrive", "lookup", "resolve", "admit", "unadmit", "report"}
+var writeNames = [NumWrites]string{"create", "claim", "lease", "succeed", "fail", "retry", "recover", "release", "cancel", "purge", "purge-tombstones", "redrive", "lookup", "resolve", "admit", "unadmit", "report", "delivery-claim", "delivery-end"}
 
 // String is the write's name, as its failpoints, errors and logs spell it.
 func (w Write) String() string {
@@ -68,11 +70,15 @@ func (w Write) String() string {
 // a final call, which a crash on either side of the commit leaves failed
 // or pending, both states the lifecycle already recovers from; the
 // matrix's load never reaches it. Nor has Resolve, for the same reason.
+// Nor have the webhook deliveries' writes: a crash on either side of their
+// commit leaves a delivery pending (sent again, the receiver deduplicates
+// by its id) or ended, and the matrix's load names no notify_url.
 // Nor has RecordLookup: it adds an audit row to a running attempt, and a
 // crash on either side of its commit leaves that attempt running, which a
 // recovery marks abandoned, so the next claim asks again.
 func (w Write) hasFailpoints() bool {
-	return w != WritePurge && w != WritePurgeTombstones && w != WriteRedrive && w != WriteResolve && w != WriteLookup && !w.gate()
+	return w != WritePurge && w != WritePurgeTombstones && w != WriteRedrive && w != WriteResolve && w != WriteLookup && !w.gate() &&
+		w != WriteDeliveryClaim && w != WriteDeliveryEnd
 }
 
 // BeforeCommit is the name of w's before-commit failpoint: inside the
@@ -218,8 +224,8 @@ func (o *observed) Release(ctx context.Context, l Lease, reason string) error {
 	return o.end(WriteRelease, true, o.Store.Release(ctx, l, reason))
 }
 
-func (o *observed) Cancel(ctx context.Context, callID string, errJSON json.RawMessage) (Call, CancelOutcome, error) {
-	c, out, err := o.Store.Cancel(ctx, callID, errJSON)
+func (o *observed) Cancel(ctx context.Context, callID string, errJSON json.RawMessage, notify *NewDelivery) (Call, CancelOutcome, error) {
+	c, out, err := o.Store.Cancel(ctx, callID, errJSON, notify)
 	if err := o.end(WriteCancel, out != AlreadyFinal, err); err != nil {
 		return Call{}, 0, err
 	}
@@ -285,4 +291,16 @@ func (o *observed) ReportAttempt(ctx context.Context, g Gate, out GateOutcome) (
 		return GateState{}, err
 	}
 	return s, nil
+}
+
+func (o *observed) ClaimDeliveries(ctx context.Context, owner string, lease time.Duration, limit int) ([]Delivery, error) {
+	ds, err := o.Store.ClaimDeliveries(ctx, owner, lease, limit)
+	if err := o.end(WriteDeliveryClaim, len(ds) > 0, err); err != nil {
+		return nil, err
+	}
+	return ds, nil
+}
+
+func (o *observed) EndDelivery(ctx context.Context, e DeliveryEnd) error {
+	return o.end(WriteDeliveryEnd, true, o.Store.EndDelivery(ctx, e))
 }

@@ -39,11 +39,13 @@ var (
 		"Admit":           store.WriteAdmit,
 		"Unadmit":         store.WriteUnadmit,
 		"ReportAttempt":   store.WriteReport,
+		"ClaimDeliveries": store.WriteDeliveryClaim,
+		"EndDelivery":     store.WriteDeliveryEnd,
 	}
 	readMethods = map[string]bool{
 		"Queue": true, "PendingByPrincipal": true, "Get": true, "GetAny": true, "GetByKey": true, "ListCalls": true, "ListEffects": true, "EffectOf": true,
 		"Audit": true, "Dupes": true, "Attempts": true, "Rates": true, "Stats": true, "Ping": true, "Close": true,
-		"Tombstone": true, "GateStates": true,
+		"Tombstone": true, "GateStates": true, "Deliveries": true, "PendingDeliveries": true,
 	}
 )
 
@@ -122,7 +124,7 @@ func TestObserveOnlyAfterAChange(t *testing.T) {
 	if _, err := st.ClaimNext(ctx, "w", time.Second, 1); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := st.Cancel(ctx, "c", nil); err != nil {
+	if _, _, err := st.Cancel(ctx, "c", nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.Succeed(ctx, store.Completion{}); !errors.Is(err, store.ErrFenced) || !errors.Is(doneErr, store.ErrFenced) {
@@ -172,13 +174,13 @@ func TestFailpointHook(t *testing.T) {
 	if _, err := failpoint.Parse("redrive/after-commit=error", store.Failpoints()); err == nil {
 		t.Error("redrive has no failpoints, but redrive/after-commit was accepted")
 	}
-	for _, w := range []string{"lookup", "resolve", "admit", "unadmit", "report"} {
+	for _, w := range []string{"lookup", "resolve", "admit", "unadmit", "report", "delivery-claim", "delivery-end"} {
 		if _, err := failpoint.Parse(w+"/after-commit=error", store.Failpoints()); err == nil {
 			t.Errorf("%s has no failpoints, but %s/after-commit was accepted", w, w)
 		}
 	}
-	if n := len(store.Failpoints()); n != 2*(len(store.Writes)-8) {
-		t.Errorf("%d failpoints, want two for each write but the two purges, redrive, lookup, resolve and the three gate writes", n)
+	if n := len(store.Failpoints()); n != 2*(len(store.Writes)-10) {
+		t.Errorf("%d failpoints, want two for each write but the two purges, redrive, lookup, resolve, the three gate writes and the two delivery writes", n)
 	}
 }
 
@@ -198,9 +200,13 @@ func changing() *storefake.Store {
 		RecoverExpiredFunc: func(context.Context) ([]string, error) { return []string{"c"}, nil },
 		ReleaseFunc:        func(context.Context, store.Lease, string) error { return nil },
 		ExtendLeaseFunc:    func(context.Context, store.Lease, time.Duration) error { return nil },
-		CancelFunc: func(context.Context, string, json.RawMessage) (store.Call, store.CancelOutcome, error) {
+		CancelFunc: func(context.Context, string, json.RawMessage, *store.NewDelivery) (store.Call, store.CancelOutcome, error) {
 			return store.Call{}, store.Canceled, nil
 		},
+		ClaimDeliveriesFunc: func(context.Context, string, time.Duration, int) ([]store.Delivery, error) {
+			return []store.Delivery{{ID: "wh_1"}}, nil
+		},
+		EndDeliveryFunc:     func(context.Context, store.DeliveryEnd) error { return nil },
 		PurgeFunc:           func(context.Context, time.Duration, int, bool) (int, error) { return 1, nil },
 		PurgeTombstonesFunc: func(context.Context, time.Duration, int) (int, error) { return 1, nil },
 		RedriveFunc: func(context.Context, string, string, json.RawMessage) (store.Call, bool, error) {
@@ -220,6 +226,8 @@ func changing() *storefake.Store {
 		QueueFunc:              func(context.Context) (store.Queue, error) { return store.Queue{}, nil },
 		PendingByPrincipalFunc: func(context.Context, int64) (map[string]int64, error) { return nil, nil },
 		TombstoneFunc:          func(context.Context, string, string) (store.Tombstone, error) { return store.Tombstone{}, nil },
+		DeliveriesFunc:         func(context.Context, string) ([]store.Delivery, error) { return nil, nil },
+		PendingDeliveriesFunc:  func(context.Context) (int64, error) { return 0, nil },
 		GetFunc:                func(context.Context, string, string) (store.Call, error) { return store.Call{}, nil },
 		GetAnyFunc:             func(context.Context, string) (store.Call, error) { return store.Call{}, nil },
 		GetByKeyFunc:           func(context.Context, string, string) (store.Call, error) { return store.Call{}, nil },
@@ -247,7 +255,7 @@ func unchanging() *storefake.Store {
 	}
 	s.SucceedFunc = func(context.Context, store.Completion) (store.Call, error) { return store.Call{}, store.ErrFenced }
 	s.ExtendLeaseFunc = func(context.Context, store.Lease, time.Duration) error { return store.ErrCancelRequested }
-	s.CancelFunc = func(context.Context, string, json.RawMessage) (store.Call, store.CancelOutcome, error) {
+	s.CancelFunc = func(context.Context, string, json.RawMessage, *store.NewDelivery) (store.Call, store.CancelOutcome, error) {
 		return store.Call{}, store.AlreadyFinal, nil
 	}
 	return s

@@ -66,6 +66,21 @@ type Call struct {
 	// NotBefore is when a pending call whose server-side retry was
 	// scheduled may run again; omitted otherwise.
 	NotBefore *float64 `json:"not_before,omitempty"`
+	// NotifyURL is where each final state of the call is delivered (a
+	// webhook: docs/api.md, "Completion webhooks"); omitted when none.
+	NotifyURL *string `json:"notify_url,omitempty"`
+}
+
+// CallRequest is the body of POST /v1/tool-calls (docs/api.md,
+// "Submitting a call"). Only Tool and Args make the fingerprint: ClientID
+// and Seq label the call, NotifyURL says where to tell of its end, not
+// what to do.
+type CallRequest struct {
+	Tool      string `json:"tool"`
+	Args      any    `json:"args"`
+	ClientID  string `json:"client_id,omitempty"`
+	Seq       *int64 `json:"seq,omitempty"`
+	NotifyURL string `json:"notify_url,omitempty"`
 }
 
 // Final reports whether the call reached succeeded or failed.

@@ -9,12 +9,12 @@ import (
 // omissions (docs/api.md, "The call object"): clients and golden files
 // read these bytes, so a change here is an API change.
 func TestCallJSONShape(t *testing.T) {
-	eff, client, seq, nb := "eff_a2ae8fca3c7ef0e1", "checkout", int64(17), 1796114836.5
+	eff, client, seq, nb, hook := "eff_a2ae8fca3c7ef0e1", "checkout", int64(17), 1796114836.5, "https://hooks.example.com/h"
 	full := Call{CallID: "c_4093c059fc8a8fb1", Principal: "alice", IdemKey: "k1", Tool: "charge",
 		Args: json.RawMessage(`{"amount":100}`), Status: StatusPending, Attempt: 2,
 		Result: json.RawMessage(`{"ok":true}`), Error: json.RawMessage(`{"code":"tool_failed","message":"x","retryable":true}`),
 		EffectID: &eff, ClientID: &client, Seq: &seq, Fingerprint: "f0", CreatedAt: 1796114835.25, UpdatedAt: 1796114835.5,
-		QueryURL: CallPath("c_4093c059fc8a8fb1"), CancelRequested: true, Via: "mcp", NotBefore: &nb}
+		QueryURL: CallPath("c_4093c059fc8a8fb1"), CancelRequested: true, Via: "mcp", NotBefore: &nb, NotifyURL: &hook}
 	for name, tc := range map[string]struct {
 		call Call
 		want string
@@ -23,7 +23,8 @@ func TestCallJSONShape(t *testing.T) {
 			`"args":{"amount":100},"status":"pending","attempt":2,"result":{"ok":true},` +
 			`"error":{"code":"tool_failed","message":"x","retryable":true},"effect_id":"eff_a2ae8fca3c7ef0e1",` +
 			`"client_id":"checkout","seq":17,"fingerprint":"f0","created_at":1796114835.25,"updated_at":1796114835.5,` +
-			`"query_url":"/v1/tool-calls/c_4093c059fc8a8fb1","cancel_requested":true,"via":"mcp","not_before":1796114836.5}`},
+			`"query_url":"/v1/tool-calls/c_4093c059fc8a8fb1","cancel_requested":true,"via":"mcp","not_before":1796114836.5,` +
+			`"notify_url":"https://hooks.example.com/h"}`},
 		"optional members omitted": {Call{CallID: "c_1", IdemKey: "k", Tool: "sleep", Args: json.RawMessage(`{}`),
 			Status: StatusRunning, Fingerprint: "f", QueryURL: CallPath("c_1"), Via: "http"},
 			`{"call_id":"c_1","idem_key":"k","tool":"sleep","args":{},"status":"running","attempt":0,"result":null,` +

@@ -38,6 +38,11 @@ const (
 	// fails fast (breaker.fail_fast; docs/tools.md, "Circuit breakers"):
 	// a new call is refused, nothing is stored; retry after Retry-After.
 	CodeCircuitOpen = "circuit_open"
+	// CodeNotifyURLNotAllowed: the call's notify_url is not an absolute
+	// http(s) URL matching one of the server's --webhook-allow patterns,
+	// or the server allows no webhooks (422; docs/api.md, "Completion
+	// webhooks"). Nothing was stored.
+	CodeNotifyURLNotAllowed = "notify_url_not_allowed"
 	// CodeInternal is also a failed call's code (a tool panic, a
 	// completion the database refused for good).
 	CodeInternal = "internal"

@@ -38,6 +38,9 @@ const (
 	// "The http kind"), with HeaderIdempotencyKey.
 	HeaderCallID  = "Idemctl-Call-Id"
 	HeaderAttempt = "Idemctl-Attempt"
+	// HeaderSignature signs a webhook delivery (SignWebhook); the
+	// delivery's Idempotency-Key is its id, its Idemctl-Call-Id the call's.
+	HeaderSignature = "Idemctl-Signature"
 )
 
 // ReplayedTrue is the value of HeaderIdempotentReplayed.

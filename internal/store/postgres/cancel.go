@@ -16,7 +16,7 @@ import (
 // FOR UPDATE, so a claim, completion or recovery of it waits for this
 // transaction (or this one for it), and the status decided on is the
 // status changed.
-func (s *Store) Cancel(ctx context.Context, callID string, errJSON json.RawMessage) (store.Call, store.CancelOutcome, error) {
+func (s *Store) Cancel(ctx context.Context, callID string, errJSON json.RawMessage, notify *store.NewDelivery) (store.Call, store.CancelOutcome, error) {
 	ctx, cancel := s.step(ctx)
 	defer cancel()
 	if err := s.writable(); err != nil {
@@ -48,6 +48,9 @@ RETURNING `+callColumnsOf("calls"), callID, string(errJSON)))
 				return err
 			}
 			out = store.Canceled
+			if err := insertDelivery(ctx, tx, call.UpdatedAt, callID, notify); err != nil {
+				return err
+			}
 			return s.insertAudit(ctx, tx, call.UpdatedAt, callID, store.EventCanceled, store.DetailCanceled(errJSON))
 		case store.StatusRunning:
 			out, call = store.CancelRequested, c

@@ -58,10 +58,12 @@ func (s *Store) complete(ctx context.Context, c store.Completion, status store.S
 	}
 
 	var call store.Call
-	// completeSQL writes one audit row; an outcome_unknown failure needs
-	// two, and takes the transaction below.
+	// completeSQL writes one audit row and no webhook delivery; an
+	// outcome_unknown failure needs two audit rows, and a call with a
+	// notify_url its delivery: those take the transaction below, so the
+	// common completion keeps its one statement.
 	unknownDetail, unknown := store.DetailOutcomeUnknown(c)
-	if !unknown || status != store.StatusFailed {
+	if (!unknown || status != store.StatusFailed) && c.Notify == nil {
 		fast, err := s.completeFast(ctx, c, status, result, errObj, effectID, event)
 		switch {
 		case errors.Is(err, store.ErrFenced):
@@ -114,6 +116,9 @@ RETURNING `+callColumns, c.CallID))
 			if err != nil {
 				return err
 			}
+		}
+		if err := insertDelivery(ctx, tx, call.UpdatedAt, call.CallID, c.Notify); err != nil {
+			return err
 		}
 		detail := store.DetailSucceeded(call.EffectID, c)
 		if status == store.StatusFailed {

@@ -94,6 +94,8 @@ CREATE INDEX IF NOT EXISTS idx_calls_pending ON calls (created_at, call_id) WHER
 	// 10: the gates of rate-limited and breaker-guarded tools
 	// (migrationGates).
 	migrationGates,
+	// 11: completion webhooks (migrationWebhooks).
+	migrationWebhooks,
 }
 
 // migrationIndexDiet drops idx_calls_client_seq: no statement reads calls
@@ -112,6 +114,34 @@ DROP INDEX IF EXISTS idx_calls_client_seq;
 // row gets NULL (no table rewrite): as before, nothing to settle.
 const migrationUnknown = `
 ALTER TABLE calls ADD COLUMN unknown_outcome text;
+`
+
+// migrationWebhooks adds completion webhooks (docs/api.md, "Completion
+// webhooks"): calls.notify_url, where a call's final state is delivered
+// (NULL for every existing call and for calls without one), and
+// webhook_deliveries, the outbox: one row per final state of such a call,
+// written in the transaction that makes it final, and sent by the delivery
+// loop (store.Store.ClaimDeliveries). idx_webhook_deliveries_due is the
+// loop's pick and the pending count, partial so it is as small as the
+// backlog; idx_webhook_deliveries_call the console's list of a call's
+// deliveries. The foreign key deletes a purged call's deliveries with it.
+const migrationWebhooks = `
+ALTER TABLE calls ADD COLUMN notify_url text;
+CREATE TABLE webhook_deliveries (
+  id          text PRIMARY KEY,
+  call_id     text NOT NULL REFERENCES calls (call_id) ON DELETE CASCADE,
+  url         text NOT NULL,
+  state       text NOT NULL CHECK (state IN ('pending', 'delivered', 'failed')),
+  attempts    bigint NOT NULL DEFAULT 0,
+  next_at     double precision NOT NULL,
+  owner       text,
+  lease_until double precision,
+  last_error  text NOT NULL DEFAULT '',
+  created_at  double precision NOT NULL,
+  updated_at  double precision NOT NULL
+);
+CREATE INDEX idx_webhook_deliveries_due ON webhook_deliveries (next_at) WHERE state = 'pending';
+CREATE INDEX idx_webhook_deliveries_call ON webhook_deliveries (call_id, created_at);
 `
 
 // migrationTombstones adds tombstones, what retention keeps of a purged
@@ -205,9 +235,9 @@ CREATE INDEX idx_calls_principal_created ON calls (principal, created_at, call_i
 var schemaVersion = len(migrations)
 
 // minReadVersion is the oldest schema a read-only store accepts: the one
-// that added calls.unknown_outcome, the last column a read uses (a
-// read-only store cannot migrate: start a server on the database once).
-var minReadVersion = slices.Index(migrations, migrationUnknown) + 1
+// that added webhooks, whose calls.notify_url every read of a call reads (a read-only store
+// cannot migrate: start a server on the database once).
+var minReadVersion = slices.Index(migrations, migrationWebhooks) + 1
 
 // migrate creates or upgrades the schema in one transaction. The advisory
 // lock makes instances that start together take turns: the first applies

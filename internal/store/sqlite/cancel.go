@@ -14,7 +14,7 @@ import (
 // cancel_requested, final → unchanged. See store.Store. One IMMEDIATE
 // transaction: no claim or completion can slip between the read of the
 // status and the change.
-func (s *Store) Cancel(ctx context.Context, callID string, errJSON json.RawMessage) (store.Call, store.CancelOutcome, error) {
+func (s *Store) Cancel(ctx context.Context, callID string, errJSON json.RawMessage, notify *store.NewDelivery) (store.Call, store.CancelOutcome, error) {
 	if s.readOnly {
 		return store.Call{}, 0, fmt.Errorf("sqlite cancel: %w", store.ErrReadOnly)
 	}
@@ -46,6 +46,9 @@ func (s *Store) Cancel(ctx context.Context, callID string, errJSON json.RawMessa
 				return err
 			}
 			out = store.Canceled
+			if err := insertDelivery(ctx, tx, now, callID, notify); err != nil {
+				return err
+			}
 			return s.insertAudit(ctx, tx, now, callID, store.EventCanceled, store.DetailCanceled(errJSON))
 		case c.Status == store.StatusRunning:
 			out, call = store.CancelRequested, c

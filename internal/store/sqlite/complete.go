@@ -43,6 +43,9 @@ func (s *Store) Succeed(ctx context.Context, c store.Completion) (store.Call, er
 		} else if err != nil {
 			return err
 		}
+		if err := insertDelivery(ctx, tx, now, c.CallID, c.Notify); err != nil {
+			return err
+		}
 		return s.insertAudit(ctx, tx, now, c.CallID, store.EventSucceeded, store.DetailSucceeded(call.EffectID, c))
 	})
 	if err != nil {
@@ -69,6 +72,9 @@ func (s *Store) Fail(ctx context.Context, c store.Completion) (store.Call, error
 			return err
 		}
 		if err := s.auditUnknown(ctx, tx, now, c); err != nil {
+			return err
+		}
+		if err := insertDelivery(ctx, tx, now, c.CallID, c.Notify); err != nil {
 			return err
 		}
 		return s.insertAudit(ctx, tx, now, c.CallID, store.EventFailed, store.DetailFailed(c))

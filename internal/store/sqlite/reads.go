@@ -14,22 +14,22 @@ import (
 // callColumns is the column list scanCall expects, in its order.
 const callColumns = `call_id, principal, idem_key, fingerprint, client_id, seq, tool, args_json, status,
 	result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at, cancel_requested, not_before, via,
-	unknown_outcome`
+	unknown_outcome, notify_url`
 
 type scanner interface{ Scan(dest ...any) error }
 
 func scanCall(sc scanner) (store.Call, error) {
 	var (
-		c                         store.Call
-		clientID, result, errJSON sql.NullString
-		owner, effectID, unknown  sql.NullString
-		seq                       sql.NullInt64
-		lease, notBefore          sql.NullFloat64
-		args, status              string
+		c                                store.Call
+		clientID, result, errJSON        sql.NullString
+		owner, effectID, unknown, notify sql.NullString
+		seq                              sql.NullInt64
+		lease, notBefore                 sql.NullFloat64
+		args, status                     string
 	)
 	err := sc.Scan(&c.CallID, &c.Principal, &c.IdemKey, &c.Fingerprint, &clientID, &seq, &c.Tool, &args, &status,
 		&result, &errJSON, &c.Attempt, &lease, &owner, &effectID, &c.CreatedAt, &c.UpdatedAt, &c.CancelRequested, &notBefore, &c.Via,
-		&unknown)
+		&unknown, &notify)
 	if err != nil {
 		return store.Call{}, err
 	}
@@ -44,6 +44,7 @@ func scanCall(sc scanner) (store.Call, error) {
 	c.LeaseUntil = nullFloat(lease)
 	c.Owner = nullString(owner)
 	c.EffectID = nullString(effectID)
+	c.NotifyURL = nullString(notify)
 	return c, nil
 }
 

@@ -82,6 +82,8 @@ CREATE INDEX IF NOT EXISTS idx_calls_pending ON calls(created_at) WHERE status =
 	migrationUnknown,
 	// 10: the gates of rate-limited and breaker-guarded tools (migrationGates).
 	migrationGates,
+	// 11: completion webhooks (migrationWebhooks).
+	migrationWebhooks,
 }
 
 // migrationIndexDiet drops idx_calls_client_seq: no statement reads calls
@@ -112,6 +114,34 @@ CREATE TABLE tool_gates (
   failures     INTEGER NOT NULL DEFAULT 0,
   until        REAL NOT NULL DEFAULT 0
 );
+`
+
+// migrationWebhooks adds completion webhooks (docs/api.md, "Completion
+// webhooks"): calls.notify_url, where a call's final state is delivered
+// (NULL for every existing call and for calls without one), and
+// webhook_deliveries, the outbox: one row per final state of such a call,
+// written in the transaction that makes it final, and sent by the delivery
+// loop (store.Store.ClaimDeliveries). idx_webhook_deliveries_due is the
+// loop's pick and the pending count, partial so it is as small as the
+// backlog; idx_webhook_deliveries_call the console's list of a call's
+// deliveries. The foreign key deletes a purged call's deliveries with it.
+const migrationWebhooks = `
+ALTER TABLE calls ADD COLUMN notify_url TEXT;
+CREATE TABLE webhook_deliveries (
+  id          TEXT PRIMARY KEY,
+  call_id     TEXT NOT NULL REFERENCES calls (call_id) ON DELETE CASCADE,
+  url         TEXT NOT NULL,
+  state       TEXT NOT NULL CHECK (state IN ('pending', 'delivered', 'failed')),
+  attempts    INTEGER NOT NULL DEFAULT 0,
+  next_at     REAL NOT NULL,
+  owner       TEXT,
+  lease_until REAL,
+  last_error  TEXT NOT NULL DEFAULT '',
+  created_at  REAL NOT NULL,
+  updated_at  REAL NOT NULL
+);
+CREATE INDEX idx_webhook_deliveries_due ON webhook_deliveries (next_at) WHERE state = 'pending';
+CREATE INDEX idx_webhook_deliveries_call ON webhook_deliveries (call_id, created_at);
 `
 
 // migrationTombstones adds tombstones, what retention keeps of a purged
@@ -249,10 +279,10 @@ CREATE INDEX idx_calls_principal_created ON calls(principal, created_at, call_id
 var schemaVersion = len(migrations)
 
 // minReadVersion is the oldest schema a read-only store accepts: the one
-// that added calls.unknown_outcome, the last column a read uses. A read-only store
+// that added webhooks, whose calls.notify_url every read of a call reads. A read-only store
 // cannot migrate, so inspect asks for a server to be started on an older
 // database first.
-var minReadVersion = slices.Index(migrations, migrationUnknown) + 1
+var minReadVersion = slices.Index(migrations, migrationWebhooks) + 1
 
 // migrate brings the database to schemaVersion in one IMMEDIATE transaction,
 // so two servers starting on one file at once migrate it once.

@@ -33,7 +33,11 @@ type Store struct {
 	ReleaseFunc            func(ctx context.Context, l store.Lease, reason string) error
 	ExtendLeaseFunc        func(ctx context.Context, l store.Lease, lease time.Duration) error
 	QueueFunc              func(ctx context.Context) (store.Queue, error)
-	CancelFunc             func(ctx context.Context, callID string, errJSON json.RawMessage) (store.Call, store.CancelOutcome, error)
+	CancelFunc             func(ctx context.Context, callID string, errJSON json.RawMessage, notify *store.NewDelivery) (store.Call, store.CancelOutcome, error)
+	ClaimDeliveriesFunc    func(ctx context.Context, owner string, lease time.Duration, limit int) ([]store.Delivery, error)
+	EndDeliveryFunc        func(ctx context.Context, e store.DeliveryEnd) error
+	DeliveriesFunc         func(ctx context.Context, callID string) ([]store.Delivery, error)
+	PendingDeliveriesFunc  func(ctx context.Context) (int64, error)
 	GetFunc                func(ctx context.Context, principal string, callID string) (store.Call, error)
 	GetAnyFunc             func(ctx context.Context, callID string) (store.Call, error)
 	GetByKeyFunc           func(ctx context.Context, principal string, key string) (store.Call, error)
@@ -133,11 +137,11 @@ func (s *Store) Queue(ctx context.Context) (store.Queue, error) {
 }
 
 // Cancel calls CancelFunc, else Base.Cancel.
-func (s *Store) Cancel(ctx context.Context, callID string, errJSON json.RawMessage) (store.Call, store.CancelOutcome, error) {
+func (s *Store) Cancel(ctx context.Context, callID string, errJSON json.RawMessage, notify *store.NewDelivery) (store.Call, store.CancelOutcome, error) {
 	if s.CancelFunc != nil {
-		return s.CancelFunc(ctx, callID, errJSON)
+		return s.CancelFunc(ctx, callID, errJSON, notify)
 	}
-	return s.base("Cancel").Cancel(ctx, callID, errJSON)
+	return s.base("Cancel").Cancel(ctx, callID, errJSON, notify)
 }
 
 // Get calls GetFunc, else Base.Get.
@@ -338,4 +342,36 @@ func (s *Store) GateStates(ctx context.Context) ([]store.GateState, error) {
 		return s.GateStatesFunc(ctx)
 	}
 	return s.base("GateStates").GateStates(ctx)
+}
+
+// ClaimDeliveries calls ClaimDeliveriesFunc, else Base.ClaimDeliveries.
+func (s *Store) ClaimDeliveries(ctx context.Context, owner string, lease time.Duration, limit int) ([]store.Delivery, error) {
+	if s.ClaimDeliveriesFunc != nil {
+		return s.ClaimDeliveriesFunc(ctx, owner, lease, limit)
+	}
+	return s.base("ClaimDeliveries").ClaimDeliveries(ctx, owner, lease, limit)
+}
+
+// EndDelivery calls EndDeliveryFunc, else Base.EndDelivery.
+func (s *Store) EndDelivery(ctx context.Context, e store.DeliveryEnd) error {
+	if s.EndDeliveryFunc != nil {
+		return s.EndDeliveryFunc(ctx, e)
+	}
+	return s.base("EndDelivery").EndDelivery(ctx, e)
+}
+
+// Deliveries calls DeliveriesFunc, else Base.Deliveries.
+func (s *Store) Deliveries(ctx context.Context, callID string) ([]store.Delivery, error) {
+	if s.DeliveriesFunc != nil {
+		return s.DeliveriesFunc(ctx, callID)
+	}
+	return s.base("Deliveries").Deliveries(ctx, callID)
+}
+
+// PendingDeliveries calls PendingDeliveriesFunc, else Base.PendingDeliveries.
+func (s *Store) PendingDeliveries(ctx context.Context) (int64, error) {
+	if s.PendingDeliveriesFunc != nil {
+		return s.PendingDeliveriesFunc(ctx)
+	}
+	return s.base("PendingDeliveries").PendingDeliveries(ctx)
 }

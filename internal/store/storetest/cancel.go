@@ -16,12 +16,12 @@ func testCancel(t *testing.T, open func(*testing.T) store.Store) {
 	s := open(t)
 	ctx := t.Context()
 
-	_, _, err := s.Cancel(ctx, "c_ffffffffffffffff", canceledErr)
+	_, _, err := s.Cancel(ctx, "c_ffffffffffffffff", canceledErr, nil)
 	wantErr(t, "Cancel(unknown)", err, store.ErrNotFound)
 
 	// pending → failed canceled, not claimable any more.
 	p := create(t, s, "pending")
-	got, out, err := s.Cancel(ctx, p.CallID, canceledErr)
+	got, out, err := s.Cancel(ctx, p.CallID, canceledErr, nil)
 	if err != nil || out != store.Canceled || got.Status != store.StatusFailed || !jsonEq(t, got.ErrorJSON, canceledErr) {
 		t.Fatalf("Cancel(pending) = %s %v %s, %v; want failed canceled", got.Status, out, got.ErrorJSON, err)
 	}
@@ -31,7 +31,7 @@ func testCancel(t *testing.T, open func(*testing.T) store.Store) {
 	if claimed, err := s.ClaimNext(ctx, "w", longLease, 10); err != nil || len(claimed) != 0 {
 		t.Fatalf("a canceled call was claimed: %v, %v", ids(claimed), err)
 	}
-	if _, out, _ := s.Cancel(ctx, p.CallID, canceledErr); out != store.AlreadyFinal {
+	if _, out, _ := s.Cancel(ctx, p.CallID, canceledErr, nil); out != store.AlreadyFinal {
 		t.Fatalf("Cancel(canceled) = %v, want already final", out)
 	}
 
@@ -39,7 +39,7 @@ func testCancel(t *testing.T, open func(*testing.T) store.Store) {
 	// cancellation.
 	r := createAndClaim(t, s, "running", "w", longLease)
 	for range 2 {
-		got, out, err = s.Cancel(ctx, r.CallID, canceledErr)
+		got, out, err = s.Cancel(ctx, r.CallID, canceledErr, nil)
 		if err != nil || out != store.CancelRequested || got.Status != store.StatusRunning || !got.CancelRequested {
 			t.Fatalf("Cancel(running) = %s %v requested=%v, %v", got.Status, out, got.CancelRequested, err)
 		}
@@ -54,20 +54,20 @@ func testCancel(t *testing.T, open func(*testing.T) store.Store) {
 	// A completion that commits first wins: the call stays succeeded, with
 	// its effect, and a later cancel is already final.
 	done := createAndClaim(t, s, "race", "w", longLease)
-	if _, out, err := s.Cancel(ctx, done.CallID, canceledErr); err != nil || out != store.CancelRequested {
+	if _, out, err := s.Cancel(ctx, done.CallID, canceledErr, nil); err != nil || out != store.CancelRequested {
 		t.Fatalf("Cancel(running) = %v, %v", out, err)
 	}
 	if c, err := s.Succeed(ctx, completion(done)); err != nil || c.Status != store.StatusSucceeded {
 		t.Fatalf("Succeed after a cancel request = %v, %v; want succeeded (the tool finished first)", c.Status, err)
 	}
-	if c, out, err := s.Cancel(ctx, done.CallID, canceledErr); err != nil || out != store.AlreadyFinal || c.Status != store.StatusSucceeded || c.EffectID == nil {
+	if c, out, err := s.Cancel(ctx, done.CallID, canceledErr, nil); err != nil || out != store.AlreadyFinal || c.Status != store.StatusSucceeded || c.EffectID == nil {
 		t.Fatalf("Cancel(succeeded) = %s %v, %v", c.Status, out, err)
 	}
 
 	// Recovery keeps the mark (the next claimer must not run it); a retry
 	// reset clears it (the client asked again).
 	f := createAndClaim(t, s, "reset", "w", longLease)
-	if _, _, err := s.Cancel(ctx, f.CallID, canceledErr); err != nil {
+	if _, _, err := s.Cancel(ctx, f.CallID, canceledErr, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Fail(ctx, failure(f, true)); err != nil {
@@ -79,7 +79,7 @@ func testCancel(t *testing.T, open func(*testing.T) store.Store) {
 	}
 	claimOnly(t, s, "w", longLease, f.CallID) // out of the way of the next claim
 	rec := createAndClaim(t, s, "recovered", "w", shortLease)
-	if _, _, err := s.Cancel(ctx, rec.CallID, canceledErr); err != nil {
+	if _, _, err := s.Cancel(ctx, rec.CallID, canceledErr, nil); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the lease expires and the call is recovered", func() bool {

@@ -92,10 +92,10 @@ func testBeforeCommitFailpoints(t *testing.T, su suite) {
 			c := create(t, s, "k")
 			return func() error {
 				// A cancel of a final call changes nothing: not the point.
-				if _, out, err := s.Cancel(t.Context(), done.CallID, errJSON); err != nil || out != store.AlreadyFinal {
+				if _, out, err := s.Cancel(t.Context(), done.CallID, errJSON, nil); err != nil || out != store.AlreadyFinal {
 					t.Fatalf("cancel of a final call: %v, %v", out, err)
 				}
-				_, _, err := s.Cancel(t.Context(), c.CallID, errJSON)
+				_, _, err := s.Cancel(t.Context(), c.CallID, errJSON, nil)
 				return err
 			}
 		}},

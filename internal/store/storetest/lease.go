@@ -178,7 +178,7 @@ func testExtendLeaseCancelRequested(t *testing.T, open func(t *testing.T) store.
 	if err := s.ExtendLease(ctx, store.Lease{CallID: c.CallID, Owner: "w1", Attempt: c.Attempt}, longLease); err != nil {
 		t.Fatalf("ExtendLease before any cancel: %v", err)
 	}
-	if _, outcome, err := s.Cancel(ctx, c.CallID, canceledErr); err != nil || outcome != store.CancelRequested {
+	if _, outcome, err := s.Cancel(ctx, c.CallID, canceledErr, nil); err != nil || outcome != store.CancelRequested {
 		t.Fatalf("Cancel of a running call = %v, %v; want CancelRequested", outcome, err)
 	}
 	before := get(t, s, c.CallID)

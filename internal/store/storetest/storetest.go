@@ -177,6 +177,10 @@ func Run(t *testing.T, f Factory) {
 	t.Run("GateBreaker", func(t *testing.T) { testGateBreaker(t, open) })
 	// cancel.go
 	t.Run("Cancel", func(t *testing.T) { testCancel(t, open) })
+
+	// deliveries.go
+	t.Run("Deliveries", func(t *testing.T) { testDeliveries(t, open) })
+	t.Run("ConcurrentClaimDeliveries", func(t *testing.T) { testConcurrentClaimDeliveries(t, open) })
 	// instances.go
 	t.Run("Instances", func(t *testing.T) { testInstances(t, su) })
 	t.Run("ClosedStore", func(t *testing.T) { testClosedStore(t, su) })
