@@ -154,9 +154,13 @@ type Call struct {
 	// same-key request. A claim leaves it as it is (then in the past).
 	NotBefore *float64
 	// Via is the door the call came through: ViaHTTP or ViaMCP.
-	Via       string
-	CreatedAt float64
-	UpdatedAt float64
+	Via string
+	// TraceParent is the W3C traceparent of the request that created the
+	// call, "" if it was not traced: its attempts continue that trace
+	// (docs/operations.md, "Traces").
+	TraceParent string
+	CreatedAt   float64
+	UpdatedAt   float64
 }
 
 // NewCall is what CreateOrGet records for a key seen for the first time.
@@ -173,6 +177,9 @@ type NewCall struct {
 	// Via is the door the call comes through (ViaHTTP, ViaMCP); "" is
 	// ViaHTTP. Stored, never part of the request's identity.
 	Via string
+	// TraceParent is the creating request's W3C traceparent, "" for none.
+	// Stored as given, never part of the request's identity.
+	TraceParent string
 	// Intent is the call's intent fingerprint (the server's hash of the
 	// tool and the args its dedup rule selects), stored with the call;
 	// "" stores none. The store compares it exactly and never computes it.

@@ -36,7 +36,7 @@ const dbNow = `extract(epoch FROM clock_timestamp())::double precision`
 // callColumns lists the calls columns in the order scanCall reads them.
 const callColumns = `call_id, principal, idem_key, fingerprint, client_id, seq, tool, args_json, status,
   result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at, cancel_requested,
-  not_before, via`
+  not_before, via, trace_parent`
 
 // callColumnsOf is callColumns qualified by a table alias, for statements
 // that join calls with other relations.
@@ -45,7 +45,7 @@ func callColumnsOf(alias string) string {
 		alias + `.seq, ` + alias + `.tool, ` + alias + `.args_json, ` + alias + `.status, ` +
 		alias + `.result_json, ` + alias + `.error_json, ` + alias + `.attempt, ` + alias + `.lease_until, ` +
 		alias + `.owner, ` + alias + `.effect_id, ` + alias + `.created_at, ` + alias + `.updated_at, ` +
-		alias + `.cancel_requested, ` + alias + `.not_before, ` + alias + `.via`
+		alias + `.cancel_requested, ` + alias + `.not_before, ` + alias + `.via, ` + alias + `.trace_parent`
 }
 
 // scanCall reads one row of callColumns.
@@ -55,14 +55,18 @@ func scanCall(row pgx.Row) (store.Call, error) {
 		args           string
 		status         string
 		result, errObj *string
+		traceParent    *string
 	)
 	err := row.Scan(&c.CallID, &c.Principal, &c.IdemKey, &c.Fingerprint, &c.ClientID, &c.Seq, &c.Tool, &args, &status,
-		&result, &errObj, &c.Attempt, &c.LeaseUntil, &c.Owner, &c.EffectID, &c.CreatedAt, &c.UpdatedAt, &c.CancelRequested, &c.NotBefore, &c.Via)
+		&result, &errObj, &c.Attempt, &c.LeaseUntil, &c.Owner, &c.EffectID, &c.CreatedAt, &c.UpdatedAt, &c.CancelRequested, &c.NotBefore, &c.Via, &traceParent)
 	if err != nil {
 		return store.Call{}, err
 	}
 	c.ArgsJSON = json.RawMessage(args)
 	c.Status = store.Status(status)
+	if traceParent != nil {
+		c.TraceParent = *traceParent
+	}
 	if result != nil {
 		c.ResultJSON = json.RawMessage(*result)
 	}
@@ -91,4 +95,12 @@ func (s *Store) insertAudit(ctx context.Context, tx pgx.Tx, ts float64, callID, 
 	_, err := tx.Exec(ctx, `INSERT INTO audit (ts, call_id, event, detail) VALUES ($1, $2, $3, $4)`,
 		ts, callID, event, detail)
 	return err
+}
+
+// nullIfEmpty stores an optional text column: NULL for "".
+func nullIfEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }

@@ -87,7 +87,17 @@ CREATE INDEX IF NOT EXISTS idx_calls_pending ON calls (created_at, call_id) WHER
 	migrationVia,
 	// 7: tombstones of purged keys (migrationTombstones).
 	migrationTombstones,
+	// 8: the creating request's trace context (migrationTraceParent).
+	migrationTraceParent,
 }
+
+// migrationTraceParent adds calls.trace_parent, the W3C traceparent of the
+// request that created the call (docs/operations.md, "Traces"), so the
+// attempts that run it, on any instance, continue that trace. NULL for
+// every existing row and for untraced requests.
+const migrationTraceParent = `
+ALTER TABLE calls ADD COLUMN trace_parent text;
+`
 
 // migrationTombstones adds tombstones, what retention keeps of a purged
 // call's keys (store.Tombstone; docs/operations.md, "Retention"): keyed
@@ -180,9 +190,9 @@ CREATE INDEX idx_calls_principal_created ON calls (principal, created_at, call_i
 var schemaVersion = len(migrations)
 
 // minReadVersion is the oldest schema a read-only store accepts: the one
-// that added tombstones, the last table a read (Tombstone) uses (a read-only store
+// that added calls.trace_parent, the last column a read of a call uses (a read-only store
 // cannot migrate: start a server on the database once).
-var minReadVersion = slices.Index(migrations, migrationTombstones) + 1
+var minReadVersion = slices.Index(migrations, migrationTraceParent) + 1
 
 // migrate creates or upgrades the schema in one transaction. The advisory
 // lock makes instances that start together take turns: the first applies

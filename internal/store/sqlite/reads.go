@@ -13,7 +13,7 @@ import (
 
 // callColumns is the column list scanCall expects, in its order.
 const callColumns = `call_id, principal, idem_key, fingerprint, client_id, seq, tool, args_json, status,
-	result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at, cancel_requested, not_before, via`
+	result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at, cancel_requested, not_before, via, trace_parent`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -24,14 +24,16 @@ func scanCall(sc scanner) (store.Call, error) {
 		owner, effectID           sql.NullString
 		seq                       sql.NullInt64
 		lease, notBefore          sql.NullFloat64
+		traceParent               sql.NullString
 		args, status              string
 	)
 	err := sc.Scan(&c.CallID, &c.Principal, &c.IdemKey, &c.Fingerprint, &clientID, &seq, &c.Tool, &args, &status,
-		&result, &errJSON, &c.Attempt, &lease, &owner, &effectID, &c.CreatedAt, &c.UpdatedAt, &c.CancelRequested, &notBefore, &c.Via)
+		&result, &errJSON, &c.Attempt, &lease, &owner, &effectID, &c.CreatedAt, &c.UpdatedAt, &c.CancelRequested, &notBefore, &c.Via, &traceParent)
 	if err != nil {
 		return store.Call{}, err
 	}
 	c.NotBefore = nullFloat(notBefore)
+	c.TraceParent = traceParent.String
 	c.Status = store.Status(status)
 	c.ArgsJSON = json.RawMessage(args)
 	c.ClientID = nullString(clientID)

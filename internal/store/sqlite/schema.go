@@ -76,7 +76,17 @@ CREATE INDEX IF NOT EXISTS idx_calls_pending ON calls(created_at) WHERE status =
 	migrationVia,
 	// 7: tombstones of purged keys (migrationTombstones).
 	migrationTombstones,
+	// 8: the creating request's trace context (migrationTraceParent).
+	migrationTraceParent,
 }
+
+// migrationTraceParent adds calls.trace_parent, the W3C traceparent of the
+// request that created the call (docs/operations.md, "Traces"), so the
+// attempts that run it, on any instance, continue that trace. NULL for
+// every existing row and for untraced requests.
+const migrationTraceParent = `
+ALTER TABLE calls ADD COLUMN trace_parent TEXT;
+`
 
 // migrationTombstones adds tombstones, what retention keeps of a purged
 // call's keys (store.Tombstone; docs/operations.md, "Retention"): keyed
@@ -213,10 +223,10 @@ CREATE INDEX idx_calls_principal_created ON calls(principal, created_at, call_id
 var schemaVersion = len(migrations)
 
 // minReadVersion is the oldest schema a read-only store accepts: the one
-// that added tombstones, the last table a read (Tombstone) uses. A read-only store
+// that added calls.trace_parent, the last column a read of a call uses. A read-only store
 // cannot migrate, so inspect asks for a server to be started on an older
 // database first.
-var minReadVersion = slices.Index(migrations, migrationTombstones) + 1
+var minReadVersion = slices.Index(migrations, migrationTraceParent) + 1
 
 // migrate brings the database to schemaVersion in one IMMEDIATE transaction,
 // so two servers starting on one file at once migrate it once.
