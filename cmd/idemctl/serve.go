@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"time"
 
@@ -14,11 +15,13 @@ import (
 	"github.com/idemctl/idemctl/internal/executor"
 	"github.com/idemctl/idemctl/internal/failpoint"
 	"github.com/idemctl/idemctl/internal/hostcheck"
+	"github.com/idemctl/idemctl/internal/logkey"
 	"github.com/idemctl/idemctl/internal/mcpdoor"
 	"github.com/idemctl/idemctl/internal/netutil"
 	"github.com/idemctl/idemctl/internal/server"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/backend"
+	"github.com/idemctl/idemctl/internal/telemetry"
 	"github.com/idemctl/idemctl/internal/toolreg"
 	"github.com/idemctl/idemctl/internal/trustproxy"
 )
@@ -78,6 +81,8 @@ type serveOptions struct {
 	// TrustedProxies are --trusted-proxies: CIDRs whose forwarding
 	// headers the server believes.
 	TrustedProxies []string
+	// OTel is --otel: trace even when no OTEL_* variable asks for it.
+	OTel bool
 
 	hosts      *hostcheck.Checker  // AllowedHosts, parsed by Validate
 	level      slog.Level          // parsed by Validate
@@ -130,6 +135,11 @@ func (o *serveOptions) Validate() error {
 	o.hosts = hosts
 	if _, err := trustproxy.Parse(o.TrustedProxies); err != nil {
 		errs = append(errs, fmt.Errorf("--trusted-proxies: %w", err))
+	}
+	// A misspelt or unsupported OTEL_* value stops the start (exit 2):
+	// an operator who asked for traces must not silently get none.
+	if _, err := telemetry.Decide(os.Getenv, o.OTel); err != nil {
+		errs = append(errs, fmt.Errorf("tracing: %w", err))
 	}
 	fps, err := loadFailpoints(o.Chaos)
 	if err != nil {
@@ -261,9 +271,14 @@ Passwords in --db are never printed. See docs/cli.md, "serve".`,
 	f.BoolVar(&opts.UI, "ui", true, "serve the web console at /ui (default: on with --auth-tokens or on a loopback --addr, off otherwise; --ui=false turns it off)")
 	f.StringSliceVar(&opts.AllowedHosts, "allowed-hosts", nil, "on a loopback --addr (and --pprof), Host names answered besides localhost, 127.0.0.0/8 and [::1] (comma-separated; \".example.com\" allows the names under it); any other Host gets 403 host_not_allowed, against DNS rebinding")
 	f.StringSliceVar(&opts.TrustedProxies, "trusted-proxies", nil, "reverse proxies (CIDRs or addresses, comma-separated) whose X-Forwarded-Proto and X-Forwarded-For are believed: the console cookie is Secure behind a TLS proxy, and failed sign-ins are throttled per real client; default none")
+	f.BoolVar(&opts.OTel, "otel", false, "export OpenTelemetry traces over OTLP/HTTP (to OTEL_EXPORTER_OTLP_ENDPOINT, default http://localhost:4318); also on without it when OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_TRACES_EXPORTER is set; OTEL_SDK_DISABLED=true turns it off")
 	f.StringVar(&opts.InstanceHost, "instance-host", "", "host identity in lease owners, for dead-owner recovery (default: hostname + hash of boot id and pid namespace); never give two machines or containers the same value")
 	return cmd
 }
+
+// tracingFlush bounds how long a stopping serve waits for its last spans
+// to reach the collector.
+const tracingFlush = 5 * time.Second
 
 // runServe listens, opens the store, builds the server and serves until ctx
 // is cancelled (SIGINT/SIGTERM, see root.go).
@@ -297,6 +312,23 @@ func runServe(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 
 	cfg := o.cfg
 	cfg.Logger = logger
+	tracing, err := telemetry.Setup(ctx, telemetry.Options{Enable: o.OTel, Console: streams.Out})
+	if err != nil {
+		return fmt.Errorf("tracing: %w", err)
+	}
+	defer func() {
+		// The spans still buffered go out before the exit, within a bound
+		// so an unreachable collector cannot hold the stop.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tracingFlush)
+		defer cancel()
+		if err := tracing.Shutdown(sctx); err != nil {
+			logger.Warn("tracing: spans not flushed at exit", logkey.Err, err)
+		}
+	}()
+	if tracing.Provider != nil {
+		cfg.TracerProvider = tracing.Provider
+		logger.Info("tracing on", "exporter", tracing.Exporter)
+	}
 	auth := cfg.Auth
 	if auth != nil {
 		if err := auth.Reload(); err != nil {

@@ -31,7 +31,7 @@ const mcpSessionTimeout = 30 * time.Minute
 func (s *Server) mcpHandler() (http.Handler, error) {
 	var sessions *mcpSessions // set below, before any request can arrive
 	opts := mcpdoor.Options{Wait: s.cfg.MCPWait, Version: s.serviceVersion(), Allowed: s.toolAllowed,
-		Initialized: func(id string) { sessions.initialized(id) }}
+		Initialized: func(id string) { sessions.initialized(id) }, Tracer: s.tracer}
 	srv, err := mcpdoor.New(context.Background(), localCaller{s}, opts)
 	if err != nil {
 		return nil, err

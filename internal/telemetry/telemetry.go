@@ -15,6 +15,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -70,7 +71,8 @@ type Options struct {
 	// own variables, endpoint, headers, service name, from the process
 	// environment, as the SDK always does.)
 	Getenv func(string) string
-	// Version is service.version.
+	// Version is service.version; "" is the main module's version from
+	// the build information.
 	Version string
 	// Console receives the spans of OTEL_TRACES_EXPORTER=console; nil is
 	// io.Discard.
@@ -155,8 +157,12 @@ func Setup(ctx context.Context, opts Options) (*Tracing, error) {
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: %s exporter: %w", exporter, err)
 	}
+	version := opts.Version
+	if bi, ok := debug.ReadBuildInfo(); ok && version == "" {
+		version = bi.Main.Version
+	}
 	res, err := resource.New(ctx, resource.WithTelemetrySDK(),
-		resource.WithAttributes(semconv.ServiceName(ServiceName), semconv.ServiceVersion(opts.Version)),
+		resource.WithAttributes(semconv.ServiceName(ServiceName), semconv.ServiceVersion(version)),
 		resource.WithFromEnv())
 	if err != nil && res == nil {
 		return nil, fmt.Errorf("telemetry: resource: %w", err)
