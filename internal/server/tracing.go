@@ -26,17 +26,31 @@ func (s *Server) traced(next http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := telemetry.FromHeader(r.Context(), r.Header)
-		ctx, span := s.tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer),
-			trace.WithAttributes(semconv.HTTPRequestMethodKey.String(r.Method)))
+		method := spanMethod(r.Method)
+		ctx, span := s.tracer.Start(ctx, method, trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(semconv.HTTPRequestMethodKey.String(method)))
 		defer span.End()
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
+}
+
+// spanMethod is the method as a span records it: a client may send any
+// token as its method, so one outside HTTP's own is "_OTHER" (as the
+// semantic conventions say), keeping span names few.
+func spanMethod(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return m
+	}
+	return "_OTHER"
 }
 
 // spanName is a request span's name: the mux's pattern, which names the
 // route and never a raw path (low cardinality), with the method in front
 // when the pattern has none; the method alone for an unmatched path.
 func spanName(method, pattern string) string {
+	method = spanMethod(method)
 	switch {
 	case pattern == "" || pattern == "/":
 		return method

@@ -241,9 +241,13 @@ func TestTraceRecordsErrorCodes(t *testing.T) {
 	if r := b.get("/no/such/path"); r.status != http.StatusNotFound {
 		t.Fatalf("GET unknown path: %d", r.status)
 	}
+	if r := b.do("BREW", "/v1/tool-calls", nil, nil); r.status != http.StatusMethodNotAllowed {
+		t.Fatalf("BREW /v1/tool-calls: %d", r.status)
+	}
+	spanNamed(t, exp, "_OTHER /v1/tool-calls")
 	for _, s := range exp.GetSpans() {
-		if strings.Contains(s.Name, "/no/such") {
-			t.Errorf("span named after a raw path: %q (names must be routes)", s.Name)
+		if strings.Contains(s.Name, "/no/such") || strings.Contains(s.Name, "BREW") {
+			t.Errorf("span named after a raw path or method: %q (names must be routes)", s.Name)
 		}
 	}
 }
