@@ -12,10 +12,6 @@ import (
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
-// MetaTraceParent is the params._meta member of a tools/call that carries
-// the caller's W3C traceparent (MCP's SEP-414).
-const MetaTraceParent = "traceparent"
-
 // startCall starts the server span of one tools/call at the door
 // (docs/operations.md, "Traces"): a child of params._meta.traceparent,
 // else of the HTTP request's traceparent header. The call recorded under
@@ -25,7 +21,7 @@ func (d *door) startCall(ctx context.Context, req *mcp.CallToolRequest, tool str
 	if d.opts.Tracer == nil {
 		return ctx, nil
 	}
-	if tp, _ := req.Params.Meta[MetaTraceParent].(string); tp != "" {
+	if tp, _ := req.Params.Meta[wire.MetaTraceParent].(string); tp != "" {
 		ctx = telemetry.WithTraceParent(ctx, tp)
 	} else if req.Extra != nil && req.Extra.Header != nil {
 		ctx = telemetry.FromHeader(ctx, req.Extra.Header)

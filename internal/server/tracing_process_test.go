@@ -95,7 +95,7 @@ tools:
 		map[string]string{wire.HeaderIdempotencyKey: "k-busy"})
 	waitByKey(t, a.URL, "k-busy", func(c wire.Call) bool { return c.Status == wire.StatusRunning })
 	r := doURL(t, a.URL, http.MethodPost, wire.PathCalls, []byte(`{"tool":"notify","args":{}}`),
-		map[string]string{wire.HeaderIdempotencyKey: "k-notify", "traceparent": clientTraceParnt})
+		map[string]string{wire.HeaderIdempotencyKey: "k-notify", wire.HeaderTraceParent: clientTraceParnt})
 	if busy.status != http.StatusAccepted || r.status != http.StatusAccepted {
 		t.Fatalf("POSTs: %d %s, %d %s", busy.status, busy.body, r.status, r.body)
 	}

@@ -107,7 +107,7 @@ func newTraceDownstream(t *testing.T) *traceDownstream {
 	d := &traceDownstream{}
 	d.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d.mu.Lock()
-		d.seen = append(d.seen, r.Header.Get("traceparent"))
+		d.seen = append(d.seen, r.Header.Get(wire.HeaderTraceParent))
 		d.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"ok":true}`))
@@ -163,7 +163,7 @@ func TestTraceOfACall(t *testing.T) {
 	down := newTraceDownstream(t)
 	b := setup(t, func(c *Config) { c.Tools, c.TracerProvider = traceTools(t, down.URL), tp })
 
-	r := b.post("k-traced-"+traceArg[:3], `{"tool":"notify","args":{"note":"`+traceArg+`"}}`, "traceparent", clientTraceParnt)
+	r := b.post("k-traced-"+traceArg[:3], `{"tool":"notify","args":{"note":"`+traceArg+`"}}`, wire.HeaderTraceParent, clientTraceParnt)
 	if r.status != http.StatusAccepted {
 		t.Fatalf("POST: %d %s", r.status, r.body)
 	}
@@ -258,7 +258,7 @@ func TestTracingOffSendsAndStoresNothing(t *testing.T) {
 	t.Parallel()
 	down := newTraceDownstream(t)
 	b := setup(t, func(c *Config) { c.Tools = traceTools(t, down.URL) })
-	r := b.post("k-off", `{"tool":"notify","args":{}}`, "traceparent", clientTraceParnt)
+	r := b.post("k-off", `{"tool":"notify","args":{}}`, wire.HeaderTraceParent, clientTraceParnt)
 	c := b.waitFinal(r.call(t).CallID)
 	if c.Status != wire.StatusSucceeded {
 		t.Fatalf("call: %s %s", c.Status, c.Error)
@@ -287,7 +287,7 @@ func TestTraceContinuesAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := setupStore(t, stA, false, func(c *Config) { c.Tools, c.TracerProvider = traceTools(t, down.URL), tpA })
-	r := a.post("k-restart", `{"tool":"notify","args":{}}`, "traceparent", clientTraceParnt)
+	r := a.post("k-restart", `{"tool":"notify","args":{}}`, wire.HeaderTraceParent, clientTraceParnt)
 	callID := r.call(t).CallID
 	req := spanNamed(t, expA, "POST "+wire.PathCalls)
 	a.ts.Close()
@@ -333,7 +333,7 @@ func TestTraceMCPDoorAndUpstream(t *testing.T) {
 	up := mcp.NewServer(&mcp.Implementation{Name: "up", Version: "0"}, nil)
 	up.AddTool(&mcp.Tool{Name: "echo", InputSchema: map[string]any{"type": "object"}},
 		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			tp, _ := req.Params.Meta["traceparent"].(string)
+			tp, _ := req.Params.Meta[wire.MetaTraceParent].(string)
 			mu.Lock()
 			upMetas = append(upMetas, tp)
 			mu.Unlock()
@@ -353,7 +353,7 @@ func TestTraceMCPDoorAndUpstream(t *testing.T) {
 	b := setup(t, func(c *Config) { c.Tools, c.TracerProvider = reg, tp })
 
 	cs := mustMCP(t, b, "")
-	res := callTool(t, cs, "up_echo", map[string]any{"idempotency_key": "k-mcp-trace"}, map[string]any{"traceparent": clientTraceParnt})
+	res := callTool(t, cs, "up_echo", map[string]any{"idempotency_key": "k-mcp-trace"}, map[string]any{wire.MetaTraceParent: clientTraceParnt})
 	if res.IsError {
 		t.Fatalf("tools/call: %+v", res)
 	}

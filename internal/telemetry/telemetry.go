@@ -26,6 +26,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 // Scope is the instrumentation scope of every idemctl span.
@@ -174,9 +176,6 @@ func Setup(ctx context.Context, opts Options) (*Tracing, error) {
 // w3c is the W3C Trace Context propagator: traceparent and tracestate.
 var w3c = propagation.TraceContext{}
 
-// headerTraceParent is the W3C header (and _meta member) name.
-const headerTraceParent = "traceparent"
-
 // TraceParent is the W3C traceparent of the span in ctx, "" when ctx holds
 // no valid span context (tracing off).
 func TraceParent(ctx context.Context) string {
@@ -185,7 +184,7 @@ func TraceParent(ctx context.Context) string {
 	}
 	c := propagation.MapCarrier{}
 	w3c.Inject(ctx, c)
-	return c[headerTraceParent]
+	return c[wire.HeaderTraceParent]
 }
 
 // WithTraceParent returns ctx with the remote span context tp names as the
@@ -195,7 +194,7 @@ func WithTraceParent(ctx context.Context, tp string) context.Context {
 	if tp == "" {
 		return ctx
 	}
-	return w3c.Extract(ctx, propagation.MapCarrier{headerTraceParent: tp})
+	return w3c.Extract(ctx, propagation.MapCarrier{wire.HeaderTraceParent: tp})
 }
 
 // FromHeader returns ctx with the span context of h's traceparent (and

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idemctl/idemctl/internal/wire"
 )
 
 func env(kv map[string]string) func(string) string {
@@ -117,8 +119,8 @@ func TestTraceParentRoundTrip(t *testing.T) {
 	}
 	h := http.Header{}
 	InjectHeader(ctx, h)
-	if h.Get("traceparent") != tp {
-		t.Fatalf("InjectHeader: traceparent %q, want %q", h.Get("traceparent"), tp)
+	if h.Get(wire.HeaderTraceParent) != tp {
+		t.Fatalf("InjectHeader: traceparent %q, want %q", h.Get(wire.HeaderTraceParent), tp)
 	}
 	if got := TraceParent(FromHeader(context.Background(), h)); got != tp {
 		t.Fatalf("FromHeader then TraceParent = %q, want %q", got, tp)

@@ -9,11 +9,8 @@ import (
 
 	"github.com/idemctl/idemctl/internal/telemetry"
 	"github.com/idemctl/idemctl/internal/tool"
+	"github.com/idemctl/idemctl/internal/wire"
 )
-
-// MetaTraceParent is the params._meta member that carries the W3C
-// traceparent of a tools/call to the upstream (MCP's SEP-414).
-const MetaTraceParent = "traceparent"
 
 // startSpan starts the client span of one upstream tools/call, a child of
 // the attempt's span in ctx, and puts its traceparent in meta
@@ -28,7 +25,7 @@ func startSpan(ctx context.Context, upstreamTool string, meta mcp.Meta) (context
 	ctx, span := tr.Start(ctx, "tools/call "+upstreamTool, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(telemetry.MCPMethod.String("tools/call"), telemetry.GenAIToolName.String(upstreamTool)))
 	if tp := telemetry.TraceParent(ctx); tp != "" {
-		meta[MetaTraceParent] = tp
+		meta[wire.MetaTraceParent] = tp
 	}
 	return ctx, span
 }
