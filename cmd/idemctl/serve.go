@@ -312,7 +312,7 @@ func runServe(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 
 	cfg := o.cfg
 	cfg.Logger = logger
-	tracing, err := telemetry.Setup(ctx, telemetry.Options{Enable: o.OTel, Console: streams.Out})
+	tracing, err := telemetry.Setup(ctx, telemetry.Options{Enable: o.OTel, Console: streams.Out, Log: logger})
 	if err != nil {
 		return fmt.Errorf("tracing: %w", err)
 	}

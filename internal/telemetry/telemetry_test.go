@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -189,5 +190,28 @@ func TestSetupOTLPReachesCollector(t *testing.T) {
 	}
 	if auth[0] != "Bearer collector-token" {
 		t.Errorf("the export's Authorization = %q, want the OTEL_EXPORTER_OTLP_HEADERS value", auth[0])
+	}
+}
+
+// TestSetupLogsExportFailures: an export the collector refuses is a
+// warning in serve's log, not a line of the standard library's log.
+// (Not parallel: it sets the environment and the SDK's process-wide error
+// handler.)
+func TestSetupLogsExportFailures(t *testing.T) {
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "no", http.StatusBadRequest)
+	}))
+	defer collector.Close()
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.URL)
+	var logged bytes.Buffer
+	on, err := Setup(t.Context(), Options{Log: slog.New(slog.NewTextHandler(&logged, nil))})
+	if err != nil || on.Provider == nil {
+		t.Fatalf("Setup = %+v, %v", on, err)
+	}
+	_, span := on.Provider.Tracer(Scope).Start(t.Context(), "refused")
+	span.End()
+	_ = on.Shutdown(t.Context()) // the flush fails: the collector refuses
+	if !strings.Contains(logged.String(), "level=WARN") || !strings.Contains(logged.String(), "tracing: ") {
+		t.Fatalf("log after a refused export:\n%s", logged.String())
 	}
 }
