@@ -13,11 +13,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"runtime/debug"
 	"strings"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
@@ -79,6 +81,11 @@ type Options struct {
 	// Console receives the spans of OTEL_TRACES_EXPORTER=console; nil is
 	// io.Discard.
 	Console io.Writer
+	// Log, if set, receives the SDK's errors (an export the collector
+	// refused or never answered) as warnings, instead of the standard
+	// library's log on standard error. The SDK's error handler is
+	// process-wide: Setup sets it only when tracing is on.
+	Log *slog.Logger
 }
 
 // Decide says which exporter the OTEL_* variables and --otel ask for: ""
@@ -166,8 +173,16 @@ func Setup(ctx context.Context, opts Options) (*Tracing, error) {
 	res, err := resource.New(ctx, resource.WithTelemetrySDK(),
 		resource.WithAttributes(semconv.ServiceName(ServiceName), semconv.ServiceVersion(version)),
 		resource.WithFromEnv())
+	// A malformed OTEL_RESOURCE_ATTRIBUTES member gives a partial
+	// resource and an error: the spans still go out, with what parsed.
 	if err != nil && res == nil {
 		return nil, fmt.Errorf("telemetry: resource: %w", err)
+	}
+	if opts.Log != nil {
+		log := opts.Log
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+			log.Warn("tracing: " + err.Error())
+		}))
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	return &Tracing{Provider: tp, Exporter: exporter, shutdown: tp.Shutdown}, nil
