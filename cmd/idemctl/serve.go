@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"time"
 
@@ -14,11 +15,13 @@ import (
 	"github.com/idemctl/idemctl/internal/executor"
 	"github.com/idemctl/idemctl/internal/failpoint"
 	"github.com/idemctl/idemctl/internal/hostcheck"
+	"github.com/idemctl/idemctl/internal/logkey"
 	"github.com/idemctl/idemctl/internal/mcpdoor"
 	"github.com/idemctl/idemctl/internal/netutil"
 	"github.com/idemctl/idemctl/internal/server"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/backend"
+	"github.com/idemctl/idemctl/internal/telemetry"
 	"github.com/idemctl/idemctl/internal/toolreg"
 	"github.com/idemctl/idemctl/internal/trustproxy"
 	"github.com/idemctl/idemctl/internal/webhook"
@@ -86,6 +89,8 @@ type serveOptions struct {
 	WebhookDefault  []string
 	WebhookRetryFor time.Duration
 	WebhookTimeout  time.Duration
+	// OTel is --otel: trace even when no OTEL_* variable asks for it.
+	OTel bool
 
 	webhooks   *webhook.Allow      // WebhookAllow and WebhookDefault, parsed by Validate
 	hosts      *hostcheck.Checker  // AllowedHosts, parsed by Validate
@@ -143,6 +148,12 @@ func (o *serveOptions) Validate() error {
 	o.webhooks, err = o.loadWebhooks()
 	if err != nil {
 		errs = append(errs, err)
+	}
+
+	// A misspelt or unsupported OTEL_* value stops the start (exit 2):
+	// an operator who asked for traces must not silently get none.
+	if _, err := telemetry.Decide(os.Getenv, o.OTel); err != nil {
+		errs = append(errs, fmt.Errorf("tracing: %w", err))
 	}
 	fps, err := loadFailpoints(o.Chaos)
 	if err != nil {
@@ -302,9 +313,14 @@ Passwords in --db are never printed. See docs/cli.md, "serve".`,
 	f.StringSliceVar(&opts.WebhookDefault, "webhook-default", nil, "PRINCIPAL=URL: the notify_url of that principal's calls that name none (* for every principal without its own); the URL must match --webhook-allow")
 	f.DurationVar(&opts.WebhookRetryFor, "webhook-retry-for", webhook.DefaultRetryFor, "how long a webhook delivery is retried (exponential backoff from 5s, at most 1h apart) before it is given up")
 	f.DurationVar(&opts.WebhookTimeout, "webhook-timeout", webhook.DefaultTimeout, "how long one webhook request may take, its answer included")
+	f.BoolVar(&opts.OTel, "otel", false, "export OpenTelemetry traces over OTLP/HTTP (to OTEL_EXPORTER_OTLP_ENDPOINT, default http://localhost:4318); also on without it when OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_TRACES_EXPORTER is set; OTEL_SDK_DISABLED=true turns it off")
 	f.StringVar(&opts.InstanceHost, "instance-host", "", "host identity in lease owners, for dead-owner recovery (default: hostname + hash of boot id and pid namespace); never give two machines or containers the same value")
 	return cmd
 }
+
+// tracingFlush bounds how long a stopping serve waits for its last spans
+// to reach the collector.
+const tracingFlush = 5 * time.Second
 
 // runServe listens, opens the store, builds the server and serves until ctx
 // is cancelled (SIGINT/SIGTERM, see root.go).
@@ -338,6 +354,23 @@ func runServe(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 
 	cfg := o.cfg
 	cfg.Logger = logger
+	tracing, err := telemetry.Setup(ctx, telemetry.Options{Enable: o.OTel, Console: streams.Out, Log: logger})
+	if err != nil {
+		return fmt.Errorf("tracing: %w", err)
+	}
+	defer func() {
+		// The spans still buffered go out before the exit, within a bound
+		// so an unreachable collector cannot hold the stop.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tracingFlush)
+		defer cancel()
+		if err := tracing.Shutdown(sctx); err != nil {
+			logger.Warn("tracing: spans not flushed at exit", logkey.Err, err)
+		}
+	}()
+	if tracing.Provider != nil {
+		cfg.TracerProvider = tracing.Provider
+		logger.Info("tracing on", "exporter", tracing.Exporter)
+	}
 	auth := cfg.Auth
 	if auth != nil {
 		if err := auth.Reload(); err != nil {

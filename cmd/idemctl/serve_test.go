@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -65,6 +66,7 @@ func TestServeFlagDefaults(t *testing.T) {
 		"max-pending-per-principal": "50000", "max-held-waits-per-principal": "128",
 		"max-connections": "0", "max-idle-per-client": "256",
 		"max-body-bytes-in-flight": "8388608", "max-mcp-sessions": "1000", "max-mcp-sessions-per-principal": "100",
+		"otel": "false",
 	}
 	for name, def := range want {
 		f := cmd.Flags().Lookup(name)
@@ -174,5 +176,28 @@ func TestServeRefusesBadFlags(t *testing.T) {
 		if code != exitcode.Usage || errOut == "" {
 			t.Errorf("%v: exit %d, stderr %q; want exit %d", args, code, errOut, exitcode.Usage)
 		}
+	}
+}
+
+// TestServeRefusesUnsupportedTracing: an OTEL_* setting serve cannot
+// honour stops it before it binds or creates anything, naming the
+// variable: asked-for traces never silently go missing. (Not parallel: it
+// sets the environment.)
+func TestServeRefusesUnsupportedTracing(t *testing.T) {
+	for name, kv := range map[string][2]string{
+		"exporter": {"OTEL_TRACES_EXPORTER", "zipkin"},
+		"protocol": {"OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv(kv[0], kv[1])
+			db := filepath.Join(t.TempDir(), "x.db")
+			_, errOut, code := cliRun(t, "serve", "--otel", "--addr", "127.0.0.1:0", "--db", db)
+			if code != exitcode.Usage || !strings.Contains(errOut, kv[1]) || !strings.Contains(errOut, "not supported") {
+				t.Fatalf("exit %d, stderr %q; want exit %d naming %s", code, errOut, exitcode.Usage, kv[1])
+			}
+			if _, err := os.Stat(db); !os.IsNotExist(err) {
+				t.Fatalf("the refused start created %s (%v)", db, err)
+			}
+		})
 	}
 }

@@ -40,6 +40,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/idemctl/idemctl/internal/exitcode"
 	"github.com/idemctl/idemctl/internal/logkey"
 	"github.com/idemctl/idemctl/internal/store"
@@ -94,6 +96,7 @@ type Executor struct {
 	onFinal   func(callID string) // a completion committed
 	log       *slog.Logger
 	m         *metrics
+	tracer    trace.Tracer // nil: tracing off (tracing.go)
 
 	wake chan struct{} // capacity 1: coalesces wake-ups
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemctl/idemctl/internal/fingerprint"
 	"github.com/idemctl/idemctl/internal/store"
@@ -79,6 +80,7 @@ type testConfig struct {
 	Config
 	Logger *slog.Logger
 	wrap   func(store.Store) store.Store
+	tracer trace.Tracer // Deps.Tracer
 }
 
 // bundle is one started executor on a temp SQLite database.
@@ -117,7 +119,7 @@ func setupOn(t *testing.T, dbPath string, opts ...func(*testConfig)) *bundle {
 	if tc.wrap != nil {
 		used = tc.wrap(st)
 	}
-	b.ex, err = New(tc.Config, Deps{Store: used, Logger: tc.Logger, OnFinal: func(id string) {
+	b.ex, err = New(tc.Config, Deps{Store: used, Logger: tc.Logger, Tracer: tc.tracer, OnFinal: func(id string) {
 		select {
 		case b.finals <- id:
 		default:
@@ -151,6 +153,13 @@ func (b *bundle) submit(key, body string) store.Call {
 // submitTo records a call in st and, if ex is not nil, tells ex about it.
 func submitTo(t *testing.T, st store.Store, ex *Executor, key, body string) store.Call {
 	t.Helper()
+	return submitWith(t, st, ex, key, body, nil)
+}
+
+// submitWith is submitTo with a change to the NewCall before it is
+// recorded (edit may be nil).
+func submitWith(t *testing.T, st store.Store, ex *Executor, key, body string, edit func(*store.NewCall)) store.Call {
+	t.Helper()
 	var req struct {
 		Tool string          `json:"tool"`
 		Args json.RawMessage `json:"args"`
@@ -173,8 +182,12 @@ func submitTo(t *testing.T, st store.Store, ex *Executor, key, body string) stor
 	}
 	id := make([]byte, 8)
 	_, _ = rand.Read(id)
-	c, outcome, err := st.CreateOrGet(context.Background(), store.NewCall{CallID: "c_" + hex.EncodeToString(id),
-		Principal: store.DefaultPrincipal, IdemKey: key, Fingerprint: fp, Tool: req.Tool, ArgsJSON: canon})
+	n := store.NewCall{CallID: "c_" + hex.EncodeToString(id),
+		Principal: store.DefaultPrincipal, IdemKey: key, Fingerprint: fp, Tool: req.Tool, ArgsJSON: canon}
+	if edit != nil {
+		edit(&n)
+	}
+	c, outcome, err := st.CreateOrGet(context.Background(), n)
 	if err != nil {
 		t.Fatalf("CreateOrGet %s: %v", key, err)
 	}

@@ -33,14 +33,23 @@ func (e *Executor) execute(c store.Call) {
 	start := time.Now()
 	log := e.log.With(logkey.CallID, c.CallID, logkey.Key, c.IdemKey, logkey.Tool, c.Tool, logkey.Attempt, c.Attempt)
 
+	// The attempt's span ends with the execution outcome the metrics
+	// count (outcome is set before every return).
+	ctx, span := e.startAttempt(e.workCtx, c)
+	var (
+		outcome    = execError
+		out        tool.Outcome
+		extensions int64
+	)
+	defer func() { span.end(outcome, out, extensions) }()
+
 	// The tool's context ends at the end of the shutdown grace, or when a
 	// heartbeat learns that the call was taken over (errLeaseLost).
-	toolCtx, lose := context.WithCancelCause(e.workCtx)
+	toolCtx, lose := context.WithCancelCause(ctx)
 	defer lose(nil)
 	beat := e.startHeartbeat(c, log, lose)
 	var (
 		args      map[string]any
-		out       tool.Outcome
 		ran       bool
 		unsettled bool
 	)
@@ -63,8 +72,9 @@ func (e *Executor) execute(c store.Call) {
 	// The beats end with the tool, before the chaos pause and the
 	// beforeCommit hook: those stand for a worker frozen past its lease,
 	// and a frozen worker does not extend it.
-	extensions := beat.stop()
+	extensions = beat.stop()
 	if !ran {
+		outcome = execAbandoned
 		e.abandon(c, log) // after the beats: a beat racing the release would be refused
 		return
 	}
@@ -75,6 +85,7 @@ func (e *Executor) execute(c store.Call) {
 	// server again on every restart. (The after-commit crash can fire only
 	// once anyway: success is final.)
 	if e.chaos && chaos.CrashBeforeCommit && c.Attempt == 1 {
+		outcome = execCrashed
 		log.Warn("chaos: _crash_before_commit, exiting before the completion commits")
 		e.m.executions.WithLabelValues(c.Tool, execCrashed).Inc()
 		e.exit(exitCrash)
@@ -102,9 +113,12 @@ func (e *Executor) execute(c store.Call) {
 		e.beforeCommit(e.workCtx, c)
 	}
 
+	completion := e.startCompletion(ctx)
 	done, err := e.commit(c, out, unsettled, extensions)
+	endCompletion(completion, err)
 	switch {
 	case errors.Is(err, store.ErrFenced):
+		outcome = execFenced
 		// Another worker took the call over after our lease expired; its
 		// completion (or its coming one) is the call's. Ours must vanish.
 		e.m.fenced.Inc()
@@ -115,6 +129,7 @@ func (e *Executor) execute(c store.Call) {
 		log.Error("the database refused the completion; recording the call as failed", logkey.Err, err)
 		if done, err = e.failRefused(c, err, extensions); err != nil {
 			if errors.Is(err, store.ErrFenced) {
+				outcome = execFenced
 				e.m.fenced.Inc()
 				e.m.executions.WithLabelValues(c.Tool, execFenced).Inc()
 				log.Warn("failure record fenced: lease lost to another worker", logkey.Owner, e.owner, logkey.Err, err)
@@ -136,6 +151,7 @@ func (e *Executor) execute(c store.Call) {
 	if done.Status == store.StatusPending {
 		// A server-side retry was scheduled: not final, nobody is told;
 		// the call is pending again (back-pressure counts it).
+		outcome = execRetry
 		e.queue.added()
 		e.m.executions.WithLabelValues(c.Tool, execRetry).Inc()
 		e.m.execSeconds.WithLabelValues(c.Tool).Observe(time.Since(start).Seconds())
@@ -147,6 +163,7 @@ func (e *Executor) execute(c store.Call) {
 			logkey.MaxAttempts, e.policy(c.Tool).MaxAttempts, "lease_extensions", extensions)
 		return
 	}
+	outcome = string(done.Status)
 	e.m.executions.WithLabelValues(c.Tool, string(done.Status)).Inc()
 	e.m.execSeconds.WithLabelValues(c.Tool).Observe(time.Since(start).Seconds())
 	// Debug: per call; idemctl_executions_total counts outcomes.
@@ -154,6 +171,7 @@ func (e *Executor) execute(c store.Call) {
 		"lease_extensions", extensions)
 
 	if e.chaos && chaos.CrashAfterCommit && done.Status == store.StatusSucceeded {
+		outcome = execCrashed
 		log.Warn("chaos: _crash_after_commit, exiting before the response")
 		e.m.executions.WithLabelValues(c.Tool, execCrashed).Inc()
 		e.exit(exitCrash)

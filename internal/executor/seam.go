@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync/atomic"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/toolreg"
 )
@@ -24,6 +26,9 @@ type Deps struct {
 	// committed here and the call is final (the server's "Prefer: wait"
 	// handlers listen). A scheduled retry is not final and is not told.
 	OnFinal func(callID string)
+	// Tracer, if set, traces each attempt and its completion (tracing.go);
+	// nil: no tracing work.
+	Tracer trace.Tracer
 }
 
 // instances numbers the executors of this process, so two servers in one
@@ -101,6 +106,7 @@ func New(cfg Config, d Deps) (*Executor, error) {
 		maxResult:       cfg.MaxResultBytes,
 		log:             d.Logger,
 		m:               m,
+		tracer:          d.Tracer,
 	}
 	e.gates = newGates(policy, d.Tools.Names, cfg.RecoverInterval, e.Wake, m)
 	return e, nil

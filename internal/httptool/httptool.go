@@ -234,7 +234,7 @@ func (t *Tool) GoString() string { return t.String() }
 // Run sends one attempt of inv and maps the answer (docs/tools.md, "The
 // http kind"). A non-nil error means no outcome: ctx ended first (the
 // attempt is abandoned; the call runs again), or the args cannot be encoded.
-func (t *Tool) Run(ctx context.Context, inv tool.Invocation) (tool.Outcome, error) {
+func (t *Tool) Run(ctx context.Context, inv tool.Invocation) (out tool.Outcome, err error) {
 	if err := ctx.Err(); err != nil {
 		return tool.Outcome{}, err
 	}
@@ -267,6 +267,8 @@ func (t *Tool) Run(ctx context.Context, inv tool.Invocation) (tool.Outcome, erro
 	req.Header.Set(HeaderIdempotencyKey, effectID)
 	req.Header.Set(HeaderCallID, inv.CallID)
 	req.Header.Set(HeaderAttempt, strconv.FormatInt(inv.Attempt, 10))
+	actx, span := startSpan(actx, req)
+	defer func() { endSpan(span, out, err) }()
 	// sent tells a failure before the downstream had the whole request
 	// (known: nothing happened there) from one after it (unknown: it may
 	// have acted). The hook may run on the transport's goroutine.
@@ -284,6 +286,7 @@ func (t *Tool) Run(ctx context.Context, inv tool.Invocation) (tool.Outcome, erro
 		return t.transportFailure(ctx, actx, inv.Log, "", sent.Load(), err)
 	}
 	defer resp.Body.Close()
+	noteStatus(span, resp.StatusCode)
 	data, err := io.ReadAll(io.LimitReader(resp.Body, t.cfg.MaxBody+1))
 	if err != nil {
 		return t.transportFailure(ctx, actx, inv.Log, "reading the answer: ", true, err)

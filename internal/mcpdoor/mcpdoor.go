@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemctl/idemctl/internal/idemkey"
 	"github.com/idemctl/idemctl/internal/wire"
@@ -127,6 +128,9 @@ type Options struct {
 	// tool's protocol error, where the HTTP API answers 503
 	// upstream_unavailable (docs/tools.md, "The mcp kind").
 	Unlisted func(principal, tool string) bool
+	// Tracer, if set, traces each tools/call of a registry tool
+	// (tracing.go); nil: no tracing work.
+	Tracer trace.Tracer
 }
 
 // New builds an MCP server whose tools are c's tools plus the two helper
@@ -347,7 +351,9 @@ func (d *door) callHandler(info ToolInfo) mcp.ToolHandler {
 			// any (docs/mcp.md).
 			key = newAutoKey()
 		}
+		ctx, span := d.startCall(ctx, req, info.Name)
 		call, replayed, err := d.c.Submit(ctx, d.opts.Principal(req), key, info.Name, args, d.opts.Wait)
+		endCall(span, call, err)
 		if err != nil {
 			return errorResult(err, key)
 		}

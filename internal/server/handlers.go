@@ -22,6 +22,7 @@ import (
 	"github.com/idemctl/idemctl/internal/console"
 	"github.com/idemctl/idemctl/internal/logkey"
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/telemetry"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -88,7 +89,7 @@ func (s *Server) routes() http.Handler {
 	// the principal in its context), and instrument must see the copy the
 	// mux sets the route pattern on. Its 401s are counted in
 	// idemctl_auth_failures_total.
-	return lingerUnread(s.authenticate(s.instrument(s.recoverer(mux))))
+	return lingerUnread(s.traced(s.authenticate(s.instrument(s.recoverer(mux)))))
 }
 
 // varyPrefer marks every response of a route that honours "Prefer: wait"
@@ -259,6 +260,7 @@ func (s *Server) submit(ctx context.Context, principal, key string, req createRe
 	// accepted rate (measured with scripts/perf); idemctl_calls_total counts them.
 	s.log.Debug("tool call "+outcome.String(), logkey.CallID, call.CallID, logkey.Key, key,
 		logkey.Tool, call.Tool, logkey.Status, call.Status, logkey.Principal, principal)
+	noteCall(ctx, call, outcome)
 	if outcome == store.Created || outcome == store.RetryReset {
 		s.exec.Added()
 		s.pendingOf.added(principal)
@@ -307,6 +309,7 @@ func (s *Server) createOrGet(ctx context.Context, principal, key string, req cre
 		}
 		n := req.newCall(callID, principal, key)
 		n.TombstoneRetention = s.cfg.TombstoneRetention
+		n.TraceParent = telemetry.TraceParent(ctx) // the attempts continue this request's trace
 		call, outcome, err := s.st.CreateOrGet(ctx, n)
 		// An unavailable database says nothing about the id, and asking
 		// it again would only double the wait.

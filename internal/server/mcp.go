@@ -32,7 +32,8 @@ func (s *Server) mcpHandler() (http.Handler, error) {
 	var sessions *mcpSessions // set below, before any request can arrive
 	opts := mcpdoor.Options{Wait: s.cfg.MCPWait, Version: s.serviceVersion(), Allowed: s.toolAllowed,
 		Initialized: func(id string) { sessions.initialized(id) },
-		Unlisted:    func(principal, tool string) bool { return unlistedTool(s.cfg.Tools, tool, principal) }}
+		Unlisted:    func(principal, tool string) bool { return unlistedTool(s.cfg.Tools, tool, principal) },
+		Tracer:      s.tracer}
 	srv, err := mcpdoor.New(context.Background(), localCaller{s}, opts)
 	if err != nil {
 		return nil, err

@@ -13,11 +13,13 @@ import (
 )
 
 // statusWriter remembers the status code for metrics and whether anything
-// was written (a panic after that cannot become a clean 500).
+// was written (a panic after that cannot become a clean 500), and the
+// code of an error body for the request's span (noteErrorCode).
 type statusWriter struct {
 	http.ResponseWriter
 	status int
 	wrote  bool
+	code   string
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -38,7 +40,8 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // instrument counts requests by route pattern (bounded label values: the
-// mux's patterns, not raw paths) and status code.
+// mux's patterns, not raw paths) and status code, and names the request's
+// span after the same pattern.
 func (s *Server) instrument(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -54,6 +57,7 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 			}
 			s.m.requests.WithLabelValues(route, strconv.Itoa(status)).Inc()
 			s.m.requestSeconds.WithLabelValues(route).Observe(time.Since(start).Seconds())
+			endRequestSpan(r, sw, status)
 		}()
 		next.ServeHTTP(sw, r)
 	})

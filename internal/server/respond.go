@@ -49,11 +49,13 @@ func writeJSON(w http.ResponseWriter, log *slog.Logger, status int, v any) {
 
 // writeError writes the error shape of docs/api.md, "Errors".
 func writeError(w http.ResponseWriter, log *slog.Logger, status int, code, message string) {
+	noteErrorCode(w, code)
 	writeJSON(w, log, status, wire.Error{Error: wire.ErrorDetail{Code: code, Message: message}})
 }
 
 // writeAPIError writes an *apiError.
 func writeAPIError(w http.ResponseWriter, log *slog.Logger, e *apiError) {
+	noteErrorCode(w, e.code)
 	if e.status == http.StatusServiceUnavailable {
 		// every 503 stored nothing: retry with the same key
 		w.Header().Set(wire.HeaderRetryAfter, strconv.Itoa(max(e.retryAfter, 1)))

@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemctl/idemctl/internal/authlimit"
 	"github.com/idemctl/idemctl/internal/connlimit"
@@ -46,6 +47,7 @@ import (
 	"github.com/idemctl/idemctl/internal/mcpdoor"
 	"github.com/idemctl/idemctl/internal/netutil"
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/telemetry"
 	"github.com/idemctl/idemctl/internal/toolreg"
 	"github.com/idemctl/idemctl/internal/trustproxy"
 	"github.com/idemctl/idemctl/internal/webhook"
@@ -215,6 +217,10 @@ type Config struct {
 	Tools *toolreg.Registry
 	// Logger receives structured logs; nil discards them.
 	Logger *slog.Logger
+	// TracerProvider, if set, traces every request, MCP tools/call and
+	// attempt (docs/operations.md, "Traces"; internal/telemetry sets one
+	// up). Nil: tracing off, and no tracing work is done.
+	TracerProvider trace.TracerProvider
 	// Registry, if set, also receives the idemctl_* collectors. The
 	// server always keeps a private registry for GET /metrics, so many
 	// servers can live in one process.
@@ -227,6 +233,7 @@ type Server struct {
 	st      store.Store
 	log     *slog.Logger
 	m       *metrics
+	tracer  trace.Tracer // nil: tracing off
 	exec    *executor.Executor
 	waiters *waiters
 	// hooks sends the webhook outbox (nil when webhooks are off);
@@ -293,7 +300,11 @@ func New(cfg Config, st store.Store) (*Server, error) {
 		bodyBytes:  &byteBudget{max: cfg.MaxBodyBytesInFlight},
 	}
 	var err error
-	s.exec, err = executor.New(cfg.Config, executor.Deps{Store: st, Tools: cfg.Tools, Logger: log, OnFinal: s.onFinal})
+	if cfg.TracerProvider != nil {
+		s.tracer = cfg.TracerProvider.Tracer(telemetry.Scope)
+	}
+	s.exec, err = executor.New(cfg.Config, executor.Deps{Store: st, Tools: cfg.Tools, Logger: log, OnFinal: s.onFinal,
+		Tracer: s.tracer})
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}

@@ -177,8 +177,12 @@ type Call struct {
 	// NotifyURL is where the call's final result is delivered (a webhook;
 	// NewCall.NotifyURL), nil for none.
 	NotifyURL *string
-	CreatedAt float64
-	UpdatedAt float64
+	// TraceParent is the W3C traceparent of the request that created the
+	// call, "" if it was not traced: its attempts continue that trace
+	// (docs/operations.md, "Traces").
+	TraceParent string
+	CreatedAt   float64
+	UpdatedAt   float64
 }
 
 // NewCall is what CreateOrGet records for a key seen for the first time.
@@ -201,6 +205,9 @@ type NewCall struct {
 	// request with the same key. The caller has checked it against the
 	// allow-list.
 	NotifyURL *string
+	// TraceParent is the creating request's W3C traceparent, "" for none.
+	// Stored as given, never part of the request's identity.
+	TraceParent string
 	// Intent is the call's intent fingerprint (the server's hash of the
 	// tool and the args its dedup rule selects), stored with the call;
 	// "" stores none. The store compares it exactly and never computes it.

@@ -41,6 +41,14 @@ const (
 	// HeaderSignature signs a webhook delivery (SignWebhook); the
 	// delivery's Idempotency-Key is its id, its Idemctl-Call-Id the call's.
 	HeaderSignature = "Idemctl-Signature"
+	// HeaderTraceParent is the W3C Trace Context header: read on every
+	// request when tracing is on (the request's span continues the
+	// client's trace; a new call stores it for its attempts), and sent on
+	// every http tool request (docs/operations.md, "Traces").
+	HeaderTraceParent = "traceparent"
+	// MetaTraceParent is the same context as a params._meta member of an
+	// MCP tools/call (MCP's SEP-414): read at /mcp, sent to mcp upstreams.
+	MetaTraceParent = "traceparent"
 )
 
 // ReplayedTrue is the value of HeaderIdempotentReplayed.

@@ -37,7 +37,7 @@ const dbNow = `extract(epoch FROM clock_timestamp())::double precision`
 // callColumns lists the calls columns in the order scanCall reads them.
 const callColumns = `call_id, principal, idem_key, fingerprint, client_id, seq, tool, args_json, status,
   result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at, cancel_requested,
-  not_before, via, unknown_outcome, notify_url`
+  not_before, via, unknown_outcome, notify_url, trace_parent`
 
 // callColumnsOf is callColumns qualified by a table alias, for statements
 // that join calls with other relations.
@@ -46,7 +46,7 @@ func callColumnsOf(alias string) string {
 		alias + `.seq, ` + alias + `.tool, ` + alias + `.args_json, ` + alias + `.status, ` +
 		alias + `.result_json, ` + alias + `.error_json, ` + alias + `.attempt, ` + alias + `.lease_until, ` +
 		alias + `.owner, ` + alias + `.effect_id, ` + alias + `.created_at, ` + alias + `.updated_at, ` +
-		alias + `.cancel_requested, ` + alias + `.not_before, ` + alias + `.via, ` + alias + `.unknown_outcome, ` + alias + `.notify_url`
+		alias + `.cancel_requested, ` + alias + `.not_before, ` + alias + `.via, ` + alias + `.unknown_outcome, ` + alias + `.notify_url, ` + alias + `.trace_parent`
 }
 
 // scanCall reads one row of callColumns.
@@ -57,10 +57,11 @@ func scanCall(row pgx.Row) (store.Call, error) {
 		status         string
 		result, errObj *string
 		unknown        *string
+		traceParent    *string
 	)
 	err := row.Scan(&c.CallID, &c.Principal, &c.IdemKey, &c.Fingerprint, &c.ClientID, &c.Seq, &c.Tool, &args, &status,
 		&result, &errObj, &c.Attempt, &c.LeaseUntil, &c.Owner, &c.EffectID, &c.CreatedAt, &c.UpdatedAt, &c.CancelRequested, &c.NotBefore, &c.Via,
-		&unknown, &c.NotifyURL)
+		&unknown, &c.NotifyURL, &traceParent)
 	if err != nil {
 		return store.Call{}, err
 	}
@@ -68,6 +69,9 @@ func scanCall(row pgx.Row) (store.Call, error) {
 	c.Status = store.Status(status)
 	if unknown != nil {
 		c.Unknown = *unknown
+	}
+	if traceParent != nil {
+		c.TraceParent = *traceParent
 	}
 	if result != nil {
 		c.ResultJSON = json.RawMessage(*result)
@@ -117,4 +121,12 @@ func unknownArgs(c store.Completion, status store.Status) (keep bool, val *strin
 		return keep, nil
 	}
 	return keep, &u
+}
+
+// nullIfEmpty stores an optional text column: NULL for "".
+func nullIfEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }

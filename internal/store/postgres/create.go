@@ -46,7 +46,7 @@ func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, s
 // createSQL inserts a new call and its created audit row in one statement
 // ($1 call id, $2 key, $3 fingerprint, $4 client id, $5 seq, $6 tool, $7
 // args, $8 principal, $9 intent, $10 via, $11 the created audit detail,
-// $12 the tombstones' retention in seconds, 0 for none, $13 notify url), unless the key is
+// $12 the tombstones' retention in seconds, 0 for none, $13 notify url, $14 the trace parent), unless the key is
 // a call's own key (ON CONFLICT: nothing, no row), an alias or has a
 // tombstone within the retention (NOT EXISTS: nothing, no row). It
 // returns the new call, or else the key's own call as this statement's
@@ -58,8 +58,8 @@ WITH clock AS MATERIALIZED (
   SELECT ` + dbNow + ` AS now
 ), created AS (
   INSERT INTO calls (call_id, principal, idem_key, fingerprint, client_id, seq, tool, args_json,
-                     status, attempt, created_at, updated_at, intent, via, notify_url)
-  SELECT $1, $8, $2, $3, $4, $5, $6, $7, 'pending', 0, clock.now, clock.now, $9, $10, $13
+                     status, attempt, created_at, updated_at, intent, via, notify_url, trace_parent)
+  SELECT $1, $8, $2, $3, $4, $5, $6, $7, 'pending', 0, clock.now, clock.now, $9, $10, $13, $14
   FROM clock
   WHERE NOT EXISTS (SELECT 1 FROM key_aliases WHERE principal = $8 AND idem_key = $2)
     AND NOT EXISTS (SELECT 1 FROM tombstones
@@ -127,7 +127,7 @@ func (s *Store) createOp(n store.NewCall, args string, intent *string, call *sto
 		queue: func(b *pgx.Batch) {
 			b.Queue(lockKeySQL, n.Principal, n.IdemKey)
 			b.Queue(createSQL, n.CallID, n.IdemKey, n.Fingerprint, n.ClientID, n.Seq, n.Tool, args, n.Principal, intent,
-				store.ViaOf(n.Via), store.DetailCreated(n.Tool), n.TombstoneRetention.Seconds(), n.NotifyURL)
+				store.ViaOf(n.Via), store.DetailCreated(n.Tool), n.TombstoneRetention.Seconds(), n.NotifyURL, nullIfEmpty(n.TraceParent))
 		},
 		read: func(r *results) error {
 			*call, *out = store.Call{}, 0
@@ -181,12 +181,12 @@ func (s *Store) createOrGetOnce(ctx context.Context, n store.NewCall) (store.Cal
 		}
 		call, err = scanCall(tx.QueryRow(ctx, `
 INSERT INTO calls (call_id, principal, idem_key, fingerprint, client_id, seq, tool, args_json,
-                   status, attempt, created_at, updated_at, intent, via, notify_url)
-SELECT $1, $8, $2, $3, $4, $5, $6, $7, 'pending', 0, clock.now, clock.now, $9, $10, $11
+                   status, attempt, created_at, updated_at, intent, via, notify_url, trace_parent)
+SELECT $1, $8, $2, $3, $4, $5, $6, $7, 'pending', 0, clock.now, clock.now, $9, $10, $11, $12
 FROM (SELECT `+dbNow+` AS now) AS clock
 ON CONFLICT (principal, idem_key) DO NOTHING
 RETURNING `+callColumns,
-			n.CallID, n.IdemKey, n.Fingerprint, n.ClientID, n.Seq, n.Tool, args, n.Principal, intent, store.ViaOf(n.Via), n.NotifyURL))
+			n.CallID, n.IdemKey, n.Fingerprint, n.ClientID, n.Seq, n.Tool, args, n.Principal, intent, store.ViaOf(n.Via), n.NotifyURL, nullIfEmpty(n.TraceParent)))
 		if err == nil {
 			out = store.Created
 			// Same transaction as the insert: a call never exists unaudited.

@@ -96,6 +96,8 @@ CREATE INDEX IF NOT EXISTS idx_calls_pending ON calls (created_at, call_id) WHER
 	migrationGates,
 	// 11: completion webhooks (migrationWebhooks).
 	migrationWebhooks,
+	// 12: the creating request's trace context (migrationTraceParent).
+	migrationTraceParent,
 }
 
 // migrationIndexDiet drops idx_calls_client_seq: no statement reads calls
@@ -142,6 +144,14 @@ CREATE TABLE webhook_deliveries (
 );
 CREATE INDEX idx_webhook_deliveries_due ON webhook_deliveries (next_at) WHERE state = 'pending';
 CREATE INDEX idx_webhook_deliveries_call ON webhook_deliveries (call_id, created_at);
+`
+
+// migrationTraceParent adds calls.trace_parent, the W3C traceparent of the
+// request that created the call (docs/operations.md, "Traces"), so the
+// attempts that run it, on any instance, continue that trace. NULL for
+// every existing row and for untraced requests.
+const migrationTraceParent = `
+ALTER TABLE calls ADD COLUMN trace_parent text;
 `
 
 // migrationTombstones adds tombstones, what retention keeps of a purged
@@ -235,9 +245,9 @@ CREATE INDEX idx_calls_principal_created ON calls (principal, created_at, call_i
 var schemaVersion = len(migrations)
 
 // minReadVersion is the oldest schema a read-only store accepts: the one
-// that added webhooks, whose calls.notify_url every read of a call reads (a read-only store
+// that added calls.trace_parent, the last column a read of a call uses (a read-only store
 // cannot migrate: start a server on the database once).
-var minReadVersion = slices.Index(migrations, migrationWebhooks) + 1
+var minReadVersion = slices.Index(migrations, migrationTraceParent) + 1
 
 // migrate creates or upgrades the schema in one transaction. The advisory
 // lock makes instances that start together take turns: the first applies

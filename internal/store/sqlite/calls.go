@@ -26,3 +26,11 @@ func (s *Store) insertAudit(ctx context.Context, tx *sql.Tx, ts float64, callID,
 func queryCall(ctx context.Context, tx *sql.Tx, st *sql.Stmt, args ...any) (store.Call, error) {
 	return scanCall(tx.StmtContext(ctx, st).QueryRowContext(ctx, args...))
 }
+
+// nullIfEmpty stores an optional text column: NULL for "".
+func nullIfEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}

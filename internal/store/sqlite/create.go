@@ -97,7 +97,7 @@ func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, s
 				intent = &n.Intent
 			}
 			call, err = queryCall(ctx, tx, s.wq.insertCall,
-				n.CallID, n.Principal, n.IdemKey, n.Fingerprint, n.ClientID, n.Seq, n.Tool, args, now, now, intent, store.ViaOf(n.Via), n.NotifyURL)
+				n.CallID, n.Principal, n.IdemKey, n.Fingerprint, n.ClientID, n.Seq, n.Tool, args, now, now, intent, store.ViaOf(n.Via), n.NotifyURL, nullIfEmpty(n.TraceParent))
 			if err != nil {
 				return err
 			}

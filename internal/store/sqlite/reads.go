@@ -14,7 +14,7 @@ import (
 // callColumns is the column list scanCall expects, in its order.
 const callColumns = `call_id, principal, idem_key, fingerprint, client_id, seq, tool, args_json, status,
 	result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at, cancel_requested, not_before, via,
-	unknown_outcome, notify_url`
+	unknown_outcome, notify_url, trace_parent`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -23,18 +23,20 @@ func scanCall(sc scanner) (store.Call, error) {
 		c                                store.Call
 		clientID, result, errJSON        sql.NullString
 		owner, effectID, unknown, notify sql.NullString
+		traceParent                      sql.NullString
 		seq                              sql.NullInt64
 		lease, notBefore                 sql.NullFloat64
 		args, status                     string
 	)
 	err := sc.Scan(&c.CallID, &c.Principal, &c.IdemKey, &c.Fingerprint, &clientID, &seq, &c.Tool, &args, &status,
 		&result, &errJSON, &c.Attempt, &lease, &owner, &effectID, &c.CreatedAt, &c.UpdatedAt, &c.CancelRequested, &notBefore, &c.Via,
-		&unknown, &notify)
+		&unknown, &notify, &traceParent)
 	if err != nil {
 		return store.Call{}, err
 	}
 	c.NotBefore = nullFloat(notBefore)
 	c.Unknown = unknown.String
+	c.TraceParent = traceParent.String
 	c.Status = store.Status(status)
 	c.ArgsJSON = json.RawMessage(args)
 	c.ClientID = nullString(clientID)

@@ -29,8 +29,8 @@ const (
 	// sqlInsertCall inserts a new pending call and returns it as stored,
 	// so CreateOrGet needs no read after its write.
 	sqlInsertCall = `INSERT INTO calls
-		(call_id, principal, idem_key, fingerprint, client_id, seq, tool, args_json, status, attempt, created_at, updated_at, intent, via, notify_url)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?, ?, ?)
+		(call_id, principal, idem_key, fingerprint, client_id, seq, tool, args_json, status, attempt, created_at, updated_at, intent, via, notify_url, trace_parent)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?, ?, ?, ?)
 		RETURNING ` + callColumns
 
 	// sqlAliasByKey reads an alias key's call id and the fingerprint the

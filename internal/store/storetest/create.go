@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
 )
@@ -87,6 +88,50 @@ func testCreateOrGet(t *testing.T, open func(t *testing.T) store.Store) {
 		byKey, err := s.GetByKey(t.Context(), d.Principal, "k-mcp")
 		if err != nil || byKey.Via != store.ViaMCP {
 			t.Fatalf("GetByKey via = %q, %v; want %q", byKey.Via, err, store.ViaMCP)
+		}
+	})
+
+	// TraceParent: the creating request's trace context is stored as
+	// given and comes back on every read and on the claim, where an
+	// attempt picks it up; on both create paths (a dedup rule takes the
+	// transactional one); none stays none.
+	t.Run("TraceParent", func(t *testing.T) {
+		s := open(t)
+		const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+		traced := newCall(t, "k-traced", "fp1")
+		traced.TraceParent = tp
+		c, _, err := s.CreateOrGet(t.Context(), traced)
+		if err != nil || c.TraceParent != tp {
+			t.Fatalf("CreateOrGet trace parent = %q, %v; want %q", c.TraceParent, err, tp)
+		}
+		deduped := newCall(t, "k-traced-dedup", "fp2")
+		deduped.TraceParent, deduped.Intent, deduped.DedupWindow = tp, "intent-tp", time.Hour
+		d, _, err := s.CreateOrGet(t.Context(), deduped)
+		if err != nil || d.TraceParent != tp {
+			t.Fatalf("CreateOrGet (dedup path) trace parent = %q, %v; want %q", d.TraceParent, err, tp)
+		}
+		plain, _, err := s.CreateOrGet(t.Context(), newCall(t, "k-untraced", "fp3"))
+		if err != nil || plain.TraceParent != "" {
+			t.Fatalf("CreateOrGet without a trace parent = %q, %v; want none", plain.TraceParent, err)
+		}
+		if g := get(t, s, c.CallID); g.TraceParent != tp {
+			t.Fatalf("Get trace parent = %q, want %q", g.TraceParent, tp)
+		}
+		if g, err := s.GetByKey(t.Context(), c.Principal, "k-traced-dedup"); err != nil || g.TraceParent != tp {
+			t.Fatalf("GetByKey trace parent = %q, %v; want %q", g.TraceParent, err, tp)
+		}
+		claimed, err := s.ClaimNext(t.Context(), "owner-tp", time.Minute, 3)
+		if err != nil || len(claimed) != 3 {
+			t.Fatalf("ClaimNext = %v, %v; want the 3 calls", ids(claimed), err)
+		}
+		for _, cl := range claimed {
+			want := tp
+			if cl.CallID == plain.CallID {
+				want = ""
+			}
+			if cl.TraceParent != want {
+				t.Fatalf("claimed %s trace parent = %q, want %q", cl.CallID, cl.TraceParent, want)
+			}
 		}
 	})
 

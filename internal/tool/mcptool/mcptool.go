@@ -365,7 +365,7 @@ type Runner struct {
 
 // Run makes one tools/call (docs/tools.md, "The mcp kind"). A non-nil
 // error means no outcome: ctx ended first.
-func (r Runner) Run(ctx context.Context, inv tool.Invocation) (tool.Outcome, error) {
+func (r Runner) Run(ctx context.Context, inv tool.Invocation) (out tool.Outcome, err error) {
 	if err := ctx.Err(); err != nil {
 		return tool.Outcome{}, err
 	}
@@ -385,9 +385,10 @@ func (r Runner) Run(ctx context.Context, inv tool.Invocation) (tool.Outcome, err
 	actx = context.WithValue(actx, keyCtx{}, effectID)
 	params := &mcp.CallToolParams{Name: r.Tool, Arguments: args,
 		Meta: mcp.Meta{MetaIdempotencyKey: effectID, MetaCallID: inv.CallID, MetaAttempt: inv.Attempt}}
+	actx, span := startSpan(actx, r.Tool, params.Meta)
+	defer func() { endSpan(span, out, err) }()
 
 	var res *mcp.CallToolResult
-	var err error
 	// sent: a tools/call was handed to a session and not refused unread.
 	// Without its answer the outcome is unknown (docs/lifecycle.md,
 	// "Unknown outcomes"): the SDK does not say whether the request was
@@ -424,7 +425,7 @@ func (r Runner) Run(ctx context.Context, inv tool.Invocation) (tool.Outcome, err
 		return tool.Outcome{Err: &tool.ToolError{Code: CodeToolError, Retryable: false, Body: body,
 			Message: "the upstream tool answered with isError: true"}}, nil
 	}
-	out := tool.Outcome{Result: body}
+	out = tool.Outcome{Result: body}
 	if r.Effect {
 		out.Effect = &store.Effect{EffectID: effectID, CallID: inv.CallID, Tool: r.Name}
 	}
