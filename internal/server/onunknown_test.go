@@ -417,3 +417,31 @@ tools:
 	wantEvents(t, b.events(c.CallID), store.EventCreated, store.EventClaimed, store.EventOutcomeUnknown,
 		store.EventRetryScheduled, store.EventClaimed, store.EventSucceeded)
 }
+
+// TestResolveDeliversTheSettledState: a resolve is a new final state, so a
+// call with a notify_url gets a second webhook delivery, carrying the
+// settled call, besides the one of its held failure.
+func TestResolveDeliversTheSettledState(t *testing.T) {
+	t.Parallel()
+	d := newKeylessDownstream(t)
+	recv := newHookReceiver(t, func(int) int { return http.StatusOK })
+	b := setup(t, func(c *Config) { c.Tools = unknownTools(t, d, toolreg.OnUnknownHold) },
+		withWebhooks(t, recv.URL+"/hooks", "*="+recv.URL+"/hooks/calls"))
+	held := heldCall(t, b, d, "held-hooked")
+	eventually(t, "the held failure delivered", func() bool { return len(recv.deliveries()) == 1 })
+	if r := b.resolve(held.CallID, `{"outcome":"succeeded","result":{"id":"ch_9"}}`); r.status != http.StatusOK {
+		t.Fatalf("resolve: %d %s", r.status, r.body)
+	}
+	eventually(t, "the settled state delivered", func() bool { return len(recv.deliveries()) == 2 })
+	got := recv.deliveries()
+	var first, second wire.Call
+	if json.Unmarshal(got[0].body, &first) != nil || json.Unmarshal(got[1].body, &second) != nil {
+		t.Fatalf("delivery bodies: %s / %s", got[0].body, got[1].body)
+	}
+	if first.Status != store.StatusFailed || second.Status != store.StatusSucceeded || string(second.Result) != `{"id":"ch_9"}` {
+		t.Fatalf("deliveries carry %s then %s (%s); want the held failure, then the settled success", first.Status, second.Status, second.Result)
+	}
+	if a, b2 := got[0].header.Get(wire.HeaderIdempotencyKey), got[1].header.Get(wire.HeaderIdempotencyKey); a == b2 {
+		t.Fatalf("both deliveries under id %q; each final state has its own", a)
+	}
+}

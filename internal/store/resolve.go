@@ -37,6 +37,10 @@ func ResolveCall(ctx context.Context, st Store, c Call, by string, req wire.Reso
 		return c, ErrNotResolvable
 	}
 	r := Resolution{CallID: c.CallID, By: by, PrevErr: c.ErrorJSON}
+	var err error
+	if r.Notify, err = DeliveryFor(c); err != nil {
+		return Call{}, err
+	}
 	switch req.Outcome {
 	case wire.StatusSucceeded:
 		r.Succeeded, r.Result = true, DefaultResolvedResult
@@ -54,7 +58,6 @@ func ResolveCall(ctx context.Context, st Store, c Call, by string, req wire.Reso
 		if msg == "" {
 			msg = DefaultResolvedMessage
 		}
-		var err error
 		if r.Error, err = json.Marshal(wire.CallError{Code: wire.CodeResolvedFailed, Message: msg}); err != nil {
 			return Call{}, err
 		}

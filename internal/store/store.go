@@ -357,6 +357,10 @@ type Resolution struct {
 	Result    json.RawMessage
 	Effect    *Effect
 	Error     json.RawMessage
+	// Notify is the webhook delivery of the settled state, written with it
+	// (a resolve makes a new final state); nil for a call without a
+	// notify_url.
+	Notify *NewDelivery
 }
 
 // AuditEvent is one row of the audit table.

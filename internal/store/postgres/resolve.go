@@ -117,6 +117,9 @@ RETURNING `+callColumnsOf("calls"), r.CallID, string(store.FailureJSON(store.Com
 			}
 		}
 		ok = true
+		if err := insertDelivery(ctx, tx, call.UpdatedAt, r.CallID, r.Notify); err != nil {
+			return err
+		}
 		return s.insertAudit(ctx, tx, call.UpdatedAt, r.CallID, store.EventResolved, store.DetailResolved(r))
 	}))
 	if err != nil {

@@ -92,6 +92,9 @@ func (s *Store) Resolve(ctx context.Context, r store.Resolution) (store.Call, bo
 			}
 		}
 		ok = true
+		if err := insertDelivery(ctx, tx, now, r.CallID, r.Notify); err != nil {
+			return err
+		}
 		return s.insertAudit(ctx, tx, now, r.CallID, store.EventResolved, store.DetailResolved(r))
 	})
 	if err != nil {
