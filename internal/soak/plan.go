@@ -57,6 +57,7 @@ const (
 // httpTool reports whether tool is one of the soak's http tools, whose
 // calls carry ArgRef.
 func httpTool(tool string) bool { return tool == HTTPTool || tool == LookupTool }
+
 // The gates of the workload's guarded tools (writeTools).
 const (
 	EmailRate           = 20
