@@ -121,7 +121,7 @@ func TestSoakPostgresPausesAndPartitions(t *testing.T) {
 	kinds := soak.FaultKinds(false, false, soak.FaultPause, soak.FaultPartition)
 	const cycles = 12
 	seed := seedWith(t, kinds, cycles, 2, soak.FaultPause, soak.FaultPartition)
-	out, errOut, code := cliRun(t, "soak", "--binary", bin, "--db", db.URL, "--instances", "3", "--pauses", "--pg-partition",
+	out, errOut, code := cliRun(t, "soak", "--binary", bin, "--db", db.URL, "--instances", "3", "--pauses", "--pause-min", "5s", "--pause-max", "6s", "--pg-partition",
 		"--partition-min", "5s", "--partition-max", "6s", "--cycles", strconv.Itoa(cycles), "--min-gap", "100ms", "--max-gap", "500ms",
 		"--clients", "6", "--seed", strconv.FormatUint(seed, 10), "--drain-timeout", "60s")
 	assertSoakPassed(t, out, errOut, code, seed, kinds, cycles,

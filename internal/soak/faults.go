@@ -210,6 +210,10 @@ const pauseLook = 2 * time.Second
 // doing.
 const baitSeconds = 5
 
+// pauseTakeoverWait bounds how much longer than planned a pause lasts while
+// the calls it froze are not yet taken over.
+const pauseTakeoverWait = 10 * time.Second
+
 // pause freezes instance i (SIGSTOP) for a length within the pause range,
 // longer than the servers' lease, while it runs a call, then thaws it
 // (SIGCONT). It first sends i a sleep call (the bait) and waits up to
@@ -255,6 +259,19 @@ func (r *faultRunner) pause(ctx context.Context, n, i int, f Fault) {
 	case <-t.C:
 	case <-ctx.Done():
 		t.Stop()
+	}
+	// Frozen past its lease, the instance's calls are taken over by whoever
+	// claims next; on a loaded machine that may come late, so the freeze
+	// lasts until none of them runs under it any more (up to
+	// pauseTakeoverWait more): a thaw before the takeover would test
+	// nothing. Alone, an instance is only taken over by its own recovery,
+	// once it wakes.
+	for deadline := time.Now().Add(pauseTakeoverWait); len(r.inst.procs) > 1 && len(held) > 0 && time.Now().Before(deadline) && ctx.Err() == nil; {
+		still, err := r.heldBy(ctx, pid)
+		if err != nil || len(still) == 0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	// Thawed whatever happens: a frozen process would outlive the soak.
 	if err := p.Signal(syscall.SIGCONT); err != nil {
