@@ -36,6 +36,24 @@ type heartbeat struct {
 	extended atomic.Int64
 	cancel   context.CancelFunc
 	done     chan struct{}
+	// start and until are the lease's end by this process's monotonic
+	// clock, as nanoseconds since start: conservative, as each beat counts
+	// from before it was sent (tool.LeaseHeld).
+	start time.Time
+	until atomic.Int64
+	lose  context.CancelCauseFunc
+}
+
+// held reports whether the lease has not run out by this process's clock;
+// when it has, it cancels the tool (errLeaseLost), as a refused beat does.
+// A frozen worker that wakes past its lease thus learns it before its
+// next request, not only at its next beat.
+func (h *heartbeat) held() bool {
+	if time.Since(h.start) < time.Duration(h.until.Load()) {
+		return true
+	}
+	h.lose(errLeaseLost)
+	return false
 }
 
 // startHeartbeat starts beating for c; lose cancels the tool's context.
@@ -45,8 +63,11 @@ func (e *Executor) startHeartbeat(c store.Call, log *slog.Logger, lose context.C
 	// only when stop is called: a cancelled tool may take a moment to
 	// return, and its lease must hold until its release or completion.
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &heartbeat{cancel: cancel, done: make(chan struct{})}
 	every := e.lease / 3
+	// The claim's lease counts from the database's now before this start:
+	// half a beat of margin for its round trip.
+	h := &heartbeat{cancel: cancel, done: make(chan struct{}), start: time.Now(), lose: lose}
+	h.until.Store(int64(e.lease - every/2))
 	go func() {
 		defer close(h.done)
 		t := time.NewTicker(every)
@@ -60,10 +81,12 @@ func (e *Executor) startHeartbeat(c store.Call, log *slog.Logger, lose context.C
 			// One beat may take at most one period: a stuck database must
 			// not stack beats up, and the next one tries again.
 			bctx, bcancel := context.WithTimeout(ctx, every)
+			sentAt := time.Since(h.start)
 			err := e.st.ExtendLease(bctx, store.Lease{CallID: c.CallID, Owner: e.owner, Attempt: c.Attempt}, e.lease)
 			bcancel()
 			switch {
 			case err == nil:
+				h.until.Store(int64(sentAt + e.lease))
 				h.extended.Add(1)
 				e.m.heartbeats.WithLabelValues(beatExtended).Inc()
 			case ctx.Err() != nil:

@@ -2,11 +2,13 @@ package executor
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/tool"
 )
 
 // lastDetail returns the detail of the last audit row of event for a call,
@@ -116,5 +118,47 @@ func TestRefusedExtensionCancelsTool(t *testing.T) {
 	}
 	if g.Status != store.StatusRunning || *g.Owner != "thief" || g.Attempt != 2 {
 		t.Fatalf("after the fenced completion: %+v, want running under thief at attempt 2", g)
+	}
+}
+
+// beatlessStore refuses every lease extension with an error that is not a
+// refusal, as a database that does not answer would: the lease is not
+// extended, nobody has taken the call over yet.
+type beatlessStore struct{ store.Store }
+
+func (beatlessStore) ExtendLease(context.Context, store.Lease, time.Duration) error {
+	return errors.New("database away")
+}
+
+// TestLeaseCheckedBeforeSending: a tool that asks tool.LeaseHeld before
+// its request is told yes while the claim's lease lasts, and no once it
+// ran out without an extension (a worker frozen past its lease, or cut off
+// from the database, wakes with no lease to send under): its context is
+// then cancelled with errLeaseLost, so it sends nothing.
+func TestLeaseCheckedBeforeSending(t *testing.T) {
+	t.Parallel()
+	type answer struct {
+		early, late bool
+		cause       error
+	}
+	got := make(chan answer, 4)
+	b := setup(t, func(c *testConfig) {
+		c.Workers = 1
+		c.Lease = MinLease
+		c.wrap = func(st store.Store) store.Store { return beatlessStore{st} }
+		c.runTool = func(ctx context.Context, _ tool.Invocation) (tool.Outcome, error) {
+			var a answer
+			a.early = tool.LeaseHeld(ctx)
+			time.Sleep(MinLease + MinLease/2)
+			a.late = tool.LeaseHeld(ctx)
+			a.cause = context.Cause(ctx)
+			got <- a
+			return tool.Outcome{}, ctx.Err()
+		}
+	})
+	b.submit("k-frozen", `{"tool":"charge","args":{"amount":1}}`)
+	a := <-got
+	if !a.early || a.late || !errors.Is(a.cause, errLeaseLost) {
+		t.Fatalf("LeaseHeld at the start %v, after the lease %v (cause %v); want true, then false with errLeaseLost", a.early, a.late, a.cause)
 	}
 }

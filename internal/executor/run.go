@@ -48,6 +48,7 @@ func (e *Executor) execute(c store.Call) {
 	toolCtx, lose := context.WithCancelCause(ctx)
 	defer lose(nil)
 	beat := e.startHeartbeat(c, log, lose)
+	toolCtx = tool.WithLeaseCheck(toolCtx, beat.held)
 	var (
 		args      map[string]any
 		ran       bool

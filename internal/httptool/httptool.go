@@ -281,6 +281,9 @@ func (t *Tool) Run(ctx context.Context, inv tool.Invocation) (out tool.Outcome, 
 		},
 	}))
 
+	if !tool.LeaseHeld(ctx) {
+		return tool.Outcome{}, ctx.Err() // frozen past the lease: not sent (tool.LeaseHeld)
+	}
 	resp, err := t.client.Do(req)
 	if err != nil {
 		return t.transportFailure(ctx, actx, inv.Log, "", sent.Load(), err)

@@ -402,6 +402,9 @@ func (r Runner) Run(ctx context.Context, inv tool.Invocation) (out tool.Outcome,
 		if err != nil {
 			break
 		}
+		if !tool.LeaseHeld(ctx) {
+			return tool.Outcome{}, ctx.Err() // frozen past the lease: not sent (tool.LeaseHeld)
+		}
 		res, err = s.CallTool(actx, params)
 		if err != nil && !errors.Is(err, mcp.ErrSessionMissing) {
 			sent = true
