@@ -30,6 +30,7 @@ import (
 
 	"github.com/idemctl/idemctl/internal/fingerprint"
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/telemetry"
 	"github.com/idemctl/idemctl/internal/tool"
 	"github.com/idemctl/idemctl/internal/wire"
 )
@@ -268,7 +269,7 @@ func (t *Tool) Run(ctx context.Context, inv tool.Invocation) (out tool.Outcome, 
 	req.Header.Set(HeaderCallID, inv.CallID)
 	req.Header.Set(HeaderAttempt, strconv.FormatInt(inv.Attempt, 10))
 	actx, span := startSpan(actx, req)
-	defer func() { endSpan(span, out, err) }()
+	defer func() { telemetry.EndRequest(span, out.Err, err) }()
 	// sent tells a failure before the downstream had the whole request
 	// (known: nothing happened there) from one after it (unknown: it may
 	// have acted). The hook may run on the transport's goroutine.

@@ -5,12 +5,10 @@ import (
 	"net/http"
 	"strconv"
 
-	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemctl/idemctl/internal/telemetry"
-	"github.com/idemctl/idemctl/internal/tool"
 )
 
 // startSpan starts the client span of one downstream request, a child of
@@ -42,19 +40,4 @@ func noteStatus(span trace.Span, status int) {
 	if span != nil {
 		span.SetAttributes(semconv.HTTPResponseStatusCode(status))
 	}
-}
-
-// endSpan ends a request's span with the attempt's error code, if any.
-func endSpan(span trace.Span, out tool.Outcome, err error) {
-	if span == nil {
-		return
-	}
-	switch {
-	case out.Err != nil:
-		span.SetAttributes(telemetry.ErrorCode.String(out.Err.Code))
-		span.SetStatus(codes.Error, out.Err.Code)
-	case err != nil:
-		span.SetStatus(codes.Error, "no outcome")
-	}
-	span.End()
 }

@@ -21,6 +21,7 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
 	"go.opentelemetry.io/otel/propagation"
@@ -236,3 +237,21 @@ func Tracer(ctx context.Context) trace.Tracer {
 
 // osGetenv is os.Getenv, named so Options.Getenv's default reads plainly.
 var osGetenv = os.Getenv
+
+// EndRequest ends the client span of one request a tool sent (an http
+// tool's downstream request, an mcp tool's tools/call): an error status
+// with the tool error's code, or "no outcome" when the tool returned an
+// error instead of one (the attempt was cut short).
+func EndRequest(span trace.Span, toolErr *wire.CallError, err error) {
+	if span == nil {
+		return
+	}
+	switch {
+	case toolErr != nil:
+		span.SetAttributes(ErrorCode.String(toolErr.Code))
+		span.SetStatus(codes.Error, toolErr.Code)
+	case err != nil:
+		span.SetStatus(codes.Error, "no outcome")
+	}
+	span.End()
+}

@@ -26,6 +26,7 @@ import (
 
 	"github.com/idemctl/idemctl/internal/httptool"
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/telemetry"
 	"github.com/idemctl/idemctl/internal/tool"
 	"github.com/idemctl/idemctl/internal/wire"
 )
@@ -386,7 +387,7 @@ func (r Runner) Run(ctx context.Context, inv tool.Invocation) (out tool.Outcome,
 	params := &mcp.CallToolParams{Name: r.Tool, Arguments: args,
 		Meta: mcp.Meta{MetaIdempotencyKey: effectID, MetaCallID: inv.CallID, MetaAttempt: inv.Attempt}}
 	actx, span := startSpan(actx, r.Tool, params.Meta)
-	defer func() { endSpan(span, out, err) }()
+	defer func() { telemetry.EndRequest(span, out.Err, err) }()
 
 	var res *mcp.CallToolResult
 	// sent: a tools/call was handed to a session and not refused unread.

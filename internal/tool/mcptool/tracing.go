@@ -4,11 +4,9 @@ import (
 	"context"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemctl/idemctl/internal/telemetry"
-	"github.com/idemctl/idemctl/internal/tool"
 	"github.com/idemctl/idemctl/internal/wire"
 )
 
@@ -28,19 +26,4 @@ func startSpan(ctx context.Context, upstreamTool string, meta mcp.Meta) (context
 		meta[wire.MetaTraceParent] = tp
 	}
 	return ctx, span
-}
-
-// endSpan ends a tools/call's span with the attempt's error code, if any.
-func endSpan(span trace.Span, out tool.Outcome, err error) {
-	if span == nil {
-		return
-	}
-	switch {
-	case out.Err != nil:
-		span.SetAttributes(telemetry.ErrorCode.String(out.Err.Code))
-		span.SetStatus(codes.Error, out.Err.Code)
-	case err != nil:
-		span.SetStatus(codes.Error, "no outcome")
-	}
-	span.End()
 }
