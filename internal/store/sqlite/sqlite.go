@@ -63,6 +63,11 @@ type Store struct {
 	w *sql.DB
 	// r is the read pool; its connections are query_only.
 	r *sql.DB
+	// ckpt is the checkpointer's connection (checkpoint.go); ckptDone is
+	// closed when its goroutine has returned (it stops on quit). Both nil
+	// when read-only.
+	ckpt     *sql.DB
+	ckptDone chan struct{}
 	// now is the clock. The local clock is the database's clock here.
 	now func() float64
 	// rq and wq are the hot statements, prepared once (stmts.go); wq is
@@ -150,10 +155,18 @@ func Open(ctx context.Context, path string, opts store.Options) (*Store, error) 
 		s.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
+	ckpt, err := openPool(path, checkpointParams(busy), 1)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.ckpt = ckpt
 	s.writes = make(chan *writeOp) // unbuffered: writers queue FIFO on the send
 	s.quit = make(chan struct{})
 	s.commitDone = make(chan struct{})
+	s.ckptDone = make(chan struct{})
 	go s.commitLoop()
+	go checkpointer(ckpt, s.quit, s.ckptDone)
 	return s, nil
 }
 
@@ -182,6 +195,7 @@ func (s *Store) Close() error {
 	if s.quit != nil {
 		s.closeOnce.Do(func() { close(s.quit) })
 		<-s.commitDone
+		<-s.ckptDone
 	}
 	errs := []error{closeAll(s.rq.list()), closeAll(s.wq.list())}
 	if s.r != nil {
@@ -189,6 +203,9 @@ func (s *Store) Close() error {
 	}
 	if s.w != nil {
 		errs = append(errs, s.w.Close())
+	}
+	if s.ckpt != nil {
+		errs = append(errs, s.ckpt.Close())
 	}
 	return errors.Join(errs...)
 }
@@ -240,6 +257,19 @@ func rwParams(busy time.Duration) url.Values {
 	// is 2 MB): the index pages a write touches stay cached on a large
 	// database instead of being read again through the OS.
 	q.Add("_pragma", "cache_size("+strconv.Itoa(writeCacheKiB)+")")
+	// The writer checkpoints only when the checkpointer has fallen far
+	// behind (checkpoint.go).
+	q.Add("_pragma", "wal_autocheckpoint("+strconv.Itoa(walBackstopPages)+")")
+	return q
+}
+
+// checkpointParams are the checkpointer's connection's: it reads and
+// writes only the WAL and the main file's checkpointed pages, never a
+// table, so it needs no transaction settings.
+func checkpointParams(busy time.Duration) url.Values {
+	q := commonParams(busy)
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(FULL)")
 	return q
 }
 
