@@ -79,6 +79,14 @@ type Store struct {
 	// closed is set by Close; every method then fails with
 	// store.ErrUnavailable instead of database/sql's "closed" errors.
 	closed atomic.Bool
+
+	// batchConn is the write connection while the committer commits a
+	// batch (nil otherwise), hs the hot statements prepared on it, and
+	// inHot whether a write is inside Store.hot (hot.go). The committer's
+	// alone.
+	batchConn *sql.Conn
+	hs        hotStmts
+	inHot     bool
 }
 
 var _ store.Store = (*Store)(nil)
@@ -150,6 +158,10 @@ func Open(ctx context.Context, path string, opts store.Options) (*Store, error) 
 		s.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
+	if err := s.prepareHot(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, interpret(ctx, "prepare", err))
+	}
 	s.writes = make(chan *writeOp) // unbuffered: writers queue FIFO on the send
 	s.quit = make(chan struct{})
 	s.commitDone = make(chan struct{})
@@ -183,7 +195,7 @@ func (s *Store) Close() error {
 		s.closeOnce.Do(func() { close(s.quit) })
 		<-s.commitDone
 	}
-	errs := []error{closeAll(s.rq.list()), closeAll(s.wq.list())}
+	errs := []error{s.closeHot(), closeAll(s.rq.list()), closeAll(s.wq.list())}
 	if s.r != nil {
 		errs = append(errs, s.r.Close())
 	}
