@@ -27,6 +27,10 @@ const toolNotFull = `tool NOT IN (SELECT value FROM json_each(?))`
 // UPDATE (sqlClaim), so the claim re-checks it on the row it changes.
 const claimable = `((status = 'pending' AND ` + notBeforePassed + `) OR (status = 'running' AND lease_until <= ?))`
 
+// claimableRow is claimable tested on a row found otherwise: the unary +
+// keeps SQLite from searching an index on status or lease_until for it.
+const claimableRow = `((+status = 'pending' AND ` + notBeforePassed + `) OR (+status = 'running' AND +lease_until <= ?))`
+
 // candidate is a claimable call found by one of the pick queries.
 type candidate struct {
 	rowid     int64

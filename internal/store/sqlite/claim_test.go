@@ -39,8 +39,8 @@ func queryPlan(t *testing.T, s *Store, query string, args ...any) []string {
 // TestClaimPlans checks how SQLite runs the claim's queries: the pending
 // pick must read idx_calls_pending in order and stop at LIMIT, never sort
 // the queue (the old single query's USE TEMP B-TREE FOR ORDER BY made every
-// claim cost O(queue)); the expired pick and the pre-check must search an
-// index, never scan the table.
+// claim cost O(queue)); the expired pick, the claim's UPDATE of the calls
+// picked and the pre-check must search an index, never scan the table.
 func TestClaimPlans(t *testing.T) {
 	t.Parallel()
 	s := openAt(t, tempPath(t), store.Options{})
@@ -51,6 +51,15 @@ func TestClaimPlans(t *testing.T) {
 	t.Logf("pending pick:\n%s", plan)
 	if !strings.Contains(plan, "USING INDEX idx_calls_pending") || strings.Contains(plan, "TEMP B-TREE") {
 		t.Errorf("pending pick plan:\n%s\nwant a read of idx_calls_pending in order, no TEMP B-TREE", plan)
+	}
+	// The claim's UPDATE finds each picked call by its id, whatever the
+	// queue: a search of idx_calls_status would walk every pending call
+	// for each claim.
+	plan = strings.Join(queryPlan(t, s, sqlClaim, 2.0, "w", 1.0, `["c_1","c_2"]`, 1.0, 1.0), "\n")
+	t.Logf("claim:\n%s", plan)
+	if !strings.Contains(plan, "SEARCH calls USING INDEX sqlite_autoindex_calls_1 (call_id=?)") ||
+		strings.Contains(plan, "idx_calls_status") || strings.Contains(plan, "SCAN calls") {
+		t.Errorf("claim plan:\n%s\nwant a search of the primary key by call_id, nothing else of calls", plan)
 	}
 	for _, q := range []struct {
 		name, sql string

@@ -139,10 +139,14 @@ const (
 	// A running call here is one whose lease expired: its attempt was
 	// abandoned in flight, so its outcome is unknown (unknown_outcome;
 	// SET reads the row as it was).
+	// The condition is claimableRow, claimable with its columns out of the
+	// planner's reach: with them, it takes idx_calls_status for
+	// status = 'pending' and walks the whole queue looking for the ids
+	// (TestClaimPlans).
 	sqlClaim = `UPDATE calls
 		SET status = 'running', attempt = attempt + 1, lease_until = ?, owner = ?, updated_at = ?, error_json = NULL,
 		    unknown_outcome = CASE WHEN status = 'running' THEN '` + wire.UnknownAbandoned + `' ELSE unknown_outcome END
-		WHERE call_id IN (SELECT value FROM json_each(?)) AND ` + claimable + `
+		WHERE call_id IN (SELECT value FROM json_each(?)) AND ` + claimableRow + `
 		RETURNING ` + callColumns
 
 	// sqlSucceed and sqlFail are the fenced completions (see fencing);
