@@ -56,6 +56,8 @@ type hotStmts struct {
 	insertEffect, insertDelivery   driverStmt
 	succeed, fail, scheduleRetry   driverStmt
 	callByID, leaseOf              driverStmt
+	callByKey, callByIntent        driverStmt
+	insertCall, retryReset         driverStmt
 	pickPending, pickExpired       driverStmt
 	claim                          driverStmt
 
@@ -83,6 +85,10 @@ func (h *hotStmts) list() []struct {
 		{&h.fail, sqlFail},
 		{&h.scheduleRetry, sqlScheduleRetry},
 		{&h.callByID, sqlCallByID},
+		{&h.callByKey, sqlCallByKey},
+		{&h.callByIntent, sqlCallByIntent},
+		{&h.insertCall, sqlInsertCall},
+		{&h.retryReset, sqlRetryReset},
 		{&h.leaseOf, sqlLeaseOf},
 		{&h.pickPending, sqlPickPending},
 		{&h.pickExpired, sqlPickExpired},
@@ -276,6 +282,36 @@ func (s *Store) hot(f func(h *hotStmts) error) error {
 		panic(fmt.Sprintf("%v\n%s", value, stack))
 	}
 	return err
+}
+
+// twins maps the write statements that return a call (writeStmts, for
+// queryCall) to the hot statements of the same SQL (Store.queryCallHot).
+func (s *Store) twins() map[*sql.Stmt]*driverStmt {
+	return map[*sql.Stmt]*driverStmt{
+		s.wq.callByID:     &s.hs.callByID,
+		s.wq.callByKey:    &s.hs.callByKey,
+		s.wq.callByIntent: &s.hs.callByIntent,
+		s.wq.insertCall:   &s.hs.insertCall,
+		s.wq.retryReset:   &s.hs.retryReset,
+	}
+}
+
+// queryCallHot is queryCall for a write's function, run on the driver
+// connection (hot) when st has a hot twin: a write that reads or returns a
+// call through database/sql pays its costs (see the top of this file) on
+// every column.
+func (s *Store) queryCallHot(ctx context.Context, tx *sql.Tx, st *sql.Stmt, args ...any) (store.Call, error) {
+	p, ok := s.twin[st]
+	if !ok {
+		return queryCall(ctx, tx, st, args...)
+	}
+	var c store.Call
+	err := s.hot(func(h *hotStmts) error {
+		var err error
+		c, err = h.queryCall(*p, args...)
+		return err
+	})
+	return c, err
 }
 
 // prepareHot prepares the hot statements on the write connection (Open: a

@@ -87,6 +87,8 @@ type Store struct {
 	batchConn *sql.Conn
 	hs        hotStmts
 	inHot     bool
+	// twin is twins(), set by Open.
+	twin map[*sql.Stmt]*driverStmt
 }
 
 var _ store.Store = (*Store)(nil)
@@ -162,6 +164,7 @@ func Open(ctx context.Context, path string, opts store.Options) (*Store, error) 
 		s.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, interpret(ctx, "prepare", err))
 	}
+	s.twin = s.twins()
 	s.writes = make(chan *writeOp) // unbuffered: writers queue FIFO on the send
 	s.quit = make(chan struct{})
 	s.commitDone = make(chan struct{})

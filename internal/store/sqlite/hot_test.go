@@ -1,0 +1,78 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"reflect"
+	"testing"
+
+	"github.com/idemctl/idemctl/internal/store"
+)
+
+// TestQueryCallHotMatchesQueryCall reads calls inside a write both ways,
+// through database/sql (queryCall, scanCall) and on the driver connection
+// (queryCallHot, callFromRow), and wants the same store.Call: one call
+// with every nullable column set and one with none. A statement without a
+// hot twin falls back to queryCall.
+func TestQueryCallHotMatchesQueryCall(t *testing.T) {
+	t.Parallel()
+	s := openAt(t, tempPath(t), store.Options{})
+	ctx := t.Context()
+	clientID, seq, notify := "client-7", int64(42), "https://hooks.example/done"
+	full, _, err := s.CreateOrGet(ctx, store.NewCall{CallID: "c_00000000000000f1", Principal: "p", IdemKey: "full",
+		Fingerprint: "f", ClientID: &clientID, Seq: &seq, Tool: "charge", ArgsJSON: []byte(`{"amount":1}`),
+		Via: store.ViaMCP, NotifyURL: &notify, TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare, _, err := s.CreateOrGet(ctx, store.NewCall{CallID: "c_00000000000000f2", IdemKey: "bare", Fingerprint: "f",
+		Tool: "charge", ArgsJSON: []byte(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := s.w.PrepareContext(ctx, sqlCallByID) // not one of the twins
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	err = s.writeTx(ctx, store.WriteCreate, func(ctx context.Context, tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `UPDATE calls SET result_json = '{"r":1}', error_json = '{"code":"x"}',
+			lease_until = 12.5, owner = 'w', effect_id = 'eff_1', cancel_requested = 1, not_before = 11.25,
+			unknown_outcome = 'no_response' WHERE call_id = ?`, full.CallID); err != nil {
+			return err
+		}
+		for _, id := range []string{full.CallID, bare.CallID} {
+			want, err := queryCall(ctx, tx, s.wq.callByID, id)
+			if err != nil {
+				return err
+			}
+			for _, st := range []*sql.Stmt{s.wq.callByID, other} {
+				got, err := s.queryCallHot(ctx, tx, st, id)
+				if err != nil {
+					return err
+				}
+				if !reflect.DeepEqual(got, want) {
+					t.Errorf("queryCallHot = %+v\nqueryCall    = %+v", got, want)
+				}
+			}
+		}
+		if _, err := s.queryCallHot(ctx, tx, s.wq.callByID, "c_nope"); err != sql.ErrNoRows {
+			t.Errorf("queryCallHot of no call = %v, want sql.ErrNoRows", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestHotOutsideCommitter: a hot statement run outside the committer is an
+// error (a bug), not a statement on a connection someone else holds.
+func TestHotOutsideCommitter(t *testing.T) {
+	t.Parallel()
+	s := openAt(t, tempPath(t), store.Options{})
+	ran := false
+	if err := s.hot(func(*hotStmts) error { ran = true; return nil }); err == nil || ran {
+		t.Fatalf("hot outside the committer = %v (ran %v), want an error and nothing run", err, ran)
+	}
+}
