@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
@@ -106,11 +107,14 @@ func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration
 			}
 			// The calls to claim, oldest first, within the tools' quotas;
 			// an expired lease's owner and attempt are read before the
-			// claim changes them, for its outcome_unknown row.
+			// claim changes them, for its outcome_unknown row. The claim
+			// and its audit rows name the calls by rowid (a JSON array of
+			// integers: nothing to escape), found by the picks in this
+			// transaction.
 			var (
 				chosen = oldest(pending, expired, limit)
-				ids    = make([]string, 0, len(chosen))
-				order  = make(map[string]int, len(chosen))
+				rowids = make([]int64, 0, len(chosen))
+				order  = make(map[string]int, len(chosen)) // call id → position in chosen
 				lapsed = map[string]store.Lease{}
 				taken  = map[string]int{} // calls of a capped tool chosen so far
 			)
@@ -126,15 +130,11 @@ func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration
 					}
 					lapsed[cand.callID] = l
 				}
-				order[cand.callID] = len(ids)
-				ids = append(ids, cand.callID)
+				order[cand.callID] = len(rowids)
+				rowids = append(rowids, cand.rowid)
 			}
-			if len(ids) == 0 {
+			if len(rowids) == 0 {
 				return nil
-			}
-			idsJSON, err := json.Marshal(ids)
-			if err != nil {
-				return err
 			}
 			// One UPDATE claims them all; a call it does not return is no
 			// longer claimable (someone else won it) and is passed over.
@@ -144,31 +144,42 @@ func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration
 					claimed = append(claimed, c)
 				}
 				return err
-			}, until, owner, now, string(idsJSON), now, now); err != nil {
+			}, until, owner, now, rowidArray(rowids), now, now); err != nil {
 				return err
 			}
 			slices.SortFunc(claimed, func(a, b store.Call) int { return order[a.CallID] - order[b.CallID] })
 			// The audit: each taken-over attempt's outcome_unknown before
 			// its call's claimed row, then one claimed row per call, in one
 			// statement.
-			for i, c := range claimed {
+			won := rowids[:0]
+			for _, c := range claimed {
 				if l, ok := lapsed[c.CallID]; ok {
 					if err := h.exec(h.insertAudit, now, c.CallID, store.EventOutcomeUnknown, store.DetailTakenOver(l)); err != nil {
 						return err
 					}
 				}
-				ids[i] = c.CallID
+				won = append(won, rowids[order[c.CallID]])
 			}
-			if idsJSON, err = json.Marshal(ids[:len(claimed)]); err != nil {
-				return err
-			}
-			return h.exec(h.insertAudits, now, store.EventClaimed, store.DetailClaimed(owner), string(idsJSON))
+			return h.exec(h.insertAudits, now, store.EventClaimed, store.DetailClaimed(owner), rowidArray(won))
 		})
 	})
 	if err != nil {
 		return nil, err
 	}
 	return claimed, nil
+}
+
+// rowidArray is ids as a JSON array, json_each's parameter.
+func rowidArray(ids []int64) string {
+	b := make([]byte, 0, 2+len(ids)*8)
+	b = append(b, '[')
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, id, 10)
+	}
+	return string(append(b, ']'))
 }
 
 // lapsedLease reads the lease of a running call whose lease expired: the

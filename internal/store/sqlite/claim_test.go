@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -52,14 +53,22 @@ func TestClaimPlans(t *testing.T) {
 	if !strings.Contains(plan, "USING INDEX idx_calls_pending") || strings.Contains(plan, "TEMP B-TREE") {
 		t.Errorf("pending pick plan:\n%s\nwant a read of idx_calls_pending in order, no TEMP B-TREE", plan)
 	}
-	// The claim's UPDATE finds each picked call by its id, whatever the
-	// queue: a search of idx_calls_status would walk every pending call
-	// for each claim.
-	plan = strings.Join(queryPlan(t, s, sqlClaim, 2.0, "w", 1.0, `["c_1","c_2"]`, 1.0, 1.0), "\n")
-	t.Logf("claim:\n%s", plan)
-	if !strings.Contains(plan, "SEARCH calls USING INDEX sqlite_autoindex_calls_1 (call_id=?)") ||
-		strings.Contains(plan, "idx_calls_status") || strings.Contains(plan, "SCAN calls") {
-		t.Errorf("claim plan:\n%s\nwant a search of the primary key by call_id, nothing else of calls", plan)
+	// The claim's UPDATE and its audit rows find each picked call by its
+	// rowid, whatever the queue: a search of idx_calls_status would walk
+	// every pending call for each claim.
+	for _, q := range []struct {
+		name, sql string
+		args      []any
+	}{
+		{"claim", sqlClaim, []any{2.0, "w", 1.0, `[1,2]`, 1.0, 1.0}},
+		{"claimed audit rows", sqlInsertAudits, []any{1.0, "claimed", "w", `[1,2]`}},
+	} {
+		plan = strings.Join(queryPlan(t, s, q.sql, q.args...), "\n")
+		t.Logf("%s:\n%s", q.name, plan)
+		if !regexp.MustCompile(`SEARCH (calls|c) USING INTEGER PRIMARY KEY \(rowid=\?\)`).MatchString(plan) ||
+			strings.Contains(plan, "idx_calls_status") || strings.Contains(plan, "SCAN calls") || strings.Contains(plan, "SCAN c\n") {
+			t.Errorf("%s plan:\n%s\nwant a search of calls by rowid, nothing else of calls", q.name, plan)
+		}
 	}
 	for _, q := range []struct {
 		name, sql string

@@ -60,11 +60,12 @@ const (
 
 	sqlInsertAudit = `INSERT INTO audit (ts, call_id, event, detail) VALUES (?, ?, ?, ?)`
 
-	// sqlInsertAudits writes one event with one detail for each call id of
-	// the JSON array (third ?), in the array's order: a claim's claimed
-	// rows, one statement for the batch instead of one per call.
+	// sqlInsertAudits writes one event with one detail for each call whose
+	// rowid is in the JSON array (fourth ?), in the array's order: a
+	// claim's claimed rows, one statement for the batch instead of one per
+	// call. The call id is read from the call's row.
 	sqlInsertAudits = `INSERT INTO audit (ts, call_id, event, detail)
-		SELECT ?, value, ?, ? FROM json_each(?) ORDER BY key`
+		SELECT ?, c.call_id, ?, ? FROM json_each(?) AS j JOIN calls AS c ON c.rowid = j.value ORDER BY j.key`
 
 	// sqlInsertDelivery is a completion's webhook outbox row
 	// (insertDelivery).
@@ -127,8 +128,8 @@ const (
 		WHERE status = 'running' AND lease_until <= ? AND ` + toolNotFull + `
 		ORDER BY created_at, rowid LIMIT ?+0`
 
-	// sqlClaim is the claim itself, of every call whose id is in the JSON
-	// array (fourth ?): one statement for a claim's batch. It is a
+	// sqlClaim is the claim itself, of every call whose rowid is in the
+	// JSON array (fourth ?): one statement for a claim's batch. It is a
 	// conditional update that wins only for the rows still claimable
 	// (pending, or running under an expired lease), checked on each row.
 	// Under BEGIN IMMEDIATE they always are, but the condition keeps the
@@ -141,12 +142,12 @@ const (
 	// SET reads the row as it was).
 	// The condition is claimableRow, claimable with its columns out of the
 	// planner's reach: with them, it takes idx_calls_status for
-	// status = 'pending' and walks the whole queue looking for the ids
+	// status = 'pending' and walks the whole queue looking for the rowids
 	// (TestClaimPlans).
 	sqlClaim = `UPDATE calls
 		SET status = 'running', attempt = attempt + 1, lease_until = ?, owner = ?, updated_at = ?, error_json = NULL,
 		    unknown_outcome = CASE WHEN status = 'running' THEN '` + wire.UnknownAbandoned + `' ELSE unknown_outcome END
-		WHERE call_id IN (SELECT value FROM json_each(?)) AND ` + claimableRow + `
+		WHERE rowid IN (SELECT value FROM json_each(?)) AND ` + claimableRow + `
 		RETURNING ` + callColumns
 
 	// sqlSucceed and sqlFail are the fenced completions (see fencing);
