@@ -245,7 +245,8 @@ func (h *hotStmts) queryCall(st driverStmt, args ...any) (store.Call, error) {
 // hot runs f with the hot statements on the connection of the batch being
 // committed. Only a write's function (or the committer) may call it: the
 // connection is the committer's. Inside f, hot runs its f directly (Raw
-// holds the connection until f returns). A panic in f is carried out of
+// holds the connection until f returns), and f must not use the batch's
+// *sql.Tx: database/sql would wait for the connection Raw holds. A panic in f is carried out of
 // Raw and raised again: Raw would take a panic, or driver.ErrBadConn, for
 // a broken connection and close it under the open transaction, which
 // waits for the transaction for ever.
