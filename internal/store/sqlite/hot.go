@@ -58,6 +58,7 @@ type hotStmts struct {
 	callByID, leaseOf              driverStmt
 	callByKey, callByIntent        driverStmt
 	insertCall, retryReset         driverStmt
+	aliasByKey                     driverStmt
 	pickPending, pickExpired       driverStmt
 	claim                          driverStmt
 
@@ -89,6 +90,7 @@ func (h *hotStmts) list() []struct {
 		{&h.callByIntent, sqlCallByIntent},
 		{&h.insertCall, sqlInsertCall},
 		{&h.retryReset, sqlRetryReset},
+		{&h.aliasByKey, sqlAliasByKey},
 		{&h.leaseOf, sqlLeaseOf},
 		{&h.pickPending, sqlPickPending},
 		{&h.pickExpired, sqlPickExpired},
@@ -313,6 +315,28 @@ func (s *Store) queryCallHot(ctx context.Context, tx *sql.Tx, st *sql.Stmt, args
 		return err
 	})
 	return c, err
+}
+
+// aliasByKeyHot reads an alias key's call id and fingerprint inside a
+// write (sqlAliasByKey) on the driver connection; sql.ErrNoRows when the
+// key is no alias.
+func (s *Store) aliasByKeyHot(principal, key string) (callID, fingerprint string, err error) {
+	found := false
+	err = s.hot(func(h *hotStmts) error {
+		return h.query(h.aliasByKey, func(row []driver.Value) error {
+			found = true
+			var err error
+			if callID, err = asString(row[0], 0); err != nil {
+				return err
+			}
+			fingerprint, err = asString(row[1], 1)
+			return err
+		}, principal, key)
+	})
+	if err == nil && !found {
+		err = sql.ErrNoRows
+	}
+	return callID, fingerprint, err
 }
 
 // prepareHot prepares the hot statements on the write connection (Open: a

@@ -13,7 +13,8 @@ import (
 // through database/sql (queryCall, scanCall) and on the driver connection
 // (queryCallHot, callFromRow), and wants the same store.Call: one call
 // with every nullable column set and one with none. A statement without a
-// hot twin falls back to queryCall.
+// hot twin falls back to queryCall. An alias key reads the same both ways
+// too (aliasByKeyHot).
 func TestQueryCallHotMatchesQueryCall(t *testing.T) {
 	t.Parallel()
 	s := openAt(t, tempPath(t), store.Options{})
@@ -58,6 +59,20 @@ func TestQueryCallHotMatchesQueryCall(t *testing.T) {
 		}
 		if _, err := s.queryCallHot(ctx, tx, s.wq.callByID, "c_nope"); err != sql.ErrNoRows {
 			t.Errorf("queryCallHot of no call = %v, want sql.ErrNoRows", err)
+		}
+		// An alias, read both ways.
+		if _, err := tx.StmtContext(ctx, s.wq.insertAlias).ExecContext(ctx, "p", "alias-key", full.CallID, "fp-alias", 1.0); err != nil {
+			return err
+		}
+		var wantID, wantFP string
+		if err := tx.StmtContext(ctx, s.wq.aliasByKey).QueryRowContext(ctx, "p", "alias-key").Scan(&wantID, &wantFP); err != nil {
+			return err
+		}
+		if id, fp, err := s.aliasByKeyHot("p", "alias-key"); err != nil || id != wantID || fp != wantFP || id != full.CallID {
+			t.Errorf("aliasByKeyHot = %q, %q, %v; want %q, %q", id, fp, err, wantID, wantFP)
+		}
+		if _, _, err := s.aliasByKeyHot("p", "no-alias"); err != sql.ErrNoRows {
+			t.Errorf("aliasByKeyHot of no alias = %v, want sql.ErrNoRows", err)
 		}
 		return nil
 	})
