@@ -58,7 +58,7 @@ type hotStmts struct {
 	callByID, leaseOf              driverStmt
 	callByKey, callByIntent        driverStmt
 	insertCall, retryReset         driverStmt
-	aliasByKey                     driverStmt
+	aliasByKey, tombstoneByKey     driverStmt
 	pickPending, pickExpired       driverStmt
 	claim                          driverStmt
 
@@ -91,6 +91,7 @@ func (h *hotStmts) list() []struct {
 		{&h.insertCall, sqlInsertCall},
 		{&h.retryReset, sqlRetryReset},
 		{&h.aliasByKey, sqlAliasByKey},
+		{&h.tombstoneByKey, sqlTombstoneByKey},
 		{&h.leaseOf, sqlLeaseOf},
 		{&h.pickPending, sqlPickPending},
 		{&h.pickExpired, sqlPickExpired},
@@ -337,6 +338,33 @@ func (s *Store) aliasByKeyHot(principal, key string) (callID, fingerprint string
 		err = sql.ErrNoRows
 	}
 	return callID, fingerprint, err
+}
+
+// tombstoneByKeyHot reads a key's tombstone purged at or after since
+// inside a write (sqlTombstoneByKey) on the driver connection;
+// sql.ErrNoRows when there is none.
+func (s *Store) tombstoneByKeyHot(principal, key string, since float64) (store.Tombstone, error) {
+	var (
+		t     store.Tombstone
+		found bool
+	)
+	err := s.hot(func(h *hotStmts) error {
+		return h.query(h.tombstoneByKey, func(row []driver.Value) error {
+			found = true
+			var err error
+			for i, dst := range []*string{&t.Principal, &t.IdemKey, &t.Fingerprint, &t.CallID, &t.Tool} {
+				if *dst, err = asString(row[i], i); err != nil {
+					return err
+				}
+			}
+			t.PurgedAt, err = asFloat64(row[5], 5)
+			return err
+		}, principal, key, since)
+	})
+	if err == nil && !found {
+		err = sql.ErrNoRows
+	}
+	return t, err
 }
 
 // prepareHot prepares the hot statements on the write connection (Open: a

@@ -13,8 +13,8 @@ import (
 // through database/sql (queryCall, scanCall) and on the driver connection
 // (queryCallHot, callFromRow), and wants the same store.Call: one call
 // with every nullable column set and one with none. A statement without a
-// hot twin falls back to queryCall. An alias key reads the same both ways
-// too (aliasByKeyHot).
+// hot twin falls back to queryCall. An alias key and a tombstone read the
+// same both ways too (aliasByKeyHot, tombstoneByKeyHot).
 func TestQueryCallHotMatchesQueryCall(t *testing.T) {
 	t.Parallel()
 	s := openAt(t, tempPath(t), store.Options{})
@@ -73,6 +73,21 @@ func TestQueryCallHotMatchesQueryCall(t *testing.T) {
 		}
 		if _, _, err := s.aliasByKeyHot("p", "no-alias"); err != sql.ErrNoRows {
 			t.Errorf("aliasByKeyHot of no alias = %v, want sql.ErrNoRows", err)
+		}
+		// A tombstone, read both ways.
+		if _, err := tx.ExecContext(ctx, `INSERT INTO tombstones (principal, idem_key, fingerprint, call_id, tool, purged_at)
+			VALUES ('p', 'gone', 'fp-gone', 'c_00000000000000f9', 'charge', 100.5)`); err != nil {
+			return err
+		}
+		want, err := scanTombstone(tx.StmtContext(ctx, s.wq.tombstoneByKey).QueryRowContext(ctx, "p", "gone", 100.0))
+		if err != nil {
+			return err
+		}
+		if got, err := s.tombstoneByKeyHot("p", "gone", 100.0); err != nil || got != want || got.PurgedAt != 100.5 {
+			t.Errorf("tombstoneByKeyHot = %+v, %v; want %+v", got, err, want)
+		}
+		if _, err := s.tombstoneByKeyHot("p", "gone", 101.0); err != sql.ErrNoRows {
+			t.Errorf("tombstoneByKeyHot of a tombstone purged too long ago = %v, want sql.ErrNoRows", err)
 		}
 		return nil
 	})

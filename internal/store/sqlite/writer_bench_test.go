@@ -66,7 +66,7 @@ func BenchmarkWriterCycle(b *testing.B) {
 				id := fmt.Sprintf("c_%016x", i)
 				if _, _, err := s.CreateOrGet(ctx, store.NewCall{
 					CallID: id, IdemKey: "k" + id, Fingerprint: "f", Tool: "charge", ArgsJSON: []byte(`{"amount":100}`),
-					Via: store.ViaHTTP,
+					Via: store.ViaHTTP, TombstoneRetention: 30 * 24 * time.Hour, // the server's default
 				}); err != nil {
 					fail(err)
 					return
