@@ -151,7 +151,7 @@ func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration
 			// The audit: each taken-over attempt's outcome_unknown before
 			// its call's claimed row, then one claimed row per call, in one
 			// statement.
-			won := rowids[:0]
+			won := make([]int64, 0, len(claimed))
 			for _, c := range claimed {
 				if l, ok := lapsed[c.CallID]; ok {
 					if err := h.exec(h.insertAudit, now, c.CallID, store.EventOutcomeUnknown, store.DetailTakenOver(l)); err != nil {
