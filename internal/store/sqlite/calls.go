@@ -15,10 +15,11 @@ import (
 // RecoverExpired), cancel.go, purge.go, and commit.go (the group commit).
 // This file holds what they share: the rows of calls and audit.
 
-// insertAudit appends one audit row inside tx.
-func (s *Store) insertAudit(ctx context.Context, tx *sql.Tx, ts float64, callID, event, detail string) error {
-	_, err := tx.StmtContext(ctx, s.wq.insertAudit).ExecContext(ctx, ts, callID, event, detail)
-	return err
+// insertAudit appends one audit row inside tx, the transaction of the
+// batch being committed (through the hot statement on its connection:
+// hot.go).
+func (s *Store) insertAudit(_ context.Context, _ *sql.Tx, ts float64, callID, event, detail string) error {
+	return s.hot(func(h *hotStmts) error { return h.exec(h.insertAudit, ts, callID, event, detail) })
 }
 
 // queryCall runs a statement that returns one call (a read, or a write with

@@ -3,9 +3,11 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
@@ -25,6 +27,10 @@ const toolNotFull = `tool NOT IN (SELECT value FROM json_each(?))`
 // expired (both ? are now). It is the WHERE clause of the conditional
 // UPDATE (sqlClaim), so the claim re-checks it on the row it changes.
 const claimable = `((status = 'pending' AND ` + notBeforePassed + `) OR (status = 'running' AND lease_until <= ?))`
+
+// claimableRow is claimable tested on a row found otherwise: the unary +
+// keeps SQLite from searching an index on status or lease_until for it.
+const claimableRow = `((+status = 'pending' AND ` + notBeforePassed + `) OR (+status = 'running' AND +lease_until <= ?))`
 
 // candidate is a claimable call found by one of the pick queries.
 type candidate struct {
@@ -79,63 +85,125 @@ func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration
 	claimed := []store.Call{}
 	err = s.writeTx(ctx, store.WriteClaim, func(ctx context.Context, tx *sql.Tx) error {
 		claimed = claimed[:0]
-		taken := map[string]int{} // calls of a capped tool claimed so far
 		now := s.now()
 		until := now + lease.Seconds()
-		// Two index-ordered picks instead of one query with an OR, which
-		// SQLite can only answer by collecting every claimable row and
-		// sorting them (USE TEMP B-TREE FOR ORDER BY): with a queue of
-		// 20 k calls, every claim sorted 20 k rows. Each pick returns at
-		// most limit rows, so the oldest limit of their union are the
-		// oldest limit claimable calls, exactly as the single query chose.
-		pending, err := pick(ctx, tx.StmtContext(ctx, s.wq.pickPending), now, full, limit)
-		if err != nil {
-			return err
-		}
-		expired, err := pick(ctx, tx.StmtContext(ctx, s.wq.pickExpired), now, full, limit)
-		if err != nil {
-			return err
-		}
-		for i := range expired {
-			expired[i].expired = true
-		}
-		claim := tx.StmtContext(ctx, s.wq.claim)
-		for _, cand := range oldest(pending, expired, limit) {
-			if max, capped := left[cand.tool]; capped && taken[cand.tool] >= max {
-				continue // the tool's quota is used up: leave the call pending
-			}
-			var lapsed store.Lease
-			if cand.expired {
-				var prevOwner sql.NullString
-				if err := tx.QueryRowContext(ctx, `SELECT owner, attempt FROM calls WHERE call_id = ?`, cand.callID).
-					Scan(&prevOwner, &lapsed.Attempt); err != nil {
-					return err
-				}
-				lapsed.CallID, lapsed.Owner = cand.callID, prevOwner.String
-			}
-			c, err := scanCall(claim.QueryRowContext(ctx, until, owner, now, cand.callID, now, now))
-			if errors.Is(err, sql.ErrNoRows) {
-				continue // no longer claimable: someone else won it
-			} else if err != nil {
+		return s.hot(func(h *hotStmts) error {
+			// Two index-ordered picks instead of one query with an OR, which
+			// SQLite can only answer by collecting every claimable row and
+			// sorting them (USE TEMP B-TREE FOR ORDER BY): with a queue of
+			// 20 k calls, every claim sorted 20 k rows. Each pick returns at
+			// most limit rows, so the oldest limit of their union are the
+			// oldest limit claimable calls, exactly as the single query chose.
+			pending, err := h.pick(h.pickPending, now, full, limit)
+			if err != nil {
 				return err
 			}
-			if cand.expired {
-				if err := s.insertAudit(ctx, tx, now, c.CallID, store.EventOutcomeUnknown, store.DetailTakenOver(lapsed)); err != nil {
-					return err
-				}
-			}
-			if err := s.insertAudit(ctx, tx, now, c.CallID, store.EventClaimed, store.DetailClaimed(owner)); err != nil {
+			expired, err := h.pick(h.pickExpired, now, full, limit)
+			if err != nil {
 				return err
 			}
-			claimed = append(claimed, c)
-			taken[c.Tool]++
-		}
-		return nil
+			for i := range expired {
+				expired[i].expired = true
+			}
+			// The calls to claim, oldest first, within the tools' quotas;
+			// an expired lease's owner and attempt are read before the
+			// claim changes them, for its outcome_unknown row. The claim
+			// and its audit rows name the calls by rowid (a JSON array of
+			// integers: nothing to escape), found by the picks in this
+			// transaction.
+			var (
+				chosen = oldest(pending, expired, limit)
+				rowids = make([]int64, 0, len(chosen))
+				order  = make(map[string]int, len(chosen)) // call id → position in chosen
+				lapsed = map[string]store.Lease{}
+				taken  = map[string]int{} // calls of a capped tool chosen so far
+			)
+			for _, cand := range chosen {
+				if max, capped := left[cand.tool]; capped && taken[cand.tool] >= max {
+					continue // the tool's quota is used up: leave the call pending
+				}
+				taken[cand.tool]++
+				if cand.expired {
+					l, err := h.lapsedLease(cand.callID)
+					if err != nil {
+						return err
+					}
+					lapsed[cand.callID] = l
+				}
+				order[cand.callID] = len(rowids)
+				rowids = append(rowids, cand.rowid)
+			}
+			if len(rowids) == 0 {
+				return nil
+			}
+			// One UPDATE claims them all; a call it does not return is no
+			// longer claimable (someone else won it) and is passed over.
+			if err := h.query(h.claim, func(row []driver.Value) error {
+				c, err := callFromRow(row)
+				if err == nil {
+					claimed = append(claimed, c)
+				}
+				return err
+			}, until, owner, now, rowidArray(rowids), now, now); err != nil {
+				return err
+			}
+			slices.SortFunc(claimed, func(a, b store.Call) int { return order[a.CallID] - order[b.CallID] })
+			// The audit: each taken-over attempt's outcome_unknown before
+			// its call's claimed row, then one claimed row per call, in one
+			// statement.
+			won := make([]int64, 0, len(claimed))
+			for _, c := range claimed {
+				if l, ok := lapsed[c.CallID]; ok {
+					if err := h.exec(h.insertAudit, now, c.CallID, store.EventOutcomeUnknown, store.DetailTakenOver(l)); err != nil {
+						return err
+					}
+				}
+				won = append(won, rowids[order[c.CallID]])
+			}
+			return h.exec(h.insertAudits, now, store.EventClaimed, store.DetailClaimed(owner), rowidArray(won))
+		})
 	})
 	if err != nil {
 		return nil, err
 	}
 	return claimed, nil
+}
+
+// rowidArray is ids as a JSON array, json_each's parameter.
+func rowidArray(ids []int64) string {
+	b := make([]byte, 0, 2+len(ids)*8)
+	b = append(b, '[')
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, id, 10)
+	}
+	return string(append(b, ']'))
+}
+
+// lapsedLease reads the lease of a running call whose lease expired: the
+// attempt its claim takes over.
+func (h *hotStmts) lapsedLease(callID string) (store.Lease, error) {
+	l := store.Lease{CallID: callID}
+	found := false
+	err := h.query(h.leaseOf, func(row []driver.Value) error {
+		found = true
+		if row[0] != nil {
+			owner, err := asString(row[0], 0)
+			if err != nil {
+				return err
+			}
+			l.Owner = owner
+		}
+		var err error
+		l.Attempt, err = asInt64(row[1], 1)
+		return err
+	}, callID)
+	if err == nil && !found {
+		err = sql.ErrNoRows
+	}
+	return l, err
 }
 
 // quotaArgs splits ClaimNext's quotas into the JSON array of full tools
@@ -158,21 +226,29 @@ func quotaArgs(quotas []store.ToolQuota) (full string, left map[string]int, err 
 }
 
 // pick runs a pick query and returns its candidates in order.
-func pick(ctx context.Context, st *sql.Stmt, args ...any) ([]candidate, error) {
-	rows, err := st.QueryContext(ctx, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
+func (h *hotStmts) pick(st driverStmt, args ...any) ([]candidate, error) {
 	var out []candidate
-	for rows.Next() {
-		var c candidate
-		if err := rows.Scan(&c.rowid, &c.callID, &c.createdAt, &c.tool); err != nil {
-			return nil, err
+	err := h.query(st, func(row []driver.Value) error {
+		var (
+			c   candidate
+			err error
+		)
+		if c.rowid, err = asInt64(row[0], 0); err != nil {
+			return err
+		}
+		if c.callID, err = asString(row[1], 1); err != nil {
+			return err
+		}
+		if c.createdAt, err = asFloat64(row[2], 2); err != nil {
+			return err
+		}
+		if c.tool, err = asString(row[3], 3); err != nil {
+			return err
 		}
 		out = append(out, c)
-	}
-	return out, rows.Err()
+		return nil
+	}, args...)
+	return out, err
 }
 
 // oldest merges two candidate lists, each already oldest first, and keeps

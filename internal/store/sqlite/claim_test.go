@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -39,8 +40,8 @@ func queryPlan(t *testing.T, s *Store, query string, args ...any) []string {
 // TestClaimPlans checks how SQLite runs the claim's queries: the pending
 // pick must read idx_calls_pending in order and stop at LIMIT, never sort
 // the queue (the old single query's USE TEMP B-TREE FOR ORDER BY made every
-// claim cost O(queue)); the expired pick and the pre-check must search an
-// index, never scan the table.
+// claim cost O(queue)); the expired pick, the claim's UPDATE of the calls
+// picked and the pre-check must search an index, never scan the table.
 func TestClaimPlans(t *testing.T) {
 	t.Parallel()
 	s := openAt(t, tempPath(t), store.Options{})
@@ -51,6 +52,23 @@ func TestClaimPlans(t *testing.T) {
 	t.Logf("pending pick:\n%s", plan)
 	if !strings.Contains(plan, "USING INDEX idx_calls_pending") || strings.Contains(plan, "TEMP B-TREE") {
 		t.Errorf("pending pick plan:\n%s\nwant a read of idx_calls_pending in order, no TEMP B-TREE", plan)
+	}
+	// The claim's UPDATE and its audit rows find each picked call by its
+	// rowid, whatever the queue: a search of idx_calls_status would walk
+	// every pending call for each claim.
+	for _, q := range []struct {
+		name, sql string
+		args      []any
+	}{
+		{"claim", sqlClaim, []any{2.0, "w", 1.0, `[1,2]`, 1.0, 1.0}},
+		{"claimed audit rows", sqlInsertAudits, []any{1.0, "claimed", "w", `[1,2]`}},
+	} {
+		plan = strings.Join(queryPlan(t, s, q.sql, q.args...), "\n")
+		t.Logf("%s:\n%s", q.name, plan)
+		if !regexp.MustCompile(`SEARCH (calls|c) USING INTEGER PRIMARY KEY \(rowid=\?\)`).MatchString(plan) ||
+			strings.Contains(plan, "idx_calls_status") || strings.Contains(plan, "SCAN calls") || strings.Contains(plan, "SCAN c\n") {
+			t.Errorf("%s plan:\n%s\nwant a search of calls by rowid, nothing else of calls", q.name, plan)
+		}
 	}
 	for _, q := range []struct {
 		name, sql string

@@ -189,6 +189,9 @@ func (s *Store) commitBatch(ops []*writeOp) {
 		return
 	}
 	defer conn.Close()
+	// The hot statements (hot.go) run on conn while the batch is committed.
+	s.batchConn = conn
+	defer func() { s.batchConn = nil }()
 	// BEGIN IMMEDIATE (the pool's _txlock): the write lock is ours from
 	// here to Commit.
 	tx, err := conn.BeginTx(bg, nil)
@@ -215,13 +218,12 @@ func (s *Store) commitBatch(ops []*writeOp) {
 		}
 	} else {
 		for i, op := range live {
-			if _, err := tx.StmtContext(bg, s.wq.savepoint).ExecContext(bg); err != nil {
+			if err := s.hot(func(h *hotStmts) error { return h.exec(h.savepoint) }); err != nil {
 				_ = tx.Rollback()
 				failAll(fmt.Errorf("savepoint: %w", err))
 				return
 			}
 			errs[i] = run(op, tx)
-			var err error
 			if p := (*panicError)(nil); errors.As(errs[i], &p) {
 				// A panicking write may have left the transaction
 				// anywhere: undo the whole batch, and tell every write
@@ -230,13 +232,15 @@ func (s *Store) commitBatch(ops []*writeOp) {
 				failAll(fmt.Errorf("write batch rolled back: %w", errs[i]))
 				return
 			}
-			if errs[i] != nil {
-				// Undo this write only, then pop its savepoint.
-				_, err = tx.StmtContext(bg, s.wq.rollbackTo).ExecContext(bg)
-			}
-			if err == nil {
-				_, err = tx.StmtContext(bg, s.wq.release).ExecContext(bg)
-			}
+			err := s.hot(func(h *hotStmts) error {
+				if errs[i] != nil {
+					// Undo this write only, then pop its savepoint.
+					if err := h.exec(h.rollbackTo); err != nil {
+						return err
+					}
+				}
+				return h.exec(h.release)
+			})
 			if err != nil {
 				// Some errors (disk full, I/O) make SQLite roll back the
 				// whole transaction: the writes before this one are gone

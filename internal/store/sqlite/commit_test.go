@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -210,14 +211,34 @@ func TestWriteTakenRunsToTheEnd(t *testing.T) {
 // batch of three. The committer must not wedge on the open transaction:
 // the batch is rolled back, every write is answered with an error (none is
 // told "committed"), the panicking one's error says it panicked, and the
-// store goes on: a later write commits and Close returns.
+// store goes on: a later write commits and Close returns. The write panics
+// either between its statements or inside one run on the driver connection
+// (Store.hot), where sql.Conn.Raw would take the panic for a broken
+// connection and close it under the open transaction.
 func TestBatchPanicRollsBackAndAnswersAll(t *testing.T) {
 	t.Parallel()
+	for _, inHot := range []bool{false, true} {
+		t.Run(fmt.Sprintf("inHot=%v", inHot), func(t *testing.T) {
+			t.Parallel()
+			testBatchPanic(t, inHot)
+		})
+	}
+}
+
+func testBatchPanic(t *testing.T, inHot bool) {
 	s := openAt(t, tempPath(t), store.Options{})
 	bomb := &writeOp{ctx: context.Background(), name: "bomb",
 		fn: func(ctx context.Context, tx *sql.Tx) error {
 			if err := s.insertAudit(ctx, tx, 1, "c_batch", "bomb", ""); err != nil {
 				return err
+			}
+			if inHot {
+				return s.hot(func(h *hotStmts) error {
+					if err := h.exec(h.insertAudit, 1.0, "c_batch", "bomb in hot", ""); err != nil {
+						return err
+					}
+					panic("kaboom")
+				})
 			}
 			panic("kaboom")
 		}}

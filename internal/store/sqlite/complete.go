@@ -30,23 +30,24 @@ func (s *Store) Succeed(ctx context.Context, c store.Completion) (store.Call, er
 	err := s.writeTx(ctx, store.WriteSucceed, func(ctx context.Context, tx *sql.Tx) error {
 		now := s.now()
 		e := c.Effect
-		if e != nil {
-			if _, err := tx.StmtContext(ctx, s.wq.insertEffect).ExecContext(ctx,
-				e.EffectID, e.Tool, e.Amount, now, c.CallID, c.Owner, c.Attempt); err != nil {
+		return s.hot(func(h *hotStmts) error {
+			if e != nil {
+				if err := h.exec(h.insertEffect, e.EffectID, e.Tool, e.Amount, now, c.CallID, c.Owner, c.Attempt); err != nil {
+					return err
+				}
+			}
+			var err error
+			call, err = h.queryCall(h.succeed, jsonArg(c.Result), now, e != nil, c.CallID, c.Owner, c.Attempt)
+			if errors.Is(err, sql.ErrNoRows) {
+				return h.whyFenced(c)
+			} else if err != nil {
 				return err
 			}
-		}
-		var err error
-		call, err = queryCall(ctx, tx, s.wq.succeed, jsonArg(c.Result), now, e != nil, c.CallID, c.Owner, c.Attempt)
-		if errors.Is(err, sql.ErrNoRows) {
-			return whyFenced(ctx, tx, s.wq.callByID, c)
-		} else if err != nil {
-			return err
-		}
-		if err := insertDelivery(ctx, tx, now, c.CallID, c.Notify); err != nil {
-			return err
-		}
-		return s.insertAudit(ctx, tx, now, c.CallID, store.EventSucceeded, store.DetailSucceeded(call.EffectID, c))
+			if err := h.delivery(now, c.CallID, c.Notify); err != nil {
+				return err
+			}
+			return h.exec(h.insertAudit, now, c.CallID, store.EventSucceeded, store.DetailSucceeded(call.EffectID, c))
+		})
 	})
 	if err != nil {
 		return store.Call{}, s.auditFenced(ctx, c, err)
@@ -63,21 +64,23 @@ func (s *Store) Fail(ctx context.Context, c store.Completion) (store.Call, error
 	var call store.Call
 	err := s.writeTx(ctx, store.WriteFail, func(ctx context.Context, tx *sql.Tx) error {
 		now := s.now()
-		var err error
 		keep, unknown := unknownArgs(c)
-		call, err = queryCall(ctx, tx, s.wq.fail, string(errJSON), now, keep, unknown, c.CallID, c.Owner, c.Attempt)
-		if errors.Is(err, sql.ErrNoRows) {
-			return whyFenced(ctx, tx, s.wq.callByID, c)
-		} else if err != nil {
-			return err
-		}
-		if err := s.auditUnknown(ctx, tx, now, c); err != nil {
-			return err
-		}
-		if err := insertDelivery(ctx, tx, now, c.CallID, c.Notify); err != nil {
-			return err
-		}
-		return s.insertAudit(ctx, tx, now, c.CallID, store.EventFailed, store.DetailFailed(c))
+		return s.hot(func(h *hotStmts) error {
+			var err error
+			call, err = h.queryCall(h.fail, string(errJSON), now, keep, unknown, c.CallID, c.Owner, c.Attempt)
+			if errors.Is(err, sql.ErrNoRows) {
+				return h.whyFenced(c)
+			} else if err != nil {
+				return err
+			}
+			if err := h.auditUnknown(now, c); err != nil {
+				return err
+			}
+			if err := h.delivery(now, c.CallID, c.Notify); err != nil {
+				return err
+			}
+			return h.exec(h.insertAudit, now, c.CallID, store.EventFailed, store.DetailFailed(c))
+		})
 	})
 	if err != nil {
 		return store.Call{}, s.auditFenced(ctx, c, err)
@@ -97,19 +100,21 @@ func (s *Store) ScheduleRetry(ctx context.Context, c store.Completion, delay tim
 	var call store.Call
 	err := s.writeTx(ctx, store.WriteRetry, func(ctx context.Context, tx *sql.Tx) error {
 		now := s.now()
-		var err error
 		keep, unknown := unknownArgs(c)
-		call, err = queryCall(ctx, tx, s.wq.scheduleRetry, now+delay.Seconds(), string(store.FailureJSON(c)), now,
-			keep, unknown, c.CallID, c.Owner, c.Attempt)
-		if errors.Is(err, sql.ErrNoRows) {
-			return whyFenced(ctx, tx, s.wq.callByID, c)
-		} else if err != nil {
-			return err
-		}
-		if err := s.auditUnknown(ctx, tx, now, c); err != nil {
-			return err
-		}
-		return s.insertAudit(ctx, tx, now, c.CallID, store.EventRetryScheduled, store.DetailRetryScheduled(delay, c))
+		return s.hot(func(h *hotStmts) error {
+			var err error
+			call, err = h.queryCall(h.scheduleRetry, now+delay.Seconds(), string(store.FailureJSON(c)), now,
+				keep, unknown, c.CallID, c.Owner, c.Attempt)
+			if errors.Is(err, sql.ErrNoRows) {
+				return h.whyFenced(c)
+			} else if err != nil {
+				return err
+			}
+			if err := h.auditUnknown(now, c); err != nil {
+				return err
+			}
+			return h.exec(h.insertAudit, now, c.CallID, store.EventRetryScheduled, store.DetailRetryScheduled(delay, c))
+		})
 	})
 	if err != nil {
 		return store.Call{}, s.auditFenced(ctx, c, err)
@@ -120,19 +125,28 @@ func (s *Store) ScheduleRetry(ctx context.Context, c store.Completion, delay tim
 // auditUnknown writes the outcome_unknown event of a completion whose
 // error is outcome_unknown (store.DetailOutcomeUnknown), and nothing for
 // any other.
-func (s *Store) auditUnknown(ctx context.Context, tx *sql.Tx, now float64, c store.Completion) error {
+func (h *hotStmts) auditUnknown(now float64, c store.Completion) error {
 	detail, ok := store.DetailOutcomeUnknown(c)
 	if !ok {
 		return nil
 	}
-	return s.insertAudit(ctx, tx, now, c.CallID, store.EventOutcomeUnknown, detail)
+	return h.exec(h.insertAudit, now, c.CallID, store.EventOutcomeUnknown, detail)
+}
+
+// insertDelivery writes the outbox row of a call the completion made
+// final (insertDelivery run hot); nil writes nothing.
+func (h *hotStmts) delivery(now float64, callID string, d *store.NewDelivery) error {
+	if d == nil {
+		return nil
+	}
+	return h.exec(h.insertDelivery, d.ID, callID, d.URL, now, now, now)
 }
 
 // whyFenced is called when a fencing UPDATE matched no row: the completion
 // is stale (or the call does not exist). It reads why, for the audit, and
 // returns a *fencedError (or sql.ErrNoRows for an unknown call).
-func whyFenced(ctx context.Context, tx *sql.Tx, callByID *sql.Stmt, c store.Completion) error {
-	cur, err := queryCall(ctx, tx, callByID, c.CallID)
+func (h *hotStmts) whyFenced(c store.Completion) error {
+	cur, err := h.queryCall(h.callByID, c.CallID)
 	if err != nil {
 		return err // sql.ErrNoRows: no such call, nothing to fence
 	}

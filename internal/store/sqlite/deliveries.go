@@ -54,9 +54,7 @@ func insertDelivery(ctx context.Context, tx *sql.Tx, now float64, callID string,
 	if d == nil {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, `INSERT INTO webhook_deliveries
-		(id, call_id, url, state, attempts, next_at, created_at, updated_at)
-		VALUES (?, ?, ?, 'pending', 0, ?, ?, ?)`, d.ID, callID, d.URL, now, now, now)
+	_, err := tx.ExecContext(ctx, sqlInsertDelivery, d.ID, callID, d.URL, now, now, now)
 	return err
 }
 

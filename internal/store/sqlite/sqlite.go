@@ -84,6 +84,16 @@ type Store struct {
 	// closed is set by Close; every method then fails with
 	// store.ErrUnavailable instead of database/sql's "closed" errors.
 	closed atomic.Bool
+
+	// batchConn is the write connection while the committer commits a
+	// batch (nil otherwise), hs the hot statements prepared on it, and
+	// inHot whether a write is inside Store.hot (hot.go). The committer's
+	// alone.
+	batchConn *sql.Conn
+	hs        hotStmts
+	inHot     bool
+	// twin is twins(), set by Open.
+	twin map[*sql.Stmt]*driverStmt
 }
 
 var _ store.Store = (*Store)(nil)
@@ -161,6 +171,11 @@ func Open(ctx context.Context, path string, opts store.Options) (*Store, error) 
 		return nil, err
 	}
 	s.ckpt = ckpt
+	if err := s.prepareHot(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, interpret(ctx, "prepare", err))
+	}
+	s.twin = s.twins()
 	s.writes = make(chan *writeOp) // unbuffered: writers queue FIFO on the send
 	s.quit = make(chan struct{})
 	s.commitDone = make(chan struct{})
@@ -197,7 +212,7 @@ func (s *Store) Close() error {
 		<-s.commitDone
 		<-s.ckptDone
 	}
-	errs := []error{closeAll(s.rq.list()), closeAll(s.wq.list())}
+	errs := []error{s.closeHot(), closeAll(s.rq.list()), closeAll(s.wq.list())}
 	if s.r != nil {
 		errs = append(errs, s.r.Close())
 	}

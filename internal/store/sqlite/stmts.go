@@ -60,6 +60,23 @@ const (
 
 	sqlInsertAudit = `INSERT INTO audit (ts, call_id, event, detail) VALUES (?, ?, ?, ?)`
 
+	// sqlInsertAudits writes one event with one detail for each call whose
+	// rowid is in the JSON array (fourth ?), in the array's order: a
+	// claim's claimed rows, one statement for the batch instead of one per
+	// call. The call id is read from the call's row.
+	sqlInsertAudits = `INSERT INTO audit (ts, call_id, event, detail)
+		SELECT ?, c.call_id, ?, ? FROM json_each(?) AS j JOIN calls AS c ON c.rowid = j.value ORDER BY j.key`
+
+	// sqlInsertDelivery is a completion's webhook outbox row
+	// (insertDelivery).
+	sqlInsertDelivery = `INSERT INTO webhook_deliveries
+		(id, call_id, url, state, attempts, next_at, created_at, updated_at)
+		VALUES (?, ?, ?, 'pending', 0, ?, ?, ?)`
+
+	// sqlLeaseOf reads the lease a claim is about to take over (an
+	// expired one), for its outcome_unknown audit row.
+	sqlLeaseOf = `SELECT owner, attempt FROM calls WHERE call_id = ?`
+
 	// sqlHasClaimable is ClaimNext's pre-check on a read connection. Two
 	// EXISTS, not one with an OR, so each is a single index probe: pending
 	// through idx_calls_pending, expired through idx_calls_status. A
@@ -111,20 +128,26 @@ const (
 		WHERE status = 'running' AND lease_until <= ? AND ` + toolNotFull + `
 		ORDER BY created_at, rowid LIMIT ?+0`
 
-	// sqlClaim is the claim itself: a conditional update that wins only if
-	// the row is still claimable (pending, or running under an expired
-	// lease). Under BEGIN IMMEDIATE it always is, but the condition keeps
-	// the claim correct on its own. RETURNING gives the claimed row, or no
-	// row when the claim lost.
+	// sqlClaim is the claim itself, of every call whose rowid is in the
+	// JSON array (fourth ?): one statement for a claim's batch. It is a
+	// conditional update that wins only for the rows still claimable
+	// (pending, or running under an expired lease), checked on each row.
+	// Under BEGIN IMMEDIATE they always are, but the condition keeps the
+	// claim correct on its own. RETURNING gives the claimed rows, in no
+	// particular order; a call whose claim lost is not among them.
 	// error_json is cleared: a call back from a scheduled retry kept the
 	// failure it waited out (sqlScheduleRetry), and a running call has none.
 	// A running call here is one whose lease expired: its attempt was
 	// abandoned in flight, so its outcome is unknown (unknown_outcome;
 	// SET reads the row as it was).
+	// The condition is claimableRow, claimable with its columns out of the
+	// planner's reach: with them, it takes idx_calls_status for
+	// status = 'pending' and walks the whole queue looking for the rowids
+	// (TestClaimPlans).
 	sqlClaim = `UPDATE calls
 		SET status = 'running', attempt = attempt + 1, lease_until = ?, owner = ?, updated_at = ?, error_json = NULL,
 		    unknown_outcome = CASE WHEN status = 'running' THEN '` + wire.UnknownAbandoned + `' ELSE unknown_outcome END
-		WHERE call_id = ? AND ` + claimable + `
+		WHERE rowid IN (SELECT value FROM json_each(?)) AND ` + claimableRow + `
 		RETURNING ` + callColumns
 
 	// sqlSucceed and sqlFail are the fenced completions (see fencing);
@@ -253,22 +276,15 @@ func (r *readStmts) listStatus(st store.Status) *sql.Stmt {
 
 // writeStmts are prepared on the write pool (one connection) and used inside
 // write transactions through tx.StmtContext, which reuses the statement
-// already prepared on that connection. A read-only store has none.
+// already prepared on that connection. A read-only store has none. The
+// statements every call runs are hotStmts (hot.go) instead.
 type writeStmts struct {
-	callByID, callByKey      *sql.Stmt
-	insertCall, retryReset   *sql.Stmt
-	aliasByKey, insertAlias  *sql.Stmt
-	callByIntent             *sql.Stmt
-	tombstoneByKey           *sql.Stmt
-	insertAudit              *sql.Stmt
-	pickPending, pickExpired *sql.Stmt
-	claim                    *sql.Stmt
-	succeed, fail            *sql.Stmt
-	scheduleRetry            *sql.Stmt
-	insertEffect             *sql.Stmt
-	extendLease, callExists  *sql.Stmt
-	// The group commit's savepoint around each write of a batch.
-	savepoint, release, rollbackTo *sql.Stmt
+	callByID, callByKey     *sql.Stmt
+	insertCall, retryReset  *sql.Stmt
+	aliasByKey, insertAlias *sql.Stmt
+	callByIntent            *sql.Stmt
+	tombstoneByKey          *sql.Stmt
+	extendLease, callExists *sql.Stmt
 }
 
 // prepared is one statement to prepare: where to store it and its SQL.
@@ -331,18 +347,7 @@ func (w *writeStmts) list() []prepared {
 		{&w.insertAlias, sqlInsertAlias},
 		{&w.callByIntent, sqlCallByIntent},
 		{&w.tombstoneByKey, sqlTombstoneByKey},
-		{&w.insertAudit, sqlInsertAudit},
-		{&w.pickPending, sqlPickPending},
-		{&w.pickExpired, sqlPickExpired},
-		{&w.claim, sqlClaim},
-		{&w.succeed, sqlSucceed},
-		{&w.fail, sqlFail},
-		{&w.scheduleRetry, sqlScheduleRetry},
-		{&w.insertEffect, sqlInsertEffect},
 		{&w.extendLease, sqlExtendLease},
 		{&w.callExists, sqlCallExists},
-		{&w.savepoint, `SAVEPOINT write`},
-		{&w.release, `RELEASE write`},
-		{&w.rollbackTo, `ROLLBACK TO write`},
 	}
 }

@@ -297,6 +297,26 @@ func testClaimOldestAcrossPendingAndExpired(t *testing.T, su suite) {
 			if c.Status != store.StatusRunning || c.Owner == nil || *c.Owner != "new" {
 				t.Fatalf("claimed %+v, want running under new", c)
 			}
+			if stored := get(t, s, c.CallID); !reflect.DeepEqual(normalize(t, stored), normalize(t, c)) {
+				t.Fatalf("stored %+v, ClaimNext returned %+v", stored, c)
+			}
+			// Each call's own story, whatever the others of its batch:
+			// a taken-over attempt's outcome_unknown right before the
+			// claim that took it over.
+			wantEvents := []string{store.EventCreated, store.EventClaimed}
+			if c.Attempt == 2 {
+				wantEvents = []string{store.EventCreated, store.EventOutcomeUnknown, store.EventClaimed}
+			}
+			evs := audit(t, s, c.CallID)
+			if got := events(evs); !reflect.DeepEqual(got, wantEvents) {
+				t.Fatalf("audit of %s = %v, want %v", c.CallID, got, wantEvents)
+			}
+			if c.Attempt == 2 && evs[1].Detail != "abandoned: attempt 1 in flight, lease expired (owner old, attempt 1)" {
+				t.Fatalf("outcome_unknown detail of %s = %q", c.CallID, evs[1].Detail)
+			}
+			if last := evs[len(evs)-1]; last.Detail != "new" {
+				t.Fatalf("claimed detail of %s = %q, want the owner new", c.CallID, last.Detail)
+			}
 		}
 	}
 }

@@ -289,3 +289,74 @@ func testEffectUniqueness(t *testing.T, open func(t *testing.T) store.Store) {
 		}
 	})
 }
+
+// testEveryColumnReturned: ClaimNext, ScheduleRetry, Fail and Succeed
+// return the call exactly as stored with every optional column set (a
+// principal, client id and seq, the MCP door, a notify URL, a trace
+// parent, a cancel request, a not-before time, an unknown outcome, an
+// error, a result, an effect), not only the plain call of the other tests:
+// a backend builds these answers from its write statements' rows, column
+// by column.
+func testEveryColumnReturned(t *testing.T, open func(t *testing.T) store.Store) {
+	s := open(t)
+	ctx := t.Context()
+	same := func(what string, got store.Call) {
+		t.Helper()
+		if stored := get(t, s, got.CallID); !reflect.DeepEqual(normalize(t, stored), normalize(t, got)) {
+			t.Fatalf("stored    %+v\n%s returned %+v", stored, what, got)
+		}
+	}
+	n := newCall(t, "every-column", "fp-every-column")
+	clientID, seq, notify := "client-7", int64(42), "https://hooks.example/done"
+	n.Principal, n.ClientID, n.Seq, n.NotifyURL, n.Via = "tenant-a", &clientID, &seq, &notify, store.ViaMCP
+	n.TraceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	c, out, err := s.CreateOrGet(ctx, n)
+	if err != nil || out != store.Created {
+		t.Fatalf("CreateOrGet = %v, %v", out, err)
+	}
+	first := claimOnly(t, s, "w1", longLease, c.CallID)
+	same("ClaimNext", first)
+	// A cancel request reaches the running call; the attempt's outcome is
+	// unknown, and the tool allows a server-side retry.
+	if _, co, err := s.Cancel(ctx, c.CallID, json.RawMessage(`{"code":"canceled","message":"x","retryable":false}`), nil); err != nil ||
+		co != store.CancelRequested {
+		t.Fatalf("Cancel of the running call = %v, %v; want cancel requested", co, err)
+	}
+	unknown := failure(first, true)
+	unknown.Error = json.RawMessage(`{"code":"outcome_unknown","message":"no answer","retryable":true,"unknown":"no_response"}`)
+	retried, err := s.ScheduleRetry(ctx, unknown, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if retried.Status != store.StatusPending || retried.NotBefore == nil || !retried.CancelRequested ||
+		retried.Unknown == "" || retried.ErrorJSON == nil {
+		t.Fatalf("ScheduleRetry returned %+v; want pending with not_before, the cancel request, the unknown outcome and the error", retried)
+	}
+	same("ScheduleRetry", retried)
+	second := claimOnly(t, s, "w2", longLease, c.CallID)
+	same("ClaimNext after a retry", second)
+	failed, err := s.Fail(ctx, failure(second, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	same("Fail", failed)
+
+	// Succeed, on a second call of the same kind, with its effect.
+	n2 := n
+	n2.CallID, n2.IdemKey = newCallID(t), "every-column-2"
+	c2, out, err := s.CreateOrGet(ctx, n2)
+	if err != nil || out != store.Created {
+		t.Fatalf("CreateOrGet = %v, %v", out, err)
+	}
+	claimed := claimOnly(t, s, "w3", longLease, c2.CallID)
+	same("ClaimNext", claimed)
+	done, err := s.Succeed(ctx, completion(claimed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done.EffectID == nil || done.NotifyURL == nil || done.ClientID == nil || done.Seq == nil || done.TraceParent == "" ||
+		done.Via != store.ViaMCP || done.Principal != "tenant-a" {
+		t.Fatalf("Succeed returned %+v; want every column the call was created with", done)
+	}
+	same("Succeed", done)
+}

@@ -130,6 +130,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("Fail", func(t *testing.T) { testFail(t, open) })
 	t.Run("ScheduleRetry", func(t *testing.T) { testScheduleRetry(t, open) })
 	t.Run("EffectUniqueness", func(t *testing.T) { testEffectUniqueness(t, open) })
+	t.Run("EveryColumnReturned", func(t *testing.T) { testEveryColumnReturned(t, open) })
 	// recover.go
 	t.Run("RecoverExpired", func(t *testing.T) { testRecoverExpired(t, open) })
 	t.Run("RecoverWithoutLease", func(t *testing.T) { testRecoverWithoutLease(t, su) })
