@@ -33,6 +33,23 @@ func (b *bundle) succeeded(key, body string, header ...string) wire.Call {
 	return c
 }
 
+// hitsOf reads idemctl_replay_cache_hits_total from srv's registry (GET
+// /metrics wants a token on a server with auth).
+func hitsOf(t *testing.T, srv *Server) float64 {
+	t.Helper()
+	mfs, err := srv.m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == hitsSeries {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no %s", hitsSeries)
+	return 0
+}
+
 // withoutDate is an answer's header without Date, the one header two
 // answers a second apart may differ in.
 func withoutDate(h http.Header) http.Header {
@@ -163,12 +180,15 @@ func TestReplayCachePrincipals(t *testing.T) {
 	const body = `{"tool":"charge","args":{"amount":9}}`
 	alice := b.succeeded("shared-key", body, "Authorization", bearer(aliceToken))
 	b.post("shared-key", body, "Authorization", bearer(aliceToken))
-	if r := b.post("shared-key", body, "Authorization", bearer(aliceToken)); r.status != http.StatusOK || b.srv.replays.len() != 1 {
-		t.Fatalf("alice's replay: %d, %d entries; want 200 and her entry", r.status, b.srv.replays.len())
+	if r := b.post("shared-key", body, "Authorization", bearer(aliceToken)); r.status != http.StatusOK || hitsOf(t, b.srv) != 1 {
+		t.Fatalf("alice's replay: %d, %v hits; want 200 from the cache", r.status, hitsOf(t, b.srv))
 	}
 	r := b.post("shared-key", body, "Authorization", bearer(bobToken))
 	if r.status != http.StatusAccepted || r.call(t).CallID == alice.CallID {
 		t.Fatalf("bob with alice's key and body: %d %s; want 202 with a call of his own", r.status, r.body)
+	}
+	if got := hitsOf(t, b.srv); got != 1 {
+		t.Fatalf("%v hits; want still 1", got)
 	}
 }
 
@@ -262,5 +282,23 @@ func TestReplayCacheRegistryRefresh(t *testing.T) {
 	c.put(gen, "p", "k", sum, succeededCall("c_1", *now), []byte("{}\n"))
 	if c.get("p", "k", sum) != nil {
 		t.Fatal("an answer checked against the registry before a refresh was stored after it")
+	}
+}
+
+// TestReplayCacheClearedByRefresh: a refresh of the upstream MCP servers'
+// tools empties the server's cache (the same body may now be refused).
+func TestReplayCacheClearedByRefresh(t *testing.T) {
+	u := setupUpstream(t, false, false, "")
+	const body = `{"tool":"demo_send_receipt","args":{"to":"bo","amount":1}}`
+	u.succeeded("receipt", body)
+	u.post("receipt", body)
+	if u.srv.replays.len() != 1 {
+		t.Fatalf("%d entries after a replay of a succeeded call; want 1", u.srv.replays.len())
+	}
+	if err := u.reg.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := u.srv.replays.len(); n != 0 {
+		t.Fatalf("%d entries after a refresh of the registry; want none", n)
 	}
 }
