@@ -93,6 +93,28 @@ func FuzzCanonical(f *testing.F) {
 		}
 		fp := fingerprintOf(v)
 
+		// The direct writer is the general path, byte for byte, on the
+		// normalized value and on the parsed one (not NFC, nulls kept).
+		for _, x := range []any{n, v} {
+			direct, derr := Canonical(x)
+			general, gerr := canonicalJCS(x)
+			if !bytes.Equal(direct, general) || (derr == nil) != (gerr == nil) {
+				t.Fatalf("Canonical and json.Marshal+jcs.Transform differ on %q:\n%q %v\n%q %v", data, direct, derr, general, gerr)
+			}
+		}
+		// OfNormalized on the canonical args is Of.
+		if na, err := Normalize(map[string]any{"v": v}); err == nil {
+			ca, err := Canonical(na)
+			if err != nil {
+				t.Fatalf("Canonical refused normalized args: %v", err)
+			}
+			want, werr := Of("fuzz", map[string]any{"v": v})
+			got, err := OfNormalized("fuzz", na.(map[string]any), ca)
+			if got != want || (err == nil) != (werr == nil) || (err != nil && err.Error() != werr.Error()) {
+				t.Fatalf("OfNormalized = %s, %v; Of = %s, %v (input %q)", got, err, want, werr, data)
+			}
+		}
+
 		// Idempotent: the canonical form is its own canonical form.
 		c2 := canonicalOf(t, "the canonical form", c1)
 		if !bytes.Equal(c1, c2) {
