@@ -492,7 +492,9 @@ func FuzzParseNormalize(f *testing.F) {
 // is not normalized takes the general path.
 func TestCanonicalDirect(t *testing.T) {
 	for _, v := range []any{
-		map[string]any{"\U0001F600": 1, "\uE000": 2, "\uFFFF": 3, "z": 4, "\U0001F601": 5, "\U0001F4A9": 6, "": 7},
+		map[string]any{"\U0001F600": json.Number("1"), "\uE000": json.Number("2"), "\uFFFF": json.Number("3"),
+			"z": json.Number("4"), "\U0001F601": json.Number("5"), "\U0001F4A9": json.Number("6"), "": json.Number("7"),
+			"\U0001F600\U0001F601": json.Number("8"), "\U0001F600\U0001F600": json.Number("9")},
 		[]any{"\"\\\b\f\n\r\t\x00\x01\x1f\x7f<>&\u2028\u2029/é\U0001F600"},
 		[]any{json.Number("-0"), json.Number("1e21"), json.Number("1e20"), json.Number("1e-6"), json.Number("1e-7"),
 			json.Number("0.1"), json.Number("9007199254740992"), json.Number("5e-324"), json.Number("1E+2")},
