@@ -545,16 +545,20 @@ func TestOfNormalized(t *testing.T) {
 	if got, _ := OfNormalized("charge", map[string]any{"amount": json.Number("100")}, []byte(`{"amount":100}`)); got != "c136471529280eb4c70db92d5b8ff8d553408953a5794966a81ad3d42c83ec5d" {
 		t.Errorf("the documented example: %s", got)
 	}
-	deep := map[string]any{}
-	for range MaxDepth - 1 {
-		deep = map[string]any{"a": deep}
-	}
-	if _, err := Normalize(deep); err != nil {
-		t.Fatalf("args %d levels deep refused on their own: %v", MaxDepth, err)
-	}
-	c, _ := Canonical(deep)
-	_, want := Of("t", deep)
-	if _, err := OfNormalized("t", deep, c); !errors.Is(want, ErrTooDeep) || err == nil || err.Error() != want.Error() {
-		t.Errorf("args %d levels deep: OfNormalized %v; Of %v", MaxDepth, err, want)
+	// Brackets and escaped quotes inside strings do not hide the depth.
+	for _, name := range []string{"a", `q"`, `b\`, `"[{`} {
+		deep := map[string]any{}
+		for range MaxDepth - 2 {
+			deep = map[string]any{"a": deep}
+		}
+		deep = map[string]any{name: deep}
+		if _, err := Normalize(deep); err != nil {
+			t.Fatalf("args %d levels deep refused on their own: %v", MaxDepth, err)
+		}
+		c, _ := Canonical(deep)
+		_, want := Of("t", deep)
+		if _, err := OfNormalized("t", deep, c); !errors.Is(want, ErrTooDeep) || err == nil || err.Error() != want.Error() {
+			t.Errorf("args %d levels deep under %q: OfNormalized %v; Of %v", MaxDepth, name, err, want)
+		}
 	}
 }
