@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -559,6 +560,17 @@ func TestOfNormalized(t *testing.T) {
 		_, want := Of("t", deep)
 		if _, err := OfNormalized("t", deep, c); !errors.Is(want, ErrTooDeep) || err == nil || err.Error() != want.Error() {
 			t.Errorf("args %d levels deep under %q: OfNormalized %v; Of %v", MaxDepth, name, err, want)
+		}
+	}
+}
+
+// TestIsIdent: isIdent is the regular expression ^[A-Za-z_][A-Za-z0-9_]*$
+// that chooses between $.name and $["name"] in paths.
+func TestIsIdent(t *testing.T) {
+	re := regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	for _, name := range []string{"", "_", "a", "Z", "a1", "_9", "1a", "9", "a-b", "a b", "é", "aé", "A_z9", "a\n", "@", "[", "`", "{", "/", ":"} {
+		if got, want := isIdent(name), re.MatchString(name); got != want {
+			t.Errorf("isIdent(%q) = %v, want %v", name, got, want)
 		}
 	}
 }
