@@ -101,6 +101,15 @@ func ParseJSON(data []byte) (any, error) {
 	if !utf8.Valid(data) {
 		return nil, fmt.Errorf("%w: input is not valid UTF-8", ErrInvalidJSON)
 	}
+	if v, ok := parsePlain(data); ok {
+		return v, nil
+	}
+	return parseTokens(data)
+}
+
+// parseTokens is ParseJSON by encoding/json's tokens: every document, and
+// the refusals' words.
+func parseTokens(data []byte) (any, error) {
 	p := parser{dec: json.NewDecoder(bytes.NewReader(data))}
 	p.dec.UseNumber() // keep number literals exact; the range check needs them
 	v, err := p.value("$", 0)

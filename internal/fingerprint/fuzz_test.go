@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
 )
@@ -72,11 +74,23 @@ func FuzzCanonical(f *testing.F) {
 		` `,
 		`"<&>\u2028\u2029\t\n\"\\/"`,
 		`[true,false,null,"",0,{},[]]`,
+		// The plain parser's edges: each is refused or handed on.
+		` { "a" : 1 , "b" : [ 1 , 2 ] } `, `{"a":tru}`, `[1true]`, `{"a" 1}`, `[01]`, `[-]`, `[1.]`, `[.5]`,
+		"[\"a\tb\"]", `{"a":"b",}`, `[1,]`, `nullx`, `"x"`, `[1e5,-0,0.5E-3]`, `{"a":{}}x`, `{"a"}`, `{1:2}`,
+		`["a\"b"]`, "[1]\x00", `[nul]`, "\ufeff[1]",
 	}
 	for _, s := range seeds {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
+		// The plain parser accepts only what encoding/json's tokens accept,
+		// as the same value.
+		if pv, ok := parsePlain(data); ok && utf8.Valid(data) {
+			tv, err := parseTokens(data)
+			if err != nil || !reflect.DeepEqual(pv, tv) {
+				t.Fatalf("parsePlain accepted %q as %#v; parseTokens: %#v, %v", data, pv, tv, err)
+			}
+		}
 		v, err := ParseJSON(data)
 		if err != nil {
 			checkDocumented(t, "ParseJSON", err)
