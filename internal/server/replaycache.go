@@ -76,11 +76,14 @@ type replayKey struct{ principal, key string }
 
 // replayEntry is what a replay of a succeeded call answers.
 type replayEntry struct {
-	sum     [sha256.Size]byte // of the request body that got this answer
-	callID  string
-	tool    string
-	answer  []byte // the body the full path sent: the call object's JSON and a newline
-	expires time.Time
+	sum    [sha256.Size]byte // of the request body that got this answer
+	callID string
+	tool   string
+	answer []byte // the body the full path sent: the call object's JSON and a newline
+	// expires is checked by both clocks: the monotonic one, which a step
+	// of the wall clock does not move, and the wall clock (wallExpires),
+	// which a suspended machine's monotonic clock does not see pass.
+	expires, wallExpires time.Time
 }
 
 // newReplayCache is the cache of a server with this retention; nil (no
@@ -113,7 +116,10 @@ func (c *replayCache) get(principal, key string, sum [sha256.Size]byte) *replayE
 	c.mu.RLock()
 	e := c.entries[replayKey{principal, key}]
 	c.mu.RUnlock()
-	if e == nil || e.sum != sum || !c.now().Before(e.expires) {
+	if e == nil || e.sum != sum {
+		return nil
+	}
+	if now := c.now(); !now.Before(e.expires) || !now.Round(0).Before(e.wallExpires) {
 		return nil
 	}
 	return e
@@ -137,7 +143,8 @@ func (c *replayCache) put(gen uint64, principal, key string, sum [sha256.Size]by
 	if !now.Before(expires) {
 		return
 	}
-	e := &replayEntry{sum: sum, callID: call.CallID, tool: call.Tool, answer: bytes.Clone(answer), expires: expires}
+	e := &replayEntry{sum: sum, callID: call.CallID, tool: call.Tool, answer: bytes.Clone(answer),
+		expires: expires, wallExpires: expires.Round(0)}
 	k := replayKey{principal, key}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -154,7 +161,7 @@ func (c *replayCache) put(gen uint64, principal, key string, sum [sha256.Size]by
 // an arbitrary one (map order). Called under mu, when full.
 func (c *replayCache) evict(now time.Time) {
 	for k, e := range c.entries {
-		if !now.Before(e.expires) {
+		if !now.Before(e.expires) || !now.Round(0).Before(e.wallExpires) {
 			delete(c.entries, k)
 		}
 	}

@@ -302,3 +302,30 @@ func TestReplayCacheClearedByRefresh(t *testing.T) {
 		t.Fatalf("%d entries after a refresh of the registry; want none", n)
 	}
 }
+
+// TestReplayCacheBothClocks: an entry expires by whichever clock passes
+// its end first. Go's times compare by the monotonic clock when both have
+// a reading of it, and that clock stands still while the machine sleeps:
+// the wall clock's end is checked too. (Times with a monotonic reading
+// cannot be made to disagree with the wall clock, so the entry is made by
+// hand.)
+func TestReplayCacheBothClocks(t *testing.T) {
+	c := newReplayCache(0)
+	sum := sha256.Sum256([]byte("body"))
+	now := time.Now() // with a monotonic reading
+	c.now = func() time.Time { return now }
+	c.entries[replayKey{"p", "k"}] = &replayEntry{sum: sum, callID: "c_1", answer: []byte("{}\n"),
+		expires: now.Add(time.Minute), wallExpires: now.Round(0).Add(time.Minute)}
+	if c.get("p", "k", sum) == nil {
+		t.Fatal("an entry before its end by both clocks is not served")
+	}
+	c.entries[replayKey{"p", "k"}].wallExpires = now.Round(0).Add(-time.Second)
+	if c.get("p", "k", sum) != nil {
+		t.Fatal("an entry past its end by the wall clock (not by the monotonic one) was served")
+	}
+	c.entries[replayKey{"p", "k"}].wallExpires = now.Round(0).Add(time.Minute)
+	c.entries[replayKey{"p", "k"}].expires = now.Add(-time.Second)
+	if c.get("p", "k", sum) != nil {
+		t.Fatal("an entry past its end by the monotonic clock was served")
+	}
+}
