@@ -101,6 +101,15 @@ func ParseJSON(data []byte) (any, error) {
 	if !utf8.Valid(data) {
 		return nil, fmt.Errorf("%w: input is not valid UTF-8", ErrInvalidJSON)
 	}
+	if v, ok := parsePlain(data); ok {
+		return v, nil
+	}
+	return parseTokens(data)
+}
+
+// parseTokens is ParseJSON by encoding/json's tokens: every document, and
+// the refusals' words.
+func parseTokens(data []byte) (any, error) {
 	p := parser{dec: json.NewDecoder(bytes.NewReader(data))}
 	p.dec.UseNumber() // keep number literals exact; the range check needs them
 	v, err := p.value("$", 0)
@@ -243,14 +252,25 @@ func hexRune(data []byte, i int) (rune, bool) {
 	return rune(n), true
 }
 
-var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
 // memberPath extends a JSONPath-like location ($.args.amount) for messages.
 func memberPath(path, name string) string {
-	if identRE.MatchString(name) {
+	if isIdent(name) {
 		return path + "." + name
 	}
 	return path + "[" + strconv.Quote(name) + "]"
+}
+
+// isIdent reports whether name matches ^[A-Za-z_][A-Za-z0-9_]*$ (a
+// regular expression cost a tenth of a body's parse: every member's path
+// is made).
+func isIdent(name string) bool {
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if c != '_' && (c < 'A' || c > 'Z') && (c < 'a' || c > 'z') && (i == 0 || c < '0' || c > '9') {
+			return false
+		}
+	}
+	return name != ""
 }
 
 // Normalize returns a normalized copy of a generic JSON value (as produced by
@@ -406,7 +426,21 @@ func truncate(s string) string {
 // Canonical returns the RFC 8785 (JCS) bytes of an already normalized value:
 // members sorted by UTF-16 code units, no insignificant whitespace, numbers in
 // their ECMAScript shortest form (so 1, 1.0 and 1e0 are all 1).
+//
+// A normalized value is written directly (appendCanonical); anything else
+// (Go numbers, invalid UTF-8, a literal that is not a JSON number) takes
+// the general path, json.Marshal and then jcs.Transform, which the direct
+// writer matches byte for byte wherever it answers (FuzzCanonical checks
+// both on every input).
 func Canonical(v any) ([]byte, error) {
+	if out, ok := appendCanonical(nil, v, 0); ok {
+		return out, nil
+	}
+	return canonicalJCS(v)
+}
+
+// canonicalJCS is Canonical's general path.
+func canonicalJCS(v any) ([]byte, error) {
 	raw, err := json.Marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("fingerprint: marshal: %w", err)
@@ -416,6 +450,174 @@ func Canonical(v any) ([]byte, error) {
 		return nil, fmt.Errorf("fingerprint: canonicalize: %w", err)
 	}
 	return out, nil
+}
+
+// appendCanonical appends the canonical form of a normalized value to buf.
+// ok false: v holds something else, and buf is to be dropped.
+func appendCanonical(buf []byte, v any, depth int) ([]byte, bool) {
+	if depth > MaxDepth+2 { // a normalized call: args inside {"tool", "args"}
+		return buf, false
+	}
+	switch x := v.(type) {
+	case nil:
+		return append(buf, "null"...), true
+	case bool:
+		return strconv.AppendBool(buf, x), true
+	case string:
+		return appendCanonicalString(buf, x)
+	case json.Number:
+		lit := string(x)
+		if len(lit) > MaxNumberLength || !isJSONNumber(lit) {
+			return buf, false
+		}
+		f, err := strconv.ParseFloat(lit, 64)
+		if err != nil {
+			return buf, false
+		}
+		n, err := jcs.NumberToJSON(f)
+		if err != nil {
+			return buf, false
+		}
+		return append(buf, n...), true
+	case []any:
+		buf = append(buf, '[')
+		for i, e := range x {
+			if i > 0 {
+				buf = append(buf, ',')
+			}
+			var ok bool
+			if buf, ok = appendCanonical(buf, e, depth+1); !ok {
+				return buf, false
+			}
+		}
+		return append(buf, ']'), true
+	case map[string]any:
+		names := make([]string, 0, len(x))
+		for name := range x {
+			if !utf8.ValidString(name) {
+				return buf, false
+			}
+			names = append(names, name)
+		}
+		sort.Slice(names, func(i, j int) bool { return compareUTF16(names[i], names[j]) < 0 })
+		buf = append(buf, '{')
+		for i, name := range names {
+			if i > 0 {
+				buf = append(buf, ',')
+			}
+			buf, _ = appendCanonicalString(buf, name) // valid UTF-8, checked above
+			buf = append(buf, ':')
+			var ok bool
+			if buf, ok = appendCanonical(buf, x[name], depth+1); !ok {
+				return buf, false
+			}
+		}
+		return append(buf, '}'), true
+	}
+	return buf, false
+}
+
+// appendCanonicalString writes a string as RFC 8785 §3.2.2.2 does: quotes,
+// backslashes and control characters escaped (the two-character escapes
+// where JSON has one, else \u00xx in lowercase), every other character as
+// itself. ok false for invalid UTF-8.
+func appendCanonicalString(buf []byte, s string) ([]byte, bool) {
+	if !utf8.ValidString(s) {
+		return buf, false
+	}
+	const hexDigits = "0123456789abcdef"
+	buf = append(buf, '"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '"', '\\':
+			buf = append(buf, '\\', c)
+		case '\b':
+			buf = append(buf, '\\', 'b')
+		case '\f':
+			buf = append(buf, '\\', 'f')
+		case '\n':
+			buf = append(buf, '\\', 'n')
+		case '\r':
+			buf = append(buf, '\\', 'r')
+		case '\t':
+			buf = append(buf, '\\', 't')
+		default:
+			if c < 0x20 {
+				buf = append(buf, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			} else {
+				buf = append(buf, c)
+			}
+		}
+	}
+	return append(buf, '"'), true
+}
+
+// compareUTF16 orders two valid UTF-8 strings by their UTF-16 code units,
+// the member order of RFC 8785 §3.2.3. It differs from byte order only
+// where a character above U+FFFF (a surrogate pair, 0xD800–0xDFFF) meets
+// one in U+E000–U+FFFF.
+func compareUTF16(a, b string) int {
+	for a != "" && b != "" {
+		ra, na := utf8.DecodeRuneInString(a)
+		rb, nb := utf8.DecodeRuneInString(b)
+		if ra != rb {
+			if ua, ub := utf16Unit(ra), utf16Unit(rb); ua != ub {
+				return int(ua) - int(ub)
+			}
+			return int(ra) - int(rb) // one high surrogate: the low ones order as the runes
+		}
+		a, b = a[na:], b[nb:]
+	}
+	return len(a) - len(b)
+}
+
+// utf16Unit is the first UTF-16 code unit of r. Two different runes with
+// the same first unit are both above U+FFFF and share their high
+// surrogate; their low surrogates then order as the runes do.
+func utf16Unit(r rune) rune {
+	if r < 0x10000 {
+		return r
+	}
+	return 0xD800 + (r-0x10000)>>10
+}
+
+// isJSONNumber reports whether lit is an RFC 8259 number (numberRE, without
+// the regular expression's cost).
+func isJSONNumber(lit string) bool {
+	i := 0
+	if i < len(lit) && lit[i] == '-' {
+		i++
+	}
+	digits := func() int {
+		n := 0
+		for i < len(lit) && lit[i] >= '0' && lit[i] <= '9' {
+			i++
+			n++
+		}
+		return n
+	}
+	switch {
+	case i < len(lit) && lit[i] == '0':
+		i++
+	case digits() == 0:
+		return false
+	}
+	if i < len(lit) && lit[i] == '.' {
+		i++
+		if digits() == 0 {
+			return false
+		}
+	}
+	if i < len(lit) && (lit[i] == 'e' || lit[i] == 'E') {
+		i++
+		if i < len(lit) && (lit[i] == '+' || lit[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			return false
+		}
+	}
+	return i == len(lit)
 }
 
 // Of returns the version 1 fingerprint of a tool call: the lowercase hex
@@ -436,4 +638,51 @@ func Of(tool string, args map[string]any) (string, error) {
 	}
 	sum := sha256.Sum256(c)
 	return hex.EncodeToString(sum[:]), nil
+}
+
+// OfNormalized is Of(tool, args) for args that Normalize has returned
+// already, with canonicalArgs their Canonical form: neither is done again.
+// The canonical form of {"tool", "args"} is "args" and then "tool" (they
+// sort so), each member's value in its canonical form. Normalizing the
+// normalized args again inside {"tool", "args"} could only refuse them for
+// their depth, one level deeper there than on their own: args that come
+// near MaxDepth are given to Of, which decides and words the refusal.
+func OfNormalized(tool string, args map[string]any, canonicalArgs []byte) (string, error) {
+	if nesting(canonicalArgs) >= MaxDepth-1 {
+		return Of(tool, args)
+	}
+	if !utf8.ValidString(tool) {
+		return "", fmt.Errorf("%w: string at $.tool is not valid UTF-8", ErrInvalidJSON)
+	}
+	h := sha256.New()
+	buf := make([]byte, 0, len(`{"args":,"tool":""}`)+len(tool)+8)
+	buf = append(buf, `{"args":`...)
+	h.Write(buf)
+	h.Write(canonicalArgs)
+	buf = append(buf[:0], `,"tool":`...)
+	buf, _ = appendCanonicalString(buf, norm.NFC.String(tool))
+	buf = append(buf, '}')
+	h.Write(buf)
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// nesting is the deepest nesting of arrays and objects in a JSON text (1
+// for "{}"), brackets inside strings not counted.
+func nesting(data []byte) int {
+	depth, deepest, inString := 0, 0, false
+	for i := 0; i < len(data); i++ {
+		switch c := data[i]; {
+		case inString && c == '\\':
+			i++ // the escaped byte
+		case c == '"':
+			inString = !inString
+		case inString:
+		case c == '{' || c == '[':
+			depth++
+			deepest = max(deepest, depth)
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return deepest
 }

@@ -1,8 +1,10 @@
 package fingerprint
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -482,4 +484,93 @@ func FuzzParseNormalize(f *testing.F) {
 			t.Fatalf("not a fixed point: %q -> %q", c1, c2)
 		}
 	})
+}
+
+// TestCanonicalDirect: the direct writer agrees with json.Marshal and
+// jcs.Transform where they could part: member order across the surrogate
+// range, one high surrogate shared, escapes, HTML characters, the line
+// separators, numbers at the ECMAScript format's edges; and a value that
+// is not normalized takes the general path.
+func TestCanonicalDirect(t *testing.T) {
+	for _, v := range []any{
+		map[string]any{"\U0001F600": json.Number("1"), "\uE000": json.Number("2"), "\uFFFF": json.Number("3"),
+			"z": json.Number("4"), "\U0001F601": json.Number("5"), "\U0001F4A9": json.Number("6"), "": json.Number("7"),
+			"\U0001F600\U0001F601": json.Number("8"), "\U0001F600\U0001F600": json.Number("9")},
+		[]any{"\"\\\b\f\n\r\t\x00\x01\x1f\x7f<>&\u2028\u2029/é\U0001F600"},
+		[]any{json.Number("-0"), json.Number("1e21"), json.Number("1e20"), json.Number("1e-6"), json.Number("1e-7"),
+			json.Number("0.1"), json.Number("9007199254740992"), json.Number("5e-324"), json.Number("1E+2")},
+		[]any{nil, true, false, map[string]any{}, []any{}},
+		map[string]any{"float": 1.5, "int": 3},        // Go numbers: the general path
+		[]any{json.Number("0x10"), json.Number("01")}, // not JSON numbers: both refuse
+		[]any{"\xff"}, // invalid UTF-8: the general path
+	} {
+		direct, derr := Canonical(v)
+		general, gerr := canonicalJCS(v)
+		if !bytes.Equal(direct, general) || (derr == nil) != (gerr == nil) {
+			t.Errorf("%#v:\n direct  %q %v\n general %q %v", v, direct, derr, general, gerr)
+		}
+	}
+	if out, ok := appendCanonical(nil, map[string]any{"b": json.Number("1.0"), "a": "x"}, 0); !ok || string(out) != `{"a":"x","b":1}` {
+		t.Errorf("direct writer: %q %v", out, ok)
+	}
+}
+
+// TestOfNormalized: the fingerprint from canonical args is Of's, the pinned
+// example's included, and so is the refusal of args nested one level too
+// deep for the call.
+func TestOfNormalized(t *testing.T) {
+	for _, tc := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"charge", map[string]any{"amount": json.Number("100")}},
+		{"caf\u0065\u0301", map[string]any{"x": nil, "é": []any{json.Number("1.0"), "\u2028"}}},
+		{"t\"ool\n", map[string]any{}},
+	} {
+		n, err := Normalize(tc.args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := Canonical(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := Of(tc.tool, tc.args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := OfNormalized(tc.tool, n.(map[string]any), c); err != nil || got != want {
+			t.Errorf("OfNormalized(%q, %s) = %s, %v; Of = %s", tc.tool, c, got, err, want)
+		}
+	}
+	if got, _ := OfNormalized("charge", map[string]any{"amount": json.Number("100")}, []byte(`{"amount":100}`)); got != "c136471529280eb4c70db92d5b8ff8d553408953a5794966a81ad3d42c83ec5d" {
+		t.Errorf("the documented example: %s", got)
+	}
+	// Brackets and escaped quotes inside strings do not hide the depth.
+	for _, name := range []string{"a", `q"`, `b\`, `"[{`} {
+		deep := map[string]any{}
+		for range MaxDepth - 2 {
+			deep = map[string]any{"a": deep}
+		}
+		deep = map[string]any{name: deep}
+		if _, err := Normalize(deep); err != nil {
+			t.Fatalf("args %d levels deep refused on their own: %v", MaxDepth, err)
+		}
+		c, _ := Canonical(deep)
+		_, want := Of("t", deep)
+		if _, err := OfNormalized("t", deep, c); !errors.Is(want, ErrTooDeep) || err == nil || err.Error() != want.Error() {
+			t.Errorf("args %d levels deep under %q: OfNormalized %v; Of %v", MaxDepth, name, err, want)
+		}
+	}
+}
+
+// TestIsIdent: isIdent is the regular expression ^[A-Za-z_][A-Za-z0-9_]*$
+// that chooses between $.name and $["name"] in paths.
+func TestIsIdent(t *testing.T) {
+	re := regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	for _, name := range []string{"", "_", "a", "Z", "a1", "_9", "1a", "9", "a-b", "a b", "é", "aé", "A_z9", "a\n", "@", "[", "`", "{", "/", ":"} {
+		if got, want := isIdent(name), re.MatchString(name); got != want {
+			t.Errorf("isIdent(%q) = %v, want %v", name, got, want)
+		}
+	}
 }

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
 )
@@ -72,11 +74,23 @@ func FuzzCanonical(f *testing.F) {
 		` `,
 		`"<&>\u2028\u2029\t\n\"\\/"`,
 		`[true,false,null,"",0,{},[]]`,
+		// The plain parser's edges: each is refused or handed on.
+		` { "a" : 1 , "b" : [ 1 , 2 ] } `, `{"a":tru}`, `[1true]`, `{"a" 1}`, `[01]`, `[-]`, `[1.]`, `[.5]`,
+		"[\"a\tb\"]", `{"a":"b",}`, `[1,]`, `nullx`, `"x"`, `[1e5,-0,0.5E-3]`, `{"a":{}}x`, `{"a"}`, `{1:2}`,
+		`["a\"b"]`, "[1]\x00", `[nul]`, "\ufeff[1]",
 	}
 	for _, s := range seeds {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
+		// The plain parser accepts only what encoding/json's tokens accept,
+		// as the same value.
+		if pv, ok := parsePlain(data); ok && utf8.Valid(data) {
+			tv, err := parseTokens(data)
+			if err != nil || !reflect.DeepEqual(pv, tv) {
+				t.Fatalf("parsePlain accepted %q as %#v; parseTokens: %#v, %v", data, pv, tv, err)
+			}
+		}
 		v, err := ParseJSON(data)
 		if err != nil {
 			checkDocumented(t, "ParseJSON", err)
@@ -92,6 +106,28 @@ func FuzzCanonical(f *testing.F) {
 			t.Fatalf("Canonical refused a normalized value: %v", err)
 		}
 		fp := fingerprintOf(v)
+
+		// The direct writer is the general path, byte for byte, on the
+		// normalized value and on the parsed one (not NFC, nulls kept).
+		for _, x := range []any{n, v} {
+			direct, derr := Canonical(x)
+			general, gerr := canonicalJCS(x)
+			if !bytes.Equal(direct, general) || (derr == nil) != (gerr == nil) {
+				t.Fatalf("Canonical and json.Marshal+jcs.Transform differ on %q:\n%q %v\n%q %v", data, direct, derr, general, gerr)
+			}
+		}
+		// OfNormalized on the canonical args is Of.
+		if na, err := Normalize(map[string]any{"v": v}); err == nil {
+			ca, err := Canonical(na)
+			if err != nil {
+				t.Fatalf("Canonical refused normalized args: %v", err)
+			}
+			want, werr := Of("fuzz", map[string]any{"v": v})
+			got, err := OfNormalized("fuzz", na.(map[string]any), ca)
+			if got != want || (err == nil) != (werr == nil) || (err != nil && err.Error() != werr.Error()) {
+				t.Fatalf("OfNormalized = %s, %v; Of = %s, %v (input %q)", got, err, want, werr, data)
+			}
+		}
 
 		// Idempotent: the canonical form is its own canonical form.
 		c2 := canonicalOf(t, "the canonical form", c1)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -112,19 +113,25 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, s.log, aerr)
 		return
 	}
-	req, release, ok := s.readCreate(w, r)
+	in, ok := s.readCreate(w, r, key)
 	if !ok {
 		return
 	}
 	// The body's bytes stay reserved until the answer is written: its
 	// copies (parsed, canonical, stored, echoed) live until then.
-	defer release()
+	defer in.release()
+	if in.cached != nil {
+		s.respondCached(w, r, key, in.cached)
+		return
+	}
+	req := in.req
 	// idemctl mcp forwards an agent's calls over this API and says so; any
 	// other value is the API's own door.
 	if r.Header.Get(wire.HeaderVia) == store.ViaMCP {
 		req.Via = store.ViaMCP
 	}
-	call, outcome, aerr := s.submit(r.Context(), principalOf(r.Context()), key, req)
+	principal := principalOf(r.Context())
+	call, outcome, aerr := s.submit(r.Context(), principal, key, req)
 	if aerr != nil {
 		writeAPIError(w, s.log, aerr)
 		return
@@ -134,7 +141,23 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		// (docs/api.md, "Headers").
 		w.Header().Set(wire.HeaderDeduplicatedBy, wire.DeduplicatedByIntent)
 	}
-	s.respondCall(w, r, call, outcome != store.Created, true)
+	answer := s.respondCall(w, r, call, outcome != store.Created, true)
+	if outcome == store.Existing {
+		// What a replay of this body answers while the call stays as it
+		// is: put keeps it only for a succeeded call (replaycache.go).
+		s.replays.put(in.gen, principal, key, in.sum, call, answer)
+	}
+}
+
+// posted is a POST body read by readCreate: the checked request, or, for
+// the body of a replay the replay cache holds, its answer (cached) and
+// no request.
+type posted struct {
+	req     createRequest
+	cached  *replayEntry
+	sum     [sha256.Size]byte // of the body's bytes
+	gen     uint64            // the replay cache's generation before req was checked
+	release func()
 }
 
 // readCreate reads and checks a POST body under a body slot
@@ -142,12 +165,13 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 // form are in memory, and given back before the store is asked anything.
 // Without a free slot it answers 503 overloaded before reading: the
 // request stores nothing, so a retry with the same key is safe. ok false
-// means the answer has been written.
-func (s *Server) readCreate(w http.ResponseWriter, r *http.Request) (req createRequest, release func(), ok bool) {
+// means the answer has been written. A body the replay cache knows for
+// the principal's key is not parsed: its answer is returned instead.
+func (s *Server) readCreate(w http.ResponseWriter, r *http.Request, key string) (in posted, ok bool) {
 	if r.ContentLength > MaxBodyBytes {
 		writeError(w, s.log, http.StatusRequestEntityTooLarge, wire.CodePayloadTooLarge,
 			fmt.Sprintf("body is %d bytes; at most %d are accepted", r.ContentLength, MaxBodyBytes))
-		return req, nil, false
+		return in, false
 	}
 	// The byte budget (MaxBodyBytesInFlight) is taken for the declared
 	// length, or the most a body may be when it is not declared.
@@ -160,7 +184,7 @@ func (s *Server) readCreate(w http.ResponseWriter, r *http.Request) (req createR
 		w.Header().Set("Retry-After", "1")
 		writeError(w, s.log, http.StatusServiceUnavailable, wire.CodeOverloaded,
 			fmt.Sprintf("too many request body bytes in flight (at most %d); retry with the same key", s.bodyBytes.max))
-		return req, nil, false
+		return in, false
 	}
 	give := sync.OnceFunc(func() { s.bodyBytes.give(weight) })
 	defer func() {
@@ -175,7 +199,7 @@ func (s *Server) readCreate(w http.ResponseWriter, r *http.Request) (req createR
 		w.Header().Set(wire.HeaderRetryAfter, "1")
 		writeError(w, s.log, http.StatusServiceUnavailable, wire.CodeOverloaded,
 			fmt.Sprintf("too many requests being read at once (at most %d); retry with the same key", cap(s.bodySlots)))
-		return req, nil, false
+		return in, false
 	}
 	s.m.bodiesInFlight.Inc()
 	defer func() {
@@ -189,17 +213,27 @@ func (s *Server) readCreate(w http.ResponseWriter, r *http.Request) (req createR
 		if errors.As(err, &tooLarge) {
 			writeError(w, s.log, http.StatusRequestEntityTooLarge, wire.CodePayloadTooLarge,
 				fmt.Sprintf("body exceeds %d bytes", MaxBodyBytes))
-			return req, nil, false
+			return in, false
 		}
 		s.bodyReadError(w, r, err)
-		return req, nil, false
+		return in, false
 	}
-	req, aerr := parseCreate(body, s.cfg.Chaos, s.cfg.Tools, principalOf(r.Context()))
+	principal := principalOf(r.Context())
+	in.release = give
+	if s.replays != nil {
+		in.sum = sha256.Sum256(body)
+		if in.cached = s.replays.get(principal, key, in.sum); in.cached != nil {
+			return in, true
+		}
+		in.gen = s.replays.generation() // before the registry is asked
+	}
+	req, aerr := parseCreate(body, s.cfg.Chaos, s.cfg.Tools, principal)
 	if aerr != nil {
 		writeAPIError(w, s.log, aerr)
-		return req, nil, false
+		return in, false
 	}
-	return req, give, true
+	in.req = req
+	return in, true
 }
 
 // submit is the create-or-get path of every door (POST /v1/tool-calls,
@@ -476,29 +510,64 @@ func (s *Server) keyNotFound(w http.ResponseWriter, r *http.Request, key string)
 // "Prefer: wait=N" until the call is final or N seconds pass. POST answers
 // 200 for a final call and 202 otherwise; GET always 200. replayed marks a
 // response that returns an already existing call (Idempotent-Replayed).
-func (s *Server) respondCall(w http.ResponseWriter, r *http.Request, call store.Call, replayed, isPost bool) {
-	h := w.Header()
+// It returns the body as sent, the call object's JSON and a newline (nil
+// if it could not be encoded).
+func (s *Server) respondCall(w http.ResponseWriter, r *http.Request, call store.Call, replayed, isPost bool) []byte {
 	if wait, ok := preferWait(r.Header, s.cfg.MaxWait); ok {
 		applied := true
 		if !call.Status.Final() {
 			call, applied = s.holdWait(r.Context(), call, wait)
 		}
 		if applied {
-			h.Set(wire.HeaderPreferenceApplied, wire.PreferWait+"="+strconv.Itoa(int(wait/time.Second)))
+			preferenceApplied(w.Header(), wait)
 		}
 	}
-	h.Set(wire.HeaderLocation, wire.CallPath(call.CallID))
+	status := callHeaders(w.Header(), call.CallID, call.Status.Final(), replayed, isPost)
+	body, err := marshalJSON(callview.Of(call))
+	if err != nil {
+		writeJSON(w, s.log, status, callview.Of(call)) // the 500 of a value that cannot be encoded
+		return nil
+	}
+	body = append(body, '\n')
+	writeBody(w, status, body)
+	return body
+}
+
+// respondCached answers a POST from the replay cache: what respondCall
+// answers a replay of a succeeded call (final, so a wait is applied at
+// once), with the same metrics, log line and span attributes as submit's.
+func (s *Server) respondCached(w http.ResponseWriter, r *http.Request, key string, e *replayEntry) {
+	s.m.calls.WithLabelValues(callsReplayed).Inc()
+	s.m.replayHits.Inc()
+	s.log.Debug("tool call "+store.Existing.String(), logkey.CallID, e.callID, logkey.Key, key,
+		logkey.Tool, e.tool, logkey.Status, store.StatusSucceeded, logkey.Principal, principalOf(r.Context()))
+	noteCall(r.Context(), store.Call{CallID: e.callID, Tool: e.tool}, store.Existing)
+	if wait, ok := preferWait(r.Header, s.cfg.MaxWait); ok {
+		preferenceApplied(w.Header(), wait)
+	}
+	writeBody(w, callHeaders(w.Header(), e.callID, true, true, true), e.answer)
+}
+
+// preferenceApplied says a "Prefer: wait" was honoured.
+func preferenceApplied(h http.Header, wait time.Duration) {
+	h.Set(wire.HeaderPreferenceApplied, wire.PreferWait+"="+strconv.Itoa(int(wait/time.Second)))
+}
+
+// callHeaders sets the headers of an answer with a call and returns its
+// status (respondCall).
+func callHeaders(h http.Header, callID string, final, replayed, isPost bool) int {
+	h.Set(wire.HeaderLocation, wire.CallPath(callID))
 	if replayed {
 		h.Set(wire.HeaderIdempotentReplayed, wire.ReplayedTrue)
 	}
-	status := http.StatusOK
-	if !call.Status.Final() {
-		h.Set(wire.HeaderRetryAfter, "1") // poll again in a second (or use Prefer: wait)
-		if isPost {
-			status = http.StatusAccepted // accepted, not done
-		}
+	if final {
+		return http.StatusOK
 	}
-	writeJSON(w, s.log, status, callview.Of(call))
+	h.Set(wire.HeaderRetryAfter, "1") // poll again in a second (or use Prefer: wait)
+	if isPost {
+		return http.StatusAccepted // accepted, not done
+	}
+	return http.StatusOK
 }
 
 // holdWait runs waitFinal under a wait slot (MaxHeldWaits). Without a free

@@ -57,6 +57,7 @@ type metrics struct {
 	requests       *prometheus.CounterVec   // route, code
 	requestSeconds *prometheus.HistogramVec // route
 	calls          *prometheus.CounterVec   // outcome
+	replayHits     prometheus.Counter       // replays answered from the replay cache
 
 	bodiesInFlight prometheus.Gauge
 	waitsHeld      prometheus.Gauge
@@ -90,6 +91,10 @@ func newMetrics(st store.Store, maxPending int64, exec prometheus.Collector, ext
 			Name: "idemctl_calls_total",
 			Help: "POST /v1/tool-calls results: created, replayed (same key, same fingerprint), retry_reset, conflict (same key, other fingerprint), deduplicated, expired (a purged key's tombstone: 410), circuit_open (a new key refused: the tool's breaker is open and fails fast).",
 		}, []string{"outcome"}),
+		replayHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "idemctl_replay_cache_hits_total",
+			Help: "Replays of succeeded calls answered from the replay cache, without the store (also counted in idemctl_calls_total{outcome=\"replayed\"}).",
+		}),
 		bodiesInFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "idemctl_http_bodies_in_flight",
 			Help: "POST bodies being read and parsed now (limit: MaxConcurrentBodies).",
@@ -126,7 +131,7 @@ func newMetrics(st store.Store, maxPending int64, exec prometheus.Collector, ext
 	})
 	maxPendingGauge.Set(float64(maxPending))
 	own := []prometheus.Collector{
-		m.requests, m.requestSeconds, m.calls, exec,
+		m.requests, m.requestSeconds, m.calls, m.replayHits, exec,
 		m.bodiesInFlight, m.waitsHeld, m.limitRefusals, newQueueCollector(st), maxPendingGauge,
 		m.authFailures, m.purged, m.tombstonesPurged, m.purgeSeconds,
 	}

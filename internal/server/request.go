@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -130,8 +131,12 @@ func parseCreate(body []byte, chaos bool, reg *toolreg.Registry, principal strin
 	if !ok {
 		return req, badRequest("body must be a JSON object like {\"tool\": \"charge\", \"args\": {\"amount\": 100}}")
 	}
-	if path, found := findNUL(obj, "$"); found {
-		return req, badRequest("body: the string at %s contains U+0000 (NUL), which not every database can store", path)
+	// A parsed string holds U+0000 only where the body has the escape
+	// \u0000 (JSON refuses a raw NUL byte): without one, nothing to look for.
+	if bytes.Contains(body, []byte(`\u0000`)) {
+		if path, found := findNUL(obj, "$"); found {
+			return req, badRequest("body: the string at %s contains U+0000 (NUL), which not every database can store", path)
+		}
 	}
 	var unknown []string
 	for name := range obj {
@@ -225,10 +230,12 @@ func checkToolCall(rawTool, rawArgs any, chaos bool, reg *toolreg.Registry, prin
 	if err := validateArgs(reg, tool, req.Args, chaos); err != nil {
 		return req, err
 	}
-	if req.Fingerprint, err = fingerprint.Of(tool, req.Args); err != nil {
+	// The canonical bytes are made once: stored as the args, and hashed
+	// into the fingerprint.
+	if req.ArgsJSON, err = fingerprint.Canonical(req.Args); err != nil {
 		return req, badRequest("args: %v", err)
 	}
-	if req.ArgsJSON, err = fingerprint.Canonical(req.Args); err != nil {
+	if req.Fingerprint, err = fingerprint.OfNormalized(tool, req.Args, req.ArgsJSON); err != nil {
 		return req, badRequest("args: %v", err)
 	}
 	if t, ok := reg.Lookup(tool); ok && t.Dedup != nil {

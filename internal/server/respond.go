@@ -38,13 +38,19 @@ func writeJSON(w http.ResponseWriter, log *slog.Logger, status int, v any) {
 		status = http.StatusInternalServerError
 		body, _ = json.Marshal(wire.Error{Error: wire.ErrorDetail{Code: wire.CodeInternal, Message: "response encoding failed"}}) // cannot fail: two strings
 	}
+	writeBody(w, status, append(body, '\n'))
+}
+
+// writeBody writes body, a JSON value and its final newline, as the
+// response with status, with writeJSON's headers. body is only read.
+func writeBody(w http.ResponseWriter, status int, body []byte) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(body)+1))
+	h.Set("Content-Length", strconv.Itoa(len(body)))
 	h.Set("Cache-Control", "no-store") // calls change state; never serve a stale one
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	_, _ = w.Write(append(body, '\n')) // a failed write means the client left
+	_, _ = w.Write(body) // a failed write means the client left
 }
 
 // writeError writes the error shape of docs/api.md, "Errors".

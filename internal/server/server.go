@@ -236,6 +236,9 @@ type Server struct {
 	tracer  trace.Tracer // nil: tracing off
 	exec    *executor.Executor
 	waiters *waiters
+	// replays answers replays of succeeded calls from memory (nil: off,
+	// the retention is too short for it; replaycache.go).
+	replays *replayCache
 	// hooks sends the webhook outbox (nil when webhooks are off);
 	// hooksDone is closed when its loop has ended.
 	hooks     *webhook.Deliverer
@@ -292,6 +295,7 @@ func New(cfg Config, st store.Store) (*Server, error) {
 		newCallID:  newCallID,
 		log:        log,
 		waiters:    newWaiters(),
+		replays:    newReplayCache(cfg.Retention),
 		bodySlots:  make(chan struct{}, cfg.MaxConcurrentBodies),
 		waitSlots:  make(chan struct{}, cfg.MaxHeldWaits),
 		maxPending: int64(max(cfg.MaxPending, 0)),
@@ -325,6 +329,9 @@ func New(cfg Config, st store.Store) (*Server, error) {
 	s.pendingOf = &principalPending{limit: int64(cfg.MaxPendingPerPrincipal), every: cfg.RecoverInterval,
 		st: st, queueLen: s.exec.Pending}
 	s.waitsOf = &heldWaits{limit: cfg.MaxHeldWaitsPerPrincipal}
+	// A refresh of the upstream MCP servers' tools may refuse a body the
+	// cache would answer.
+	cfg.Tools.OnRefresh(s.replays.clear)
 	if s.mcp, err = s.mcpHandler(); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
