@@ -105,10 +105,20 @@ type Executor struct {
 	cancelWork context.CancelFunc
 	stopSched  context.CancelFunc
 	schedDone  chan struct{}
-	runs       sync.WaitGroup // one per claimed call until its run ends
+	runs       sync.WaitGroup // one per claimed call (or reservation) until its run ends
 	stopOnce   sync.Once
 	stopped    chan struct{} // closed when shutdown has finished
 	stopErr    error
+
+	// claimMu is held by the scheduler from counting its free slots until
+	// it has taken a slot for each call it claimed; Reserve only tries it
+	// (reserve.go).
+	claimMu sync.Mutex
+	// reserving is set under stopMu when Start has finished and cleared
+	// when a stop begins: reservations are taken only while it is set
+	// (reserve.go).
+	stopMu    sync.Mutex
+	reserving bool
 
 	lastErr map[string]string // scheduler-only: dedupes repeated error logs
 	// lastOwnerPass is when the scheduler last looked for calls of dead
@@ -149,6 +159,9 @@ func (e *Executor) Start(ctx context.Context) error {
 	var schedCtx context.Context
 	schedCtx, e.stopSched = context.WithCancel(ctx)
 	go e.schedule(schedCtx)
+	e.stopMu.Lock()
+	e.reserving = true
+	e.stopMu.Unlock()
 	return nil
 }
 
@@ -170,6 +183,9 @@ func (e *Executor) Shutdown(ctx context.Context) error {
 }
 
 func (e *Executor) stop(ctx context.Context, grace time.Duration) error {
+	e.stopMu.Lock()
+	e.reserving = false
+	e.stopMu.Unlock()
 	e.stopSched()
 	<-e.schedDone // no new run starts after this
 	e.gates.stop()
@@ -204,6 +220,9 @@ type limiter interface {
 	quotas() []store.ToolQuota
 	// acquire takes a slot for a call of tool (after free said there is one).
 	acquire(tool string)
+	// tryAcquire takes a slot for a call of tool if one is free under the
+	// global limit and the tool's cap, and reports whether it did.
+	tryAcquire(tool string) bool
 	// release gives back a slot acquire took.
 	release(tool string)
 	// running is how many slots are taken.
@@ -237,6 +256,19 @@ func (l *toolLimit) acquire(tool string) {
 	l.mu.Lock()
 	l.n[tool]++
 	l.mu.Unlock()
+}
+
+func (l *toolLimit) tryAcquire(tool string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c := l.policy(tool).Concurrency; c > 0 && l.n[tool] >= c {
+		return false
+	}
+	if !l.global.tryAcquire(tool) {
+		return false
+	}
+	l.n[tool]++
+	return true
 }
 
 func (l *toolLimit) release(tool string) {
@@ -280,6 +312,16 @@ func (g *globalLimit) acquire(string) {
 	g.mu.Lock()
 	g.n++
 	g.mu.Unlock()
+}
+
+func (g *globalLimit) tryAcquire(string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.n >= g.max {
+		return false
+	}
+	g.n++
+	return true
 }
 
 func (g *globalLimit) release(string) {

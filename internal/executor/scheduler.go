@@ -48,44 +48,55 @@ func (e *Executor) tick(ctx context.Context) {
 	}
 	e.refreshQueue(ctx)
 	for ctx.Err() == nil {
-		free := e.limit.free()
-		if free <= 0 {
+		if !e.claimRound(ctx) {
 			return
-		}
-		// The claim runs to completion even if ctx is cancelled meanwhile:
-		// a claim committed but not started would sit under our lease
-		// until it expired.
-		quotas := e.limit.quotas()
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
-		// Guarded tools (a rate limit, a breaker) are admitted first; the
-		// grants cap them in the claim (gate.go).
-		quotas, adm := e.gates.admit(cctx, e.st, free, quotas, e.noteErr)
-		calls, err := e.st.ClaimNext(cctx, e.owner, e.lease, free, quotas...)
-		e.m.claimQueries.Inc()
-		claimErr := e.noteErr("claim", err)
-		if len(adm) > 0 {
-			e.gates.settle(cctx, e.st, adm, calls, e.noteErr)
-		}
-		cancel()
-		if claimErr {
-			return
-		}
-		e.queue.claimed(len(calls))
-		for _, c := range calls {
-			e.limit.acquire(c.Tool)
-			e.m.busyWorkers.Inc()
-			e.m.attempts.Observe(float64(c.Attempt))
-			// Debug: per call (idemctl_claim_queries_total and the
-			// attempts histogram count claims at info's price).
-			e.log.Debug("claimed call", logkey.CallID, c.CallID, logkey.Key, c.IdemKey,
-				logkey.Tool, c.Tool, logkey.Attempt, c.Attempt)
-			e.runs.Add(1)
-			go e.run(c)
-		}
-		if len(calls) < free && !filledQuota(quotas, calls) {
-			return // nothing more runnable now
 		}
 	}
+}
+
+// claimRound is one claim of tick: up to the free capacity, a run
+// started per call. It reports whether another round may find more.
+// claimMu is held throughout, so that no reservation (Reserve) takes a
+// slot between the count of free slots and the claim that fills them.
+func (e *Executor) claimRound(ctx context.Context) bool {
+	e.claimMu.Lock()
+	defer e.claimMu.Unlock()
+	free := e.limit.free()
+	if free <= 0 {
+		return false
+	}
+	// The claim runs to completion even if ctx is cancelled meanwhile:
+	// a claim committed but not started would sit under our lease
+	// until it expired.
+	quotas := e.limit.quotas()
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	// Guarded tools (a rate limit, a breaker) are admitted first; the
+	// grants cap them in the claim (gate.go).
+	quotas, adm := e.gates.admit(cctx, e.st, free, quotas, e.noteErr)
+	calls, err := e.st.ClaimNext(cctx, e.owner, e.lease, free, quotas...)
+	e.m.claimQueries.Inc()
+	claimErr := e.noteErr("claim", err)
+	if len(adm) > 0 {
+		e.gates.settle(cctx, e.st, adm, calls, e.noteErr)
+	}
+	cancel()
+	if claimErr {
+		return false
+	}
+	e.queue.claimed(len(calls))
+	for _, c := range calls {
+		e.limit.acquire(c.Tool)
+		e.m.busyWorkers.Inc()
+		e.m.attempts.Observe(float64(c.Attempt))
+		// Debug: per call (idemctl_claim_queries_total and the
+		// attempts histogram count claims at info's price).
+		e.log.Debug("claimed call", logkey.CallID, c.CallID, logkey.Key, c.IdemKey,
+			logkey.Tool, c.Tool, logkey.Attempt, c.Attempt)
+		e.runs.Add(1)
+		go e.run(c)
+	}
+	// Short of free and no quota filled: nothing more runnable now.
+	return len(calls) >= free || filledQuota(quotas, calls)
 }
 
 // filledQuota reports whether a claim took all that was left of some

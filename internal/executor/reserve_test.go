@@ -1,0 +1,211 @@
+package executor
+
+import (
+	"context"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/store/sqlite"
+	"github.com/idemctl/idemctl/internal/tool/builtin"
+)
+
+// reserving is an executor that takes reservations with no scheduler
+// running: nothing but the test moves its slots, so every answer of
+// Reserve is the one its state decides.
+func reserving(t *testing.T, opts ...func(*testConfig)) *Executor {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "idem.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	tc := testConfig{Logger: testLogger(t)}
+	for _, o := range opts {
+		o(&tc)
+	}
+	e, err := New(tc.Config, Deps{Store: st, Logger: tc.Logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.reserving = true
+	return e
+}
+
+func mustReserve(t *testing.T, e *Executor, tool string) *Reservation {
+	t.Helper()
+	r, ok := e.Reserve(tool)
+	if !ok || r == nil {
+		t.Fatalf("Reserve(%s) refused; running %d", tool, e.limit.running())
+	}
+	return r
+}
+
+func refused(t *testing.T, e *Executor, tool, why string) {
+	t.Helper()
+	if r, ok := e.Reserve(tool); ok || r != nil {
+		t.Fatalf("Reserve(%s) granted %s", tool, why)
+	}
+}
+
+// TestReserveFreeSlots: a reservation takes a slot under --workers;
+// without a free slot Reserve refuses, and Release gives the slot back
+// once, however often it is called.
+func TestReserveFreeSlots(t *testing.T) {
+	t.Parallel()
+	e := reserving(t, func(c *testConfig) { c.Workers = 2 })
+	a := mustReserve(t, e, builtin.Charge)
+	b := mustReserve(t, e, builtin.Charge)
+	refused(t, e, builtin.Charge, "with every worker reserved")
+	refused(t, e, builtin.SendEmail, "with every worker reserved, for another tool")
+	a.Release()
+	a.Release()
+	if n := e.limit.running(); n != 1 {
+		t.Fatalf("slots taken after a double Release = %d, want 1", n)
+	}
+	c := mustReserve(t, e, builtin.SendEmail)
+	refused(t, e, builtin.Charge, "with every worker reserved again")
+	b.Release()
+	c.Release()
+	if n := e.limit.running(); n != 0 {
+		t.Fatalf("slots taken after every Release = %d, want 0", n)
+	}
+}
+
+// TestReserveToolCap: a tool at its concurrency cap is refused while
+// other tools are not.
+func TestReserveToolCap(t *testing.T) {
+	t.Parallel()
+	e := reserving(t, withPolicy(builtin.Sleep, ToolPolicy{MaxAttempts: 1, Concurrency: 1}))
+	s := mustReserve(t, e, builtin.Sleep)
+	refused(t, e, builtin.Sleep, "past the tool's concurrency cap")
+	mustReserve(t, e, builtin.Charge).Release()
+	s.Release()
+	mustReserve(t, e, builtin.Sleep).Release()
+}
+
+// TestReserveGuardedTool: a tool with a rate limit or a breaker is never
+// reserved: its calls are admitted through the store before a claim.
+func TestReserveGuardedTool(t *testing.T) {
+	t.Parallel()
+	for name, p := range map[string]ToolPolicy{
+		"rate":    {MaxAttempts: 1, Rate: &store.Rate{Limit: 100, Per: time.Second, Burst: 100}},
+		"breaker": {MaxAttempts: 1, Breaker: &store.Breaker{Failures: 5, Cooldown: time.Second}},
+	} {
+		e := reserving(t, withPolicy(builtin.Charge, p))
+		refused(t, e, builtin.Charge, "for a tool with a "+name)
+		mustReserve(t, e, builtin.SendEmail).Release()
+	}
+}
+
+// TestReservePendingWaits: while a pending call waits (this instance's
+// view of the queue), a new call does not jump it.
+func TestReservePendingWaits(t *testing.T) {
+	t.Parallel()
+	e := reserving(t)
+	e.Added()
+	refused(t, e, builtin.Charge, "while a call is pending")
+	e.queue.claimed(1)
+	mustReserve(t, e, builtin.Charge).Release()
+}
+
+// TestReserveWhileClaiming: while the scheduler claims (claimMu held),
+// Reserve refuses instead of waiting for it.
+func TestReserveWhileClaiming(t *testing.T) {
+	t.Parallel()
+	e := reserving(t)
+	e.claimMu.Lock()
+	refused(t, e, builtin.Charge, "while the scheduler claims")
+	e.claimMu.Unlock()
+	mustReserve(t, e, builtin.Charge).Release()
+}
+
+// TestReserveStopped: an executor that has not started, or is stopping,
+// reserves nothing.
+func TestReserveStopped(t *testing.T) {
+	t.Parallel()
+	e := reserving(t)
+	e.reserving = false
+	refused(t, e, builtin.Charge, "before Start")
+
+	b := setup(t)
+	eventually(t, "a reservation on a started executor", func() bool {
+		r, ok := b.ex.Reserve(builtin.Charge)
+		r.Release()
+		return ok
+	})
+	if err := b.ex.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	refused(t, b.ex, builtin.Charge, "after Shutdown")
+}
+
+// TestReservationStart: a call created with a reservation's claim runs on
+// it at once, as a claimed call does (no claim by the scheduler: the
+// audit is created, succeeded), counted busy while it runs, observed as
+// attempt 1 and as claimed at creation; the slot comes back when it ends.
+// A second Start, or a Release after it, does nothing.
+func TestReservationStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *testConfig) { c.Workers = 1 })
+	var r *Reservation
+	eventually(t, "a reservation", func() bool {
+		var ok bool
+		r, ok = b.ex.Reserve(builtin.Charge)
+		return ok
+	})
+	c := submitWith(t, b.st, nil, "k1", `{"tool":"charge","args":{"amount":5}}`, func(n *store.NewCall) { n.Claim = r.Claim() })
+	if c.Status != store.StatusRunning || c.Owner == nil || *c.Owner != b.ex.Owner() {
+		t.Fatalf("created %+v, want running under %s", c, b.ex.Owner())
+	}
+	if !r.Start(c) {
+		t.Fatal("Start refused a call claimed on its reservation")
+	}
+	if r.Start(c) {
+		t.Fatal("a second Start ran the call again")
+	}
+	r.Release()
+	done := b.waitFinal(c.CallID)
+	if done.Status != store.StatusSucceeded || done.Attempt != 1 {
+		t.Fatalf("call = %+v, want succeeded at attempt 1", done)
+	}
+	if got, want := b.events(c.CallID), []string{store.EventCreated, store.EventSucceeded}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("audit = %v, want %v", got, want)
+	}
+	eventually(t, "the slot to come back", func() bool { return b.ex.limit.running() == 0 })
+	if v := b.metricValue("idemctl_claimed_at_creation_total"); v != 1 {
+		t.Fatalf("idemctl_claimed_at_creation_total = %v, want 1", v)
+	}
+	if v := b.metricValue("idemctl_execution_attempt_count"); v != 1 {
+		t.Fatalf("idemctl_execution_attempt_count = %v, want 1", v)
+	}
+	if v := b.metricValue("idemctl_workers_busy"); v != 0 {
+		t.Fatalf("idemctl_workers_busy = %v, want 0", v)
+	}
+}
+
+// TestReservationStartUnclaimed: Start of a call the create did not claim
+// on the reservation (a replay's pending call) runs nothing and gives the
+// slot back.
+func TestReservationStartUnclaimed(t *testing.T) {
+	t.Parallel()
+	e := reserving(t, func(c *testConfig) { c.Workers = 1 })
+	other, own := "someone-else", e.owner
+	for _, c := range []store.Call{
+		{CallID: "c_1", Tool: builtin.Charge, Status: store.StatusPending},
+		{CallID: "c_1", Tool: builtin.Charge, Status: store.StatusSucceeded, Attempt: 1, Owner: &own},
+		{CallID: "c_1", Tool: builtin.Charge, Status: store.StatusRunning, Attempt: 1, Owner: &other},
+		{CallID: "c_1", Tool: builtin.Charge, Status: store.StatusRunning, Attempt: 2, Owner: &own},
+		{CallID: "c_1", Tool: builtin.SendEmail, Status: store.StatusRunning, Attempt: 1, Owner: &own},
+	} {
+		r := mustReserve(t, e, builtin.Charge)
+		if r.Start(c) {
+			t.Fatalf("Start ran %+v", c)
+		}
+		if n := e.limit.running(); n != 0 {
+			t.Fatalf("slots taken after Start of %+v = %d, want 0", c, n)
+		}
+	}
+}
