@@ -42,8 +42,12 @@ type Reservation struct {
 }
 
 // Claim is the store.CreateClaim a create made on this reservation must
-// carry: this executor's owner and lease, as its scheduler claims with.
+// carry: this executor's owner and lease, as its scheduler claims with;
+// nil (no claim) for no reservation.
 func (r *Reservation) Claim() *store.CreateClaim {
+	if r == nil {
+		return nil
+	}
 	return &store.CreateClaim{Owner: r.e.owner, Lease: r.e.lease}
 }
 
