@@ -69,6 +69,10 @@ func testCreateClaim(t *testing.T, open func(t *testing.T) store.Store) {
 	if stored := get(t, s, p.CallID); !reflect.DeepEqual(normalize(t, stored), normalize(t, p)) {
 		t.Fatalf("stored %+v\nCreateOrGet returned %+v", stored, p)
 	}
+	if p.Seq == nil || *p.Seq != seq || p.ClientID == nil || *p.ClientID != client || p.NotifyURL == nil || *p.NotifyURL != notify ||
+		p.TraceParent != n.TraceParent || p.Via != store.ViaMCP || p.Tool != "charge" || p.Principal != n.Principal || p.IdemKey != "k2" {
+		t.Fatalf("created %+v, want the NewCall's fields %+v", p, n)
+	}
 	if evs := audit(t, s, p.CallID); len(evs) != 1 || evs[0].Detail != "charge" {
 		t.Fatalf("audit = %+v, want one created row with detail charge", evs)
 	}
