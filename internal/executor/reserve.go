@@ -93,8 +93,8 @@ func (r *Reservation) Start(c store.Call) bool {
 	e.m.busyWorkers.Inc()
 	e.m.attempts.Observe(float64(c.Attempt))
 	e.m.claimedAtCreation.Inc()
-	e.log.Debug("claimed call at creation", logkey.CallID, c.CallID, logkey.Key, c.IdemKey,
-		logkey.Tool, c.Tool, logkey.Attempt, c.Attempt)
+	e.log.Debug("claimed call", logkey.CallID, c.CallID, logkey.Key, c.IdemKey,
+		logkey.Tool, c.Tool, logkey.Attempt, c.Attempt, "at_creation", true)
 	go e.run(c)
 	return true
 }
