@@ -110,10 +110,6 @@ type Executor struct {
 	stopped    chan struct{} // closed when shutdown has finished
 	stopErr    error
 
-	// claimMu is held by the scheduler from counting its free slots until
-	// it has taken a slot for each call it claimed; Reserve only tries it
-	// (reserve.go).
-	claimMu sync.Mutex
 	// reserving is set under stopMu when Start has finished and cleared
 	// when a stop begins: reservations are taken only while it is set
 	// (reserve.go).
@@ -208,21 +204,26 @@ func (e *Executor) stop(ctx context.Context, grace time.Duration) error {
 	return fmt.Errorf("shutdown: %d tool call(s) abandoned after the grace period", n)
 }
 
-// limiter bounds how many tool executions run at once. The scheduler asks
-// free and quotas before claiming, takes a slot per claimed call, and the
-// run gives it back.
+// limiter bounds how many tool executions run at once. The scheduler
+// holds what a claim may fill while it claims (beginRound) and takes a
+// slot per claimed call (endRound), a claim at creation takes its slot
+// beforehand (tryAcquire), and the run gives it back.
 type limiter interface {
-	// free is how many more calls may start now.
-	free() int
-	// quotas is how many more calls of each capped tool may start now
-	// (a tool's ToolPolicy.Concurrency less its running calls), for
-	// ClaimNext; tools without a cap are not listed.
-	quotas() []store.ToolQuota
-	// acquire takes a slot for a call of tool (after free said there is one).
-	acquire(tool string)
 	// tryAcquire takes a slot for a call of tool if one is free under the
-	// global limit and the tool's cap, and reports whether it did.
+	// global limit and the tool's cap, less what a claim round in flight
+	// holds, and reports whether it did.
 	tryAcquire(tool string) bool
+	// beginRound starts a claim round: how many calls it may claim and
+	// how many more calls of each capped tool may start (a tool's
+	// ToolPolicy.Concurrency less its running calls), for ClaimNext;
+	// tools without a cap are not listed. It holds that many slots (and each
+	// quota) until endRound, so tryAcquire meanwhile never takes a slot
+	// the round may fill; a share of the free slots is left out of the
+	// round for tryAcquire (roundHeadroom).
+	beginRound() (limit int, quotas []store.ToolQuota)
+	// endRound takes a slot for each call the round claimed and lets go
+	// of what beginRound held.
+	endRound(claimed []store.Call)
 	// release gives back a slot acquire took.
 	release(tool string)
 	// running is how many slots are taken.
@@ -242,29 +243,64 @@ type toolLimit struct {
 
 	mu sync.Mutex
 	n  map[string]int // running calls by tool
+	// held and heldTool are what a claim round in flight may still fill:
+	// its limit, and its quota of each capped tool (beginRound).
+	held     int
+	heldTool map[string]int
 }
 
 func newToolLimit(workers int, policy func(string) ToolPolicy, names func() []string) *toolLimit {
-	return &toolLimit{global: newGlobalLimit(workers), policy: policy, names: names, n: map[string]int{}}
+	return &toolLimit{global: newGlobalLimit(workers), policy: policy, names: names, n: map[string]int{},
+		heldTool: map[string]int{}}
 }
 
-func (l *toolLimit) free() int    { return l.global.free() }
-func (l *toolLimit) running() int { return l.global.running() }
+// roundHeadroom is the share of the free slots a claim round leaves to
+// claims at creation (a quarter, none of a single slot): a round claims
+// in batches, and while its statement runs, new calls may still start at
+// once instead of waiting for the next round. A round that fills its
+// limit is followed by another at once, so pending calls lose nothing.
+func roundHeadroom(free int) int { return free / 4 }
 
-func (l *toolLimit) acquire(tool string) {
-	l.global.acquire(tool)
+func (l *toolLimit) beginRound() (int, []store.ToolQuota) {
 	l.mu.Lock()
-	l.n[tool]++
-	l.mu.Unlock()
+	defer l.mu.Unlock()
+	free := l.global.free()
+	limit := free - roundHeadroom(free)
+	if limit <= 0 {
+		return 0, nil
+	}
+	l.held = limit
+	var quotas []store.ToolQuota
+	for _, tool := range l.names() {
+		if c := l.policy(tool).Concurrency; c > 0 {
+			q := store.ToolQuota{Tool: tool, Max: c - l.n[tool]}
+			quotas = append(quotas, q)
+			l.heldTool[tool] = max(q.Max, 0)
+		}
+	}
+	return limit, quotas
 }
+
+func (l *toolLimit) endRound(claimed []store.Call) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.held = 0
+	clear(l.heldTool)
+	for _, c := range claimed {
+		l.global.acquire(c.Tool)
+		l.n[c.Tool]++
+	}
+}
+
+func (l *toolLimit) running() int { return l.global.running() }
 
 func (l *toolLimit) tryAcquire(tool string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if c := l.policy(tool).Concurrency; c > 0 && l.n[tool] >= c {
+	if c := l.policy(tool).Concurrency; c > 0 && l.n[tool]+l.heldTool[tool] >= c {
 		return false
 	}
-	if !l.global.tryAcquire(tool) {
+	if !l.global.tryAcquire(tool, l.held) {
 		return false
 	}
 	l.n[tool]++
@@ -278,18 +314,6 @@ func (l *toolLimit) release(tool string) {
 		delete(l.n, tool)
 	}
 	l.mu.Unlock()
-}
-
-func (l *toolLimit) quotas() []store.ToolQuota {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []store.ToolQuota
-	for _, tool := range l.names() {
-		if c := l.policy(tool).Concurrency; c > 0 {
-			out = append(out, store.ToolQuota{Tool: tool, Max: c - l.n[tool]})
-		}
-	}
-	return out
 }
 
 // globalLimit is --workers: one bound on all tool executions of this
@@ -314,10 +338,11 @@ func (g *globalLimit) acquire(string) {
 	g.mu.Unlock()
 }
 
-func (g *globalLimit) tryAcquire(string) bool {
+// tryAcquire takes a slot if one is free beyond the held ones.
+func (g *globalLimit) tryAcquire(_ string, held int) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.n >= g.max {
+	if g.n+held >= g.max {
 		return false
 	}
 	g.n++

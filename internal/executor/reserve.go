@@ -25,12 +25,17 @@ import (
 //   - the tool has a rate limit or a circuit breaker: those calls are
 //     admitted through the store before a claim (gate.go), never claimed
 //     without it;
-//   - a pending call waits, by this instance's view of the queue: a new
-//     call must not overtake it (calls are claimed oldest first);
-//   - the scheduler is claiming right now: its claim takes up to the free
-//     slots it counted before asking the store, and a slot reserved
-//     meanwhile would let the two together exceed a limit. Refusing costs
-//     the call nothing but the usual path (pending, then claimed).
+//   - a pending call waits, by this instance's view of the queue, that
+//     the scheduler's claim in flight (if any) will not take: a new call
+//     must not overtake it (calls are claimed oldest first);
+//   - the free slots left are held by the scheduler's claim in flight: it
+//     takes up to as many calls as it held slots for, and a slot reserved
+//     out of those would let the two together exceed a limit. A claim
+//     round leaves a share of the free slots out (roundHeadroom), so new
+//     calls still start at once while it runs.
+//
+// A refusal costs the call nothing but the usual path (pending, then
+// claimed by the scheduler).
 
 // Reservation is a worker slot taken for one call of a tool, before the
 // call exists. Exactly one of Start and Release gives it up; later uses of
@@ -54,13 +59,9 @@ func (r *Reservation) Claim() *store.CreateClaim {
 // Reserve takes a worker slot for a new call of tool without waiting, or
 // reports false when the call must take the usual path (see above).
 func (e *Executor) Reserve(tool string) (*Reservation, bool) {
-	if e.gates.gateOf(tool).Guarded() || e.queue.pending() > 0 {
+	if e.gates.gateOf(tool).Guarded() || e.queue.waiting() > 0 {
 		return nil, false
 	}
-	if !e.claimMu.TryLock() {
-		return nil, false // the scheduler is claiming
-	}
-	defer e.claimMu.Unlock()
 	// Under stopMu, against stop: a reservation counts in runs, and
 	// stop's Wait must not start before every Add it will wait for.
 	e.stopMu.Lock()

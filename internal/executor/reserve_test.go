@@ -2,6 +2,8 @@ package executor
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"testing"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/store/sqlite"
+	"github.com/idemctl/idemctl/internal/tool"
 	"github.com/idemctl/idemctl/internal/tool/builtin"
 )
 
@@ -111,15 +114,42 @@ func TestReservePendingWaits(t *testing.T) {
 	mustReserve(t, e, builtin.Charge).Release()
 }
 
-// TestReserveWhileClaiming: while the scheduler claims (claimMu held),
-// Reserve refuses instead of waiting for it.
+// TestReserveWhileClaiming: a claim round in flight holds the slots it
+// may fill and its capped tools' quotas: a reservation takes only the
+// headroom the round left out, and none of a capped tool; the pending
+// calls the round covers do not count as waiting, those beyond it do.
+// Once the round ended, the slots it did not fill are free again.
 func TestReserveWhileClaiming(t *testing.T) {
 	t.Parallel()
-	e := reserving(t)
-	e.claimMu.Lock()
-	refused(t, e, builtin.Charge, "while the scheduler claims")
-	e.claimMu.Unlock()
-	mustReserve(t, e, builtin.Charge).Release()
+	e := reserving(t, func(c *testConfig) { c.Workers = 8 }, withPolicy(builtin.Sleep, ToolPolicy{MaxAttempts: 1, Concurrency: 3}))
+	limit, quotas := e.limit.beginRound()
+	if limit != 6 || len(quotas) != 1 || quotas[0] != (store.ToolQuota{Tool: builtin.Sleep, Max: 3}) {
+		t.Fatalf("beginRound = %d, %v; want 6 of 8 free (a quarter left out) and sleep's quota 3", limit, quotas)
+	}
+	e.queue.cover(limit)
+	for range 6 {
+		e.Added() // pending calls the round covers
+	}
+	a := mustReserve(t, e, builtin.Charge)
+	b := mustReserve(t, e, builtin.Charge)
+	refused(t, e, builtin.Charge, "out of the slots the round holds")
+	a.Release()
+	refused(t, e, builtin.Sleep, "of a capped tool whose quota the round holds")
+	e.Added() // one pending call more than the round covers
+	refused(t, e, builtin.Charge, "while a pending call waits beyond the round")
+
+	e.limit.endRound([]store.Call{{Tool: builtin.Charge}, {Tool: builtin.Sleep}})
+	e.queue.claimed(7)
+	e.queue.cover(0)
+	if n := e.limit.running(); n != 3 {
+		t.Fatalf("slots taken after the round = %d, want 3 (two claimed, one reserved)", n)
+	}
+	s := mustReserve(t, e, builtin.Sleep)
+	s2 := mustReserve(t, e, builtin.Sleep)
+	refused(t, e, builtin.Sleep, "past sleep's cap of 3")
+	for _, r := range []*Reservation{b, s, s2} {
+		r.Release()
+	}
 }
 
 // TestReserveStopped: an executor that has not started, or is stopping,
@@ -208,4 +238,63 @@ func TestReservationStartUnclaimed(t *testing.T) {
 			t.Fatalf("slots taken after Start of %+v = %d, want 0", c, n)
 		}
 	}
+}
+
+// TestReserveAndSchedulerShareTheLimits: calls claimed at creation (as the
+// server submits them: Reserve, create with the claim, Start or Release)
+// and calls the scheduler claims run together, and never more than
+// --workers at once, nor more sleeps than sleep's cap; every call ends.
+// (Which path each call takes depends on timing; the limits must hold
+// whatever it is. TestReserveWhileClaiming checks the holds exactly.)
+func TestReserveAndSchedulerShareTheLimits(t *testing.T) {
+	t.Parallel()
+	probe, sleeps := &concurrencyProbe{gate: make(chan struct{})}, &concurrencyProbe{gate: make(chan struct{})}
+	close(probe.gate)
+	close(sleeps.gate)
+	b := setup(t, withPolicy(builtin.Sleep, ToolPolicy{MaxAttempts: 1, Concurrency: 2}), func(c *testConfig) {
+		c.Workers = 4
+		c.runTool = func(ctx context.Context, inv tool.Invocation) (tool.Outcome, error) {
+			probe.run(ctx)
+			if inv.Tool == builtin.Sleep {
+				sleeps.run(ctx)
+			}
+			return builtin.Run(ctx, inv)
+		}
+	})
+	const n = 60
+	var ids []string
+	atCreation := 0
+	for i := range n {
+		body := `{"tool":"sleep","args":{"seconds":0.02}}`
+		if i%3 != 0 {
+			body = `{"tool":"charge","args":{"amount":1}}`
+		}
+		var tl struct{ Tool string }
+		_ = json.Unmarshal([]byte(body), &tl)
+		r, ok := b.ex.Reserve(tl.Tool)
+		c := submitWith(t, b.st, nil, fmt.Sprintf("k-%d", i), body, func(nc *store.NewCall) { nc.Claim = r.Claim() })
+		if ok && r.Start(c) {
+			atCreation++
+		} else {
+			r.Release()
+			b.ex.Added()
+			b.ex.Wake()
+		}
+		ids = append(ids, c.CallID)
+	}
+	for _, id := range ids {
+		if c := b.waitFinal(id); c.Status != store.StatusSucceeded {
+			t.Fatalf("call %s: %s", id, c.Status)
+		}
+	}
+	if m := probe.max.Load(); m > 4 {
+		t.Fatalf("%d calls ran at once, more than --workers 4", m)
+	}
+	if m := sleeps.max.Load(); m > 2 {
+		t.Fatalf("%d sleeps ran at once, more than its cap of 2", m)
+	}
+	if atCreation == 0 {
+		t.Fatalf("no call of %d claimed at creation", n)
+	}
+	t.Logf("%d of %d calls claimed at creation", atCreation, n)
 }

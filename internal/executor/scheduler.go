@@ -54,21 +54,23 @@ func (e *Executor) tick(ctx context.Context) {
 	}
 }
 
-// claimRound is one claim of tick: up to the free capacity, a run
-// started per call. It reports whether another round may find more.
-// claimMu is held throughout, so that no reservation (Reserve) takes a
-// slot between the count of free slots and the claim that fills them.
+// claimRound is one claim of tick: up to the free capacity (less the
+// headroom left to claims at creation), a run started per call. It
+// reports whether another round may find more. The slots and quotas the
+// round may fill are held from before its claim until a slot is taken
+// for each call it claimed (beginRound, endRound), so a reservation
+// (Reserve) meanwhile never takes one of them; the pending calls the
+// round covers are not counted as waiting meanwhile (queueGauge.cover).
 func (e *Executor) claimRound(ctx context.Context) bool {
-	e.claimMu.Lock()
-	defer e.claimMu.Unlock()
-	free := e.limit.free()
+	free, quotas := e.limit.beginRound()
 	if free <= 0 {
+		e.limit.endRound(nil)
 		return false
 	}
+	e.queue.cover(free)
 	// The claim runs to completion even if ctx is cancelled meanwhile:
 	// a claim committed but not started would sit under our lease
 	// until it expired.
-	quotas := e.limit.quotas()
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	// Guarded tools (a rate limit, a breaker) are admitted first; the
 	// grants cap them in the claim (gate.go).
@@ -80,12 +82,13 @@ func (e *Executor) claimRound(ctx context.Context) bool {
 		e.gates.settle(cctx, e.st, adm, calls, e.noteErr)
 	}
 	cancel()
+	e.limit.endRound(calls) // no call on an error
+	e.queue.claimed(len(calls))
+	e.queue.cover(0)
 	if claimErr {
 		return false
 	}
-	e.queue.claimed(len(calls))
 	for _, c := range calls {
-		e.limit.acquire(c.Tool)
 		e.m.busyWorkers.Inc()
 		e.m.attempts.Observe(float64(c.Attempt))
 		// Debug: per call (idemctl_claim_queries_total and the
