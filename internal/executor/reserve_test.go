@@ -240,61 +240,71 @@ func TestReservationStartUnclaimed(t *testing.T) {
 	}
 }
 
-// TestReserveAndSchedulerShareTheLimits: calls claimed at creation (as the
-// server submits them: Reserve, create with the claim, Start or Release)
-// and calls the scheduler claims run together, and never more than
-// --workers at once, nor more sleeps than sleep's cap; every call ends.
-// (Which path each call takes depends on timing; the limits must hold
-// whatever it is. TestReserveWhileClaiming checks the holds exactly.)
+// TestReserveAndSchedulerShareTheLimits: calls submitted as the server
+// submits them (Reserve, create with the claim, Start, or else Release
+// and pending for the scheduler), their tools held running until all are
+// in, never run more than --workers at once, nor more sleeps than
+// sleep's cap; the first ones start at creation, the rest wait for the
+// scheduler, and every call ends.
 func TestReserveAndSchedulerShareTheLimits(t *testing.T) {
 	t.Parallel()
-	probe, sleeps := &concurrencyProbe{gate: make(chan struct{})}, &concurrencyProbe{gate: make(chan struct{})}
-	close(probe.gate)
-	close(sleeps.gate)
-	b := setup(t, withPolicy(builtin.Sleep, ToolPolicy{MaxAttempts: 1, Concurrency: 2}), func(c *testConfig) {
-		c.Workers = 4
-		c.runTool = func(ctx context.Context, inv tool.Invocation) (tool.Outcome, error) {
-			probe.run(ctx)
-			if inv.Tool == builtin.Sleep {
-				sleeps.run(ctx)
+	for _, tc := range []struct {
+		name, body string
+		workers    int
+		want       int64 // the most that may run at once
+	}{
+		{"workers", `{"tool":"charge","args":{"amount":1}}`, 4, 4},
+		{"tool cap", `{"tool":"sleep","args":{"seconds":0}}`, 8, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			probe := &concurrencyProbe{gate: make(chan struct{})}
+			b := setup(t, withPolicy(builtin.Sleep, ToolPolicy{MaxAttempts: 1, Concurrency: 2}), func(c *testConfig) {
+				c.Workers = tc.workers
+				// The scheduler claims only at start and when woken, so
+				// no claim round of its own holds slots while the first
+				// calls are reserved.
+				c.RecoverInterval = time.Hour
+				c.runTool = func(ctx context.Context, inv tool.Invocation) (tool.Outcome, error) {
+					probe.run(ctx)
+					return builtin.Run(ctx, inv)
+				}
+			})
+			t.Cleanup(probe.open)
+			var tl struct{ Tool string }
+			if err := json.Unmarshal([]byte(tc.body), &tl); err != nil {
+				t.Fatal(err)
 			}
-			return builtin.Run(ctx, inv)
-		}
-	})
-	const n = 60
-	var ids []string
-	atCreation := 0
-	for i := range n {
-		body := `{"tool":"sleep","args":{"seconds":0.02}}`
-		if i%3 != 0 {
-			body = `{"tool":"charge","args":{"amount":1}}`
-		}
-		var tl struct{ Tool string }
-		_ = json.Unmarshal([]byte(body), &tl)
-		r, ok := b.ex.Reserve(tl.Tool)
-		c := submitWith(t, b.st, nil, fmt.Sprintf("k-%d", i), body, func(nc *store.NewCall) { nc.Claim = r.Claim() })
-		if ok && r.Start(c) {
-			atCreation++
-		} else {
-			r.Release()
-			b.ex.Added()
-			b.ex.Wake()
-		}
-		ids = append(ids, c.CallID)
+			eventually(t, "the scheduler's first round to end", func() bool {
+				r, ok := b.ex.Reserve(tl.Tool)
+				r.Release()
+				return ok
+			})
+			var ids []string
+			atCreation := int64(0)
+			for i := range 2 * tc.workers {
+				r, ok := b.ex.Reserve(tl.Tool)
+				c := submitWith(t, b.st, nil, fmt.Sprintf("k-%d", i), tc.body, func(nc *store.NewCall) { nc.Claim = r.Claim() })
+				if ok && r.Start(c) {
+					atCreation++
+				} else {
+					b.ex.Added()
+					b.ex.Wake()
+				}
+				ids = append(ids, c.CallID)
+			}
+			eventually(t, "the first calls to run", func() bool { return probe.cur.Load() == tc.want })
+			if atCreation != tc.want {
+				t.Fatalf("%d calls claimed at creation, want the first %d", atCreation, tc.want)
+			}
+			probe.open()
+			for _, id := range ids {
+				if c := b.waitFinal(id); c.Status != store.StatusSucceeded {
+					t.Fatalf("call %s: %s", id, c.Status)
+				}
+			}
+			if m := probe.max.Load(); m > tc.want {
+				t.Fatalf("%d calls ran at once, want at most %d", m, tc.want)
+			}
+		})
 	}
-	for _, id := range ids {
-		if c := b.waitFinal(id); c.Status != store.StatusSucceeded {
-			t.Fatalf("call %s: %s", id, c.Status)
-		}
-	}
-	if m := probe.max.Load(); m > 4 {
-		t.Fatalf("%d calls ran at once, more than --workers 4", m)
-	}
-	if m := sleeps.max.Load(); m > 2 {
-		t.Fatalf("%d sleeps ran at once, more than its cap of 2", m)
-	}
-	if atCreation == 0 {
-		t.Fatalf("no call of %d claimed at creation", n)
-	}
-	t.Logf("%d of %d calls claimed at creation", atCreation, n)
 }
