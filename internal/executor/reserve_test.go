@@ -308,3 +308,31 @@ func TestReserveAndSchedulerShareTheLimits(t *testing.T) {
 		})
 	}
 }
+
+// TestWakeWithNothingPending: a wake-up with no call pending by the
+// instance's count claims nothing (no claim query); one with a call
+// pending claims it. Calls claimed at creation end with nothing pending,
+// and their runs' wake-ups cost no statement.
+func TestWakeWithNothingPending(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *testConfig) { c.RecoverInterval = time.Hour })
+	eventually(t, "the first round", func() bool { return b.metricValue("idemctl_claim_queries_total") == 1 })
+	for i := range 5 {
+		r, ok := b.ex.Reserve(builtin.Charge)
+		if !ok {
+			t.Fatal("Reserve refused with every worker free")
+		}
+		c := submitWith(t, b.st, nil, fmt.Sprintf("k-%d", i), `{"tool":"charge","args":{"amount":1}}`, func(n *store.NewCall) { n.Claim = r.Claim() })
+		r.Start(c)
+		b.waitFinal(c.CallID)
+		b.ex.Wake()
+	}
+	// A pending call: its wake-up claims, after every earlier one was
+	// taken (the channel holds one).
+	p := b.submit("k-pending", `{"tool":"charge","args":{"amount":1}}`)
+	b.waitFinal(p.CallID)
+	eventually(t, "the pending call's claim to be counted", func() bool { return b.metricValue("idemctl_claim_queries_total") >= 2 })
+	if v := b.metricValue("idemctl_claim_queries_total"); v != 2 {
+		t.Fatalf("idemctl_claim_queries_total = %v, want 2: the first round and the pending call's", v)
+	}
+}
