@@ -2,6 +2,7 @@ package executor
 
 import (
 	"sync/atomic"
+	"time"
 
 	"github.com/idemctl/idemctl/internal/logkey"
 	"github.com/idemctl/idemctl/internal/store"
@@ -44,6 +45,9 @@ type Reservation struct {
 	e    *Executor
 	tool string
 	used atomic.Bool
+	// at is when the reservation was taken, before the create that
+	// claims on it is sent: the claim's lease counts from later.
+	at time.Time
 }
 
 // Claim is the store.CreateClaim a create made on this reservation must
@@ -70,7 +74,7 @@ func (e *Executor) Reserve(tool string) (*Reservation, bool) {
 		return nil, false
 	}
 	e.runs.Add(1)
-	return &Reservation{e: e, tool: tool}, true
+	return &Reservation{e: e, tool: tool, at: time.Now()}, true
 }
 
 // Start runs c, claimed at creation on this reservation, as the
@@ -96,7 +100,10 @@ func (r *Reservation) Start(c store.Call) bool {
 	e.m.claimedAtCreation.Inc()
 	e.log.Debug("claimed call", logkey.CallID, c.CallID, logkey.Key, c.IdemKey,
 		logkey.Tool, c.Tool, logkey.Attempt, c.Attempt, "at_creation", true)
-	go e.run(c)
+	// The lease counts from the create's database now, after r.at: a
+	// server frozen between the create and this start finds its lease
+	// lapsed on waking, and sends nothing (startHeartbeat).
+	go e.run(c, r.at)
 	return true
 }
 

@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"reflect"
@@ -334,5 +335,44 @@ func TestWakeWithNothingPending(t *testing.T) {
 	eventually(t, "the pending call's claim to be counted", func() bool { return b.metricValue("idemctl_claim_queries_total") >= 2 })
 	if v := b.metricValue("idemctl_claim_queries_total"); v != 2 {
 		t.Fatalf("idemctl_claim_queries_total = %v, want 2: the first round and the pending call's", v)
+	}
+}
+
+// TestClaimAtCreationLeaseCountsFromTheCreate: the lease of a call
+// claimed at creation counts, by this process's clock, from before the
+// create was sent: a server frozen between its create and the start of
+// the run (here: a reservation taken a lease ago) starts with no lease to
+// send under, and its tool is told so before any request (LeaseHeld
+// false, cancelled with errLeaseLost).
+func TestClaimAtCreationLeaseCountsFromTheCreate(t *testing.T) {
+	t.Parallel()
+	type answer struct {
+		held  bool
+		cause error
+	}
+	got := make(chan answer, 1)
+	b := setup(t, func(c *testConfig) {
+		c.Lease = MinLease
+		c.RecoverInterval = time.Hour
+		c.runTool = func(ctx context.Context, _ tool.Invocation) (tool.Outcome, error) {
+			a := answer{held: tool.LeaseHeld(ctx)}
+			a.cause = context.Cause(ctx)
+			got <- a
+			return tool.Outcome{}, ctx.Err()
+		}
+	})
+	var r *Reservation
+	eventually(t, "a reservation", func() bool {
+		var ok bool
+		r, ok = b.ex.Reserve(builtin.Charge)
+		return ok
+	})
+	r.at = r.at.Add(-MinLease) // the freeze, a whole lease long
+	c := submitWith(t, b.st, nil, "k-frozen", `{"tool":"charge","args":{"amount":1}}`, func(n *store.NewCall) { n.Claim = r.Claim() })
+	if !r.Start(c) {
+		t.Fatal("Start refused the call claimed on its reservation")
+	}
+	if a := <-got; a.held || !errors.Is(a.cause, errLeaseLost) {
+		t.Fatalf("LeaseHeld %v (cause %v) a lease after the create was sent; want false with errLeaseLost", a.held, a.cause)
 	}
 }

@@ -88,6 +88,7 @@ func (e *Executor) claimRound(ctx context.Context) bool {
 	// Guarded tools (a rate limit, a breaker) are admitted first; the
 	// grants cap them in the claim (gate.go).
 	quotas, adm := e.gates.admit(cctx, e.st, free, quotas, e.noteErr)
+	sent := time.Now() // before the claim: its lease counts from later (startHeartbeat)
 	calls, err := e.st.ClaimNext(cctx, e.owner, e.lease, free, quotas...)
 	e.m.claimQueries.Inc()
 	claimErr := e.noteErr("claim", err)
@@ -109,7 +110,7 @@ func (e *Executor) claimRound(ctx context.Context) bool {
 		e.log.Debug("claimed call", logkey.CallID, c.CallID, logkey.Key, c.IdemKey,
 			logkey.Tool, c.Tool, logkey.Attempt, c.Attempt)
 		e.runs.Add(1)
-		go e.run(c)
+		go e.run(c, sent)
 	}
 	// Short of free and no quota filled: nothing more runnable now.
 	return len(calls) >= free || filledQuota(quotas, calls)
@@ -175,13 +176,14 @@ func (e *Executor) noteErr(op string, err error) bool {
 }
 
 // run is one claimed call's goroutine: it runs the attempt, then gives its
-// slot back and wakes the scheduler to claim the backlog.
-func (e *Executor) run(c store.Call) {
+// slot back and wakes the scheduler to claim the backlog. sent is when the
+// claim's request was sent (startHeartbeat).
+func (e *Executor) run(c store.Call, sent time.Time) {
 	defer e.runs.Done()
 	defer func() {
 		e.limit.release(c.Tool)
 		e.m.busyWorkers.Dec()
 		e.Wake()
 	}()
-	e.safeExecute(c)
+	e.safeExecute(c, sent)
 }
