@@ -8,6 +8,8 @@
 //	config.go      its Config, defaults and validation
 //	scheduler.go   one goroutine that recovers, claims what can start now
 //	               (in batches, up to the free capacity) and starts a run per call
+//	reserve.go     claim at creation: a free worker reserved for a call its
+//	               create claims, then started or given back
 //	run.go         one attempt of one call: the tool, the chaos hooks, the outcome
 //	heartbeat.go   extends a running call's lease every lease/3, fenced
 //	completion.go  commits the outcome under the claim's fencing token
@@ -27,8 +29,9 @@
 // claim returned (docs/lifecycle.md, "Completion and fencing").
 //
 // The server talks to it through a narrow seam: Wake when a call became
-// runnable, Added and Pending for the back-pressure of new keys, Cancel for
-// a running call, and Deps.OnFinal back when a completion committed.
+// runnable, Added and Pending for the back-pressure of new keys, Reserve
+// for a call its create claims, Cancel for a running call, and
+// Deps.OnFinal back when a completion committed.
 package executor
 
 import (
