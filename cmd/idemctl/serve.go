@@ -72,6 +72,9 @@ type serveOptions struct {
 	MCPRefresh time.Duration
 	// Tools is the tools file (--tools); "" means the built-ins only.
 	Tools string
+	// ClaimAtCreate is --claim-at-create: a new call is claimed by its
+	// create when a worker is free (docs/lifecycle.md).
+	ClaimAtCreate bool
 	// UI is --ui; uiSet says whether it was given (the default depends
 	// on --addr and --auth-tokens: uiEnabled).
 	UI    bool
@@ -222,6 +225,7 @@ func (o *serveOptions) serverConfig() server.Config {
 		TombstoneRetention: o.TombstoneRetention,
 		MCPWait:            o.MCPWait,
 		NoUI:               !o.uiEnabled(),
+		NoClaimAtCreate:    !o.ClaimAtCreate,
 		AllowedHosts:       o.AllowedHosts,
 		TrustedProxies:     o.TrustedProxies,
 		Webhooks:           webhook.Config{Allow: o.webhooks, RetryFor: o.WebhookRetryFor, Timeout: o.WebhookTimeout},
@@ -283,6 +287,7 @@ Passwords in --db are never printed. See docs/cli.md, "serve".`,
 	f.StringVar(&opts.DB, "db", "idem.db", "database: SQLite path, sqlite://path, postgres:// URL or key=value DSN")
 	f.IntVar(&opts.Workers, "workers", executor.DefaultWorkers, "tool executions run at once (a goroutine each; sized for I/O-bound tools)")
 	f.DurationVar(&opts.Lease, "lease", executor.DefaultLease, "how long a call stays claimed after its worker's last heartbeat (every lease/3); at least 1s")
+	f.BoolVar(&opts.ClaimAtCreate, "claim-at-create", true, "claim a new call in the transaction that creates it when a worker is free here and no call is pending (one row write and one audit row fewer); false: every call is claimed by the scheduler")
 	f.IntVar(&opts.MaxPending, "max-pending", server.DefaultMaxPending, "pending calls beyond which a new key gets 503 overloaded; 0 = unlimited")
 	f.BoolVar(&opts.Chaos, "chaos", false, "enable the test-only args _crash_after_commit, _crash_before_commit and _pause_before_commit, and IDEMCTL_FAILPOINTS (loopback addresses only)")
 	addLogFlags(f, &opts.LogFormat, &opts.LogLevel)

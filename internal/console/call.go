@@ -47,8 +47,13 @@ func timeline(events []store.AuditEvent) []timelineEntry {
 		}
 		switch e.Event {
 		case store.EventCreated:
-			t.Chips = append([]chip{{"tool", t.Text}}, t.Chips...)
+			t.Chips = append([]chip{{"tool", store.CreatedTool(e)}}, t.Chips...)
 			t.Text = ""
+			if owner, ok := store.ClaimOf(e); ok {
+				// Claimed at creation: one row tells both steps.
+				attempt++
+				t.Chips = append(t.Chips, chip{"claimed by", owner}, chip{"attempt", strconv.FormatInt(attempt, 10)})
+			}
 		case store.EventClaimed:
 			attempt++
 			t.Chips = append([]chip{{"owner", t.Text}, {"attempt", strconv.FormatInt(attempt, 10)}}, t.Chips...)

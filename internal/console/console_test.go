@@ -61,6 +61,42 @@ func TestOverview(t *testing.T) {
 	}
 }
 
+// TestCallTimelineClaimedAtCreation: a call claimed by its create has
+// one created row, which the timeline shows as both steps (the tool, and
+// the claim's owner and attempt 1); the claim after its recovery is
+// attempt 2.
+func TestCallTimelineClaimedAtCreation(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0, false)
+	ctx := t.Context()
+	c, _, err := b.st.CreateOrGet(ctx, store.NewCall{CallID: "c_00000000000c1a1e", IdemKey: "order-43", Fingerprint: "fp",
+		Tool: "charge", ArgsJSON: json.RawMessage(`{"amount":7}`), Claim: &store.CreateClaim{Owner: "owner-1", Lease: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.st.Release(ctx, store.LeaseOf(c), "owner process gone"); err != nil {
+		t.Fatal(err)
+	}
+	b.claim(t, "owner-2")
+	r := b.get(t, "/ui/calls/"+c.CallID, "")
+	if r.code != http.StatusOK {
+		t.Fatalf("status %d", r.code)
+	}
+	var got []string
+	for _, li := range find(byID(t, r.doc, "timeline"), "li", "", "") {
+		got = append(got, attr(li, "data-event")+" "+text(find(li, "div", "class", "ev-body")[0]))
+	}
+	want := []string{
+		"created tool charge claimed by owner-1 attempt 1",
+		"outcome_unknown abandoned: attempt 1 in flight, owner process gone",
+		"recover owner process gone",
+		"claimed owner owner-2 attempt 2",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("timeline:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
 // TestCallTimeline renders a call that went through two claims, a
 // scheduled retry with heartbeats, a fenced completion, a recovery and a
 // success with an effect, and checks the timeline's events in order with

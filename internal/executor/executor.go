@@ -8,6 +8,8 @@
 //	config.go      its Config, defaults and validation
 //	scheduler.go   one goroutine that recovers, claims what can start now
 //	               (in batches, up to the free capacity) and starts a run per call
+//	reserve.go     claim at creation: a free worker reserved for a call its
+//	               create claims, then started or given back
 //	run.go         one attempt of one call: the tool, the chaos hooks, the outcome
 //	heartbeat.go   extends a running call's lease every lease/3, fenced
 //	completion.go  commits the outcome under the claim's fencing token
@@ -27,8 +29,9 @@
 // claim returned (docs/lifecycle.md, "Completion and fencing").
 //
 // The server talks to it through a narrow seam: Wake when a call became
-// runnable, Added and Pending for the back-pressure of new keys, Cancel for
-// a running call, and Deps.OnFinal back when a completion committed.
+// runnable, Added and Pending for the back-pressure of new keys, Reserve
+// for a call its create claims, Cancel for a running call, and
+// Deps.OnFinal back when a completion committed.
 package executor
 
 import (
@@ -105,10 +108,16 @@ type Executor struct {
 	cancelWork context.CancelFunc
 	stopSched  context.CancelFunc
 	schedDone  chan struct{}
-	runs       sync.WaitGroup // one per claimed call until its run ends
+	runs       sync.WaitGroup // one per claimed call (or reservation) until its run ends
 	stopOnce   sync.Once
 	stopped    chan struct{} // closed when shutdown has finished
 	stopErr    error
+
+	// reserving is set under stopMu when Start has finished and cleared
+	// when a stop begins: reservations are taken only while it is set
+	// (reserve.go).
+	stopMu    sync.Mutex
+	reserving bool
 
 	lastErr map[string]string // scheduler-only: dedupes repeated error logs
 	// lastOwnerPass is when the scheduler last looked for calls of dead
@@ -149,6 +158,9 @@ func (e *Executor) Start(ctx context.Context) error {
 	var schedCtx context.Context
 	schedCtx, e.stopSched = context.WithCancel(ctx)
 	go e.schedule(schedCtx)
+	e.stopMu.Lock()
+	e.reserving = true
+	e.stopMu.Unlock()
 	return nil
 }
 
@@ -170,6 +182,9 @@ func (e *Executor) Shutdown(ctx context.Context) error {
 }
 
 func (e *Executor) stop(ctx context.Context, grace time.Duration) error {
+	e.stopMu.Lock()
+	e.reserving = false
+	e.stopMu.Unlock()
 	e.stopSched()
 	<-e.schedDone // no new run starts after this
 	e.gates.stop()
@@ -192,18 +207,26 @@ func (e *Executor) stop(ctx context.Context, grace time.Duration) error {
 	return fmt.Errorf("shutdown: %d tool call(s) abandoned after the grace period", n)
 }
 
-// limiter bounds how many tool executions run at once. The scheduler asks
-// free and quotas before claiming, takes a slot per claimed call, and the
-// run gives it back.
+// limiter bounds how many tool executions run at once. The scheduler
+// holds what a claim may fill while it claims (beginRound) and takes a
+// slot per claimed call (endRound), a claim at creation takes its slot
+// beforehand (tryAcquire), and the run gives it back.
 type limiter interface {
-	// free is how many more calls may start now.
-	free() int
-	// quotas is how many more calls of each capped tool may start now
-	// (a tool's ToolPolicy.Concurrency less its running calls), for
-	// ClaimNext; tools without a cap are not listed.
-	quotas() []store.ToolQuota
-	// acquire takes a slot for a call of tool (after free said there is one).
-	acquire(tool string)
+	// tryAcquire takes a slot for a call of tool if one is free under the
+	// global limit and the tool's cap, less what a claim round in flight
+	// holds, and reports whether it did.
+	tryAcquire(tool string) bool
+	// beginRound starts a claim round: how many calls it may claim and
+	// how many more calls of each capped tool may start (a tool's
+	// ToolPolicy.Concurrency less its running calls), for ClaimNext;
+	// tools without a cap are not listed. It holds that many slots (and each
+	// quota) until endRound, so tryAcquire meanwhile never takes a slot
+	// the round may fill; a share of the free slots is left out of the
+	// round for tryAcquire (roundHeadroom).
+	beginRound() (limit int, quotas []store.ToolQuota)
+	// endRound takes a slot for each call the round claimed and lets go
+	// of what beginRound held.
+	endRound(claimed []store.Call)
 	// release gives back a slot acquire took.
 	release(tool string)
 	// running is how many slots are taken.
@@ -223,20 +246,68 @@ type toolLimit struct {
 
 	mu sync.Mutex
 	n  map[string]int // running calls by tool
+	// held and heldTool are what a claim round in flight may still fill:
+	// its limit, and its quota of each capped tool (beginRound).
+	held     int
+	heldTool map[string]int
 }
 
 func newToolLimit(workers int, policy func(string) ToolPolicy, names func() []string) *toolLimit {
-	return &toolLimit{global: newGlobalLimit(workers), policy: policy, names: names, n: map[string]int{}}
+	return &toolLimit{global: newGlobalLimit(workers), policy: policy, names: names, n: map[string]int{},
+		heldTool: map[string]int{}}
 }
 
-func (l *toolLimit) free() int    { return l.global.free() }
+// roundHeadroom is the share of the free slots a claim round leaves to
+// claims at creation (a quarter, none of a single slot): a round claims
+// in batches, and while its statement runs, new calls may still start at
+// once instead of waiting for the next round. A round that fills its
+// limit is followed by another at once, so pending calls lose nothing.
+func roundHeadroom(free int) int { return free / 4 }
+
+func (l *toolLimit) beginRound() (int, []store.ToolQuota) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	free := l.global.free()
+	limit := free - roundHeadroom(free)
+	if limit <= 0 {
+		return 0, nil
+	}
+	l.held = limit
+	var quotas []store.ToolQuota
+	for _, tool := range l.names() {
+		if c := l.policy(tool).Concurrency; c > 0 {
+			q := store.ToolQuota{Tool: tool, Max: c - l.n[tool]}
+			quotas = append(quotas, q)
+			l.heldTool[tool] = max(q.Max, 0)
+		}
+	}
+	return limit, quotas
+}
+
+func (l *toolLimit) endRound(claimed []store.Call) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.held = 0
+	clear(l.heldTool)
+	for _, c := range claimed {
+		l.global.acquire(c.Tool)
+		l.n[c.Tool]++
+	}
+}
+
 func (l *toolLimit) running() int { return l.global.running() }
 
-func (l *toolLimit) acquire(tool string) {
-	l.global.acquire(tool)
+func (l *toolLimit) tryAcquire(tool string) bool {
 	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c := l.policy(tool).Concurrency; c > 0 && l.n[tool]+l.heldTool[tool] >= c {
+		return false
+	}
+	if !l.global.tryAcquire(tool, l.held) {
+		return false
+	}
 	l.n[tool]++
-	l.mu.Unlock()
+	return true
 }
 
 func (l *toolLimit) release(tool string) {
@@ -246,18 +317,6 @@ func (l *toolLimit) release(tool string) {
 		delete(l.n, tool)
 	}
 	l.mu.Unlock()
-}
-
-func (l *toolLimit) quotas() []store.ToolQuota {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []store.ToolQuota
-	for _, tool := range l.names() {
-		if c := l.policy(tool).Concurrency; c > 0 {
-			out = append(out, store.ToolQuota{Tool: tool, Max: c - l.n[tool]})
-		}
-	}
-	return out
 }
 
 // globalLimit is --workers: one bound on all tool executions of this
@@ -280,6 +339,17 @@ func (g *globalLimit) acquire(string) {
 	g.mu.Lock()
 	g.n++
 	g.mu.Unlock()
+}
+
+// tryAcquire takes a slot if one is free beyond the held ones.
+func (g *globalLimit) tryAcquire(_ string, held int) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.n+held >= g.max {
+		return false
+	}
+	g.n++
+	return true
 }
 
 func (g *globalLimit) release(string) {

@@ -57,16 +57,21 @@ func (h *heartbeat) held() bool {
 }
 
 // startHeartbeat starts beating for c; lose cancels the tool's context.
-// Call stop when the tool has returned.
-func (e *Executor) startHeartbeat(c store.Call, log *slog.Logger, lose context.CancelCauseFunc) *heartbeat {
+// sent is when the request that claimed c (a claim, or a create that
+// claimed it) was sent, by this process's clock. Call stop when the tool
+// has returned.
+func (e *Executor) startHeartbeat(c store.Call, log *slog.Logger, lose context.CancelCauseFunc, sent time.Time) *heartbeat {
 	// The beats run under a context of their own, not the tool's, and end
 	// only when stop is called: a cancelled tool may take a moment to
 	// return, and its lease must hold until its release or completion.
 	ctx, cancel := context.WithCancel(context.Background())
 	every := e.lease / 3
-	// The claim's lease counts from the database's now before this start:
-	// half a beat of margin for its round trip.
-	h := &heartbeat{cancel: cancel, done: make(chan struct{}), start: time.Now(), lose: lose}
+	// The claim's lease counts from the database's now, which came after
+	// the claim's request was sent: counted from then, a worker frozen
+	// between the claim and this start (a create's commit and answer
+	// included) learns on waking that the lease ran out. Half a beat of
+	// margin besides, as for an extension.
+	h := &heartbeat{cancel: cancel, done: make(chan struct{}), start: sent, lose: lose}
 	h.until.Store(int64(e.lease - every/2))
 	go func() {
 		defer close(h.done)

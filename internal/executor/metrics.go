@@ -40,6 +40,9 @@ type metrics struct {
 	execSeconds  *prometheus.HistogramVec // tool
 	heartbeats   *prometheus.CounterVec   // outcome
 	claimQueries prometheus.Counter
+	// claimedAtCreation counts the calls a create claimed on a
+	// reservation (reserve.go); they are in attempts too.
+	claimedAtCreation prometheus.Counter
 
 	deadOwnerRecovery prometheus.Gauge // 1 on, 0 off (lease expiry only)
 
@@ -73,6 +76,10 @@ func newMetrics() *metrics {
 		claimQueries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "idemctl_claim_queries_total",
 			Help: "Claims asked of the database (each claims up to the free capacity in one transaction); against idemctl_execution_attempt_count, the batching of claims.",
+		}),
+		claimedAtCreation: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "idemctl_claimed_at_creation_total",
+			Help: "Calls claimed by the create that recorded them, on a worker this server had free (docs/lifecycle.md, \"Claim at creation\"); the rest of idemctl_execution_attempt_count was claimed by the scheduler.",
 		}),
 		heartbeats: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idemctl_lease_extensions_total",
@@ -109,7 +116,7 @@ func newMetrics() *metrics {
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.executions, m.attempts, m.recoveries, m.fenced, m.busyWorkers,
-		m.execSeconds, m.heartbeats, m.claimQueries, m.deadOwnerRecovery, m.throttled, m.breakerState}
+		m.execSeconds, m.heartbeats, m.claimQueries, m.claimedAtCreation, m.deadOwnerRecovery, m.throttled, m.breakerState}
 }
 
 // Describe implements prometheus.Collector.

@@ -29,6 +29,26 @@ type queueGauge struct {
 	read  store.Queue // the last count read from the store
 	at    time.Time   // when it was read; zero before the first read
 	delta int64       // pending calls this server added, minus those it claimed, since
+	// covered is the limit of the claim round in flight (0: none): as
+	// many pending calls as that are being claimed, not waiting (waiting).
+	covered int64
+}
+
+// cover records the limit of the claim round starting (n), or its end
+// (0).
+func (q *queueGauge) cover(n int) {
+	q.mu.Lock()
+	q.covered = int64(n)
+	q.mu.Unlock()
+}
+
+// waiting is the estimated number of pending calls that no claim round
+// in flight will take: what a new call claimed at creation would
+// overtake (Reserve).
+func (q *queueGauge) waiting() int64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return max(0, q.read.Pending+q.delta-q.covered)
 }
 
 // due reports whether the count should be read again: the last read is at

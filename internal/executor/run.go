@@ -18,18 +18,19 @@ import (
 // safeExecute keeps a bug in the completion path from taking the whole
 // server down. The call stays running under this lease; when the lease
 // expires another attempt runs it (fenced and effect-unique as always).
-func (e *Executor) safeExecute(c store.Call) {
+// sent is when the request that claimed c was sent (startHeartbeat).
+func (e *Executor) safeExecute(c store.Call, sent time.Time) {
 	defer func() {
 		if p := recover(); p != nil {
 			e.log.Error("worker panicked; the call waits for its lease to expire",
 				logkey.CallID, c.CallID, logkey.Key, c.IdemKey, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 		}
 	}()
-	e.execute(c)
+	e.execute(c, sent)
 }
 
 // execute runs one attempt of a claimed call and records its outcome.
-func (e *Executor) execute(c store.Call) {
+func (e *Executor) execute(c store.Call, sent time.Time) {
 	start := time.Now()
 	log := e.log.With(logkey.CallID, c.CallID, logkey.Key, c.IdemKey, logkey.Tool, c.Tool, logkey.Attempt, c.Attempt)
 
@@ -47,7 +48,7 @@ func (e *Executor) execute(c store.Call) {
 	// heartbeat learns that the call was taken over (errLeaseLost).
 	toolCtx, lose := context.WithCancelCause(ctx)
 	defer lose(nil)
-	beat := e.startHeartbeat(c, log, lose)
+	beat := e.startHeartbeat(c, log, lose, sent)
 	toolCtx = tool.WithLeaseCheck(toolCtx, beat.held)
 	var (
 		args      map[string]any

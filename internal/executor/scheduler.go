@@ -11,17 +11,30 @@ import (
 
 // schedule is the scheduler loop: at start, every interval, and on wake (a
 // new call, a finished run).
+//
+// A wake-up finds nothing to claim when no call is pending by this
+// instance's count (queueGauge), and then does nothing: a finished run
+// wakes the scheduler, and with calls claimed at creation most runs end
+// with nothing pending, so each wake-up would otherwise cost a recovery
+// probe and a claim that finds nothing (on PostgreSQL, two statements).
+// The interval's round still does both whatever the count, for what the
+// count does not see: expired leases, and other instances' calls until
+// the count is read again (at most one interval).
 func (e *Executor) schedule(ctx context.Context) {
 	defer close(e.schedDone)
 	tick := time.NewTicker(e.interval)
 	defer tick.Stop()
-	for {
-		e.tick(ctx)
+	for woken := false; ; {
+		if !woken || e.queue.pending() > 0 {
+			e.tick(ctx)
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+			woken = false
 		case <-e.wake:
+			woken = true
 		}
 	}
 }
@@ -48,44 +61,59 @@ func (e *Executor) tick(ctx context.Context) {
 	}
 	e.refreshQueue(ctx)
 	for ctx.Err() == nil {
-		free := e.limit.free()
-		if free <= 0 {
+		if !e.claimRound(ctx) {
 			return
-		}
-		// The claim runs to completion even if ctx is cancelled meanwhile:
-		// a claim committed but not started would sit under our lease
-		// until it expired.
-		quotas := e.limit.quotas()
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
-		// Guarded tools (a rate limit, a breaker) are admitted first; the
-		// grants cap them in the claim (gate.go).
-		quotas, adm := e.gates.admit(cctx, e.st, free, quotas, e.noteErr)
-		calls, err := e.st.ClaimNext(cctx, e.owner, e.lease, free, quotas...)
-		e.m.claimQueries.Inc()
-		claimErr := e.noteErr("claim", err)
-		if len(adm) > 0 {
-			e.gates.settle(cctx, e.st, adm, calls, e.noteErr)
-		}
-		cancel()
-		if claimErr {
-			return
-		}
-		e.queue.claimed(len(calls))
-		for _, c := range calls {
-			e.limit.acquire(c.Tool)
-			e.m.busyWorkers.Inc()
-			e.m.attempts.Observe(float64(c.Attempt))
-			// Debug: per call (idemctl_claim_queries_total and the
-			// attempts histogram count claims at info's price).
-			e.log.Debug("claimed call", logkey.CallID, c.CallID, logkey.Key, c.IdemKey,
-				logkey.Tool, c.Tool, logkey.Attempt, c.Attempt)
-			e.runs.Add(1)
-			go e.run(c)
-		}
-		if len(calls) < free && !filledQuota(quotas, calls) {
-			return // nothing more runnable now
 		}
 	}
+}
+
+// claimRound is one claim of tick: up to the free capacity (less the
+// headroom left to claims at creation), a run started per call. It
+// reports whether another round may find more. The slots and quotas the
+// round may fill are held from before its claim until a slot is taken
+// for each call it claimed (beginRound, endRound), so a reservation
+// (Reserve) meanwhile never takes one of them; the pending calls the
+// round covers are not counted as waiting meanwhile (queueGauge.cover).
+func (e *Executor) claimRound(ctx context.Context) bool {
+	free, quotas := e.limit.beginRound()
+	if free <= 0 {
+		e.limit.endRound(nil)
+		return false
+	}
+	e.queue.cover(free)
+	// The claim runs to completion even if ctx is cancelled meanwhile:
+	// a claim committed but not started would sit under our lease
+	// until it expired.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	// Guarded tools (a rate limit, a breaker) are admitted first; the
+	// grants cap them in the claim (gate.go).
+	quotas, adm := e.gates.admit(cctx, e.st, free, quotas, e.noteErr)
+	sent := time.Now() // before the claim: its lease counts from later (startHeartbeat)
+	calls, err := e.st.ClaimNext(cctx, e.owner, e.lease, free, quotas...)
+	e.m.claimQueries.Inc()
+	claimErr := e.noteErr("claim", err)
+	if len(adm) > 0 {
+		e.gates.settle(cctx, e.st, adm, calls, e.noteErr)
+	}
+	cancel()
+	e.limit.endRound(calls) // no call on an error
+	e.queue.claimed(len(calls))
+	e.queue.cover(0)
+	if claimErr {
+		return false
+	}
+	for _, c := range calls {
+		e.m.busyWorkers.Inc()
+		e.m.attempts.Observe(float64(c.Attempt))
+		// Debug: per call (idemctl_claim_queries_total and the
+		// attempts histogram count claims at info's price).
+		e.log.Debug("claimed call", logkey.CallID, c.CallID, logkey.Key, c.IdemKey,
+			logkey.Tool, c.Tool, logkey.Attempt, c.Attempt)
+		e.runs.Add(1)
+		go e.run(c, sent)
+	}
+	// Short of free and no quota filled: nothing more runnable now.
+	return len(calls) >= free || filledQuota(quotas, calls)
 }
 
 // filledQuota reports whether a claim took all that was left of some
@@ -148,13 +176,14 @@ func (e *Executor) noteErr(op string, err error) bool {
 }
 
 // run is one claimed call's goroutine: it runs the attempt, then gives its
-// slot back and wakes the scheduler to claim the backlog.
-func (e *Executor) run(c store.Call) {
+// slot back and wakes the scheduler to claim the backlog. sent is when the
+// claim's request was sent (startHeartbeat).
+func (e *Executor) run(c store.Call, sent time.Time) {
 	defer e.runs.Done()
 	defer func() {
 		e.limit.release(c.Tool)
 		e.m.busyWorkers.Dec()
 		e.Wake()
 	}()
-	e.safeExecute(c)
+	e.safeExecute(c, sent)
 }

@@ -37,7 +37,8 @@ type AuditJSON struct {
 }
 
 // Audit prints audit rows in order. With a call id it is the call's timeline
-// (docs/lifecycle.md, "Audit events": created → claimed → succeeded, with
+// (docs/lifecycle.md, "Audit events": created → claimed → succeeded, or
+// created naming a claim at creation → succeeded, with
 // recover, fenced or retry_reset in between when they happened): each
 // event with its time relative to the first one and its absolute time. It
 // returns the rows printed; an unknown call id is an error wrapping

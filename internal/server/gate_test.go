@@ -177,7 +177,7 @@ func TestRateLimitThreeInstances(t *testing.T) {
 	}
 	checkRate(t, at, 10, time.Second, 2)
 	perInstance := map[int]int{}
-	for _, r := range events(c.audit(""), store.EventClaimed) {
+	for _, r := range claims(c.audit("")) {
 		perInstance[c.instanceOf(r.Detail)]++
 	}
 	if len(perInstance) < 2 {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/idemctl/idemctl/internal/callview"
 	"github.com/idemctl/idemctl/internal/console"
+	"github.com/idemctl/idemctl/internal/executor"
 	"github.com/idemctl/idemctl/internal/logkey"
 	"github.com/idemctl/idemctl/internal/store"
 	"github.com/idemctl/idemctl/internal/telemetry"
@@ -258,7 +259,16 @@ func (s *Server) submit(ctx context.Context, principal, key string, req createRe
 			return store.Call{}, 0, aerr
 		}
 	}
-	call, outcome, err := s.createOrGet(ctx, principal, key, req)
+	// Claim at creation (docs/lifecycle.md, "Claim at creation"): with a
+	// worker free here, the create claims the call it makes, which then
+	// starts at once without the scheduler's claim. The slot goes back
+	// unless a call was created and started on it.
+	var res *executor.Reservation
+	if !s.cfg.NoClaimAtCreate {
+		res, _ = s.exec.Reserve(req.Tool)
+	}
+	defer res.Release()
+	call, outcome, err := s.createOrGet(ctx, principal, key, req, res.Claim())
 	switch {
 	case errors.Is(err, store.ErrConflict):
 		s.m.calls.WithLabelValues(callsConflict).Inc()
@@ -295,6 +305,9 @@ func (s *Server) submit(ctx context.Context, principal, key string, req createRe
 	s.log.Debug("tool call "+outcome.String(), logkey.CallID, call.CallID, logkey.Key, key,
 		logkey.Tool, call.Tool, logkey.Status, call.Status, logkey.Principal, principal)
 	noteCall(ctx, call, outcome)
+	if outcome == store.Created && res.Start(call) {
+		return call, outcome, nil // running here already: not pending, nothing to wake
+	}
 	if outcome == store.Created || outcome == store.RetryReset {
 		s.exec.Added()
 		s.pendingOf.added(principal)
@@ -335,7 +348,8 @@ func keyExpired(err error) *apiError {
 // createOrGet is the store's CreateOrGet with a fresh call id, tried once
 // more with another id if the first one was already taken by another call
 // (newCallID: rare, and the store wrote nothing for the refused insert).
-func (s *Server) createOrGet(ctx context.Context, principal, key string, req createRequest) (store.Call, store.Outcome, error) {
+// claim, if set, claims a call the key creates (store.NewCall.Claim).
+func (s *Server) createOrGet(ctx context.Context, principal, key string, req createRequest, claim *store.CreateClaim) (store.Call, store.Outcome, error) {
 	for try := 0; ; try++ {
 		callID, err := s.newCallID()
 		if err != nil {
@@ -344,6 +358,7 @@ func (s *Server) createOrGet(ctx context.Context, principal, key string, req cre
 		n := req.newCall(callID, principal, key)
 		n.TombstoneRetention = s.cfg.TombstoneRetention
 		n.TraceParent = telemetry.TraceParent(ctx) // the attempts continue this request's trace
+		n.Claim = claim
 		call, outcome, err := s.st.CreateOrGet(ctx, n)
 		// An unavailable database says nothing about the id, and asking
 		// it again would only double the wait.

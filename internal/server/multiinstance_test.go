@@ -292,6 +292,20 @@ func metricAt(t *testing.T, base, series string) float64 {
 }
 
 // events filters audit rows by event name.
+// claims are the rows of rows that claim a call (store.ClaimOf: a claimed
+// row, or the created row of a call claimed at creation), each with the
+// claim's owner as its Detail.
+func claims(rows []store.AuditEvent) []store.AuditEvent {
+	var out []store.AuditEvent
+	for _, r := range rows {
+		if owner, ok := store.ClaimOf(r); ok {
+			r.Detail = owner
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 func events(rows []store.AuditEvent, name string) []store.AuditEvent {
 	var out []store.AuditEvent
 	for _, r := range rows {
@@ -346,10 +360,13 @@ func TestMultiInstanceSameKeyOneCall(t *testing.T) {
 	}
 	c.checkCounts(1, 1)
 	rows := c.audit(id)
-	for _, ev := range []string{store.EventCreated, store.EventClaimed, store.EventSucceeded} {
+	for _, ev := range []string{store.EventCreated, store.EventSucceeded} {
 		if got := len(events(rows, ev)); got != 1 {
 			t.Fatalf("audit has %d %s events, want 1: %+v", got, ev, rows)
 		}
+	}
+	if got := len(claims(rows)); got != 1 {
+		t.Fatalf("audit has %d claims, want 1: %+v", got, rows)
 	}
 }
 
@@ -377,7 +394,7 @@ func TestMultiInstanceKilledOwnerTakenOverAfterLease(t *testing.T) {
 		t.Fatalf("after the kill: status %s attempt %d, want succeeded at attempt 2", done.Status, done.Attempt)
 	}
 	rows := c.audit(id)
-	claims := events(rows, store.EventClaimed)
+	claims := claims(rows)
 	if len(claims) != 2 || claims[0].Detail != *running.Owner {
 		t.Fatalf("claims %+v, want the victim's then one more", claims)
 	}
@@ -512,7 +529,7 @@ func TestMultiInstanceFrozenOwnerCommitFenced(t *testing.T) {
 	}
 	c.checkCounts(1, 1)
 	rows := c.audit(id)
-	claims := events(rows, store.EventClaimed)
+	claims := claims(rows)
 	if len(claims) != 2 || c.instanceOf(claims[1].Detail) == victim || claims[1].TS < *held.LeaseUntil {
 		t.Fatalf("claims %+v: want a second claim by another instance after the lease (%.3f)", claims, *held.LeaseUntil)
 	}
@@ -549,7 +566,7 @@ func TestMultiInstanceDeadOwnerRecoveredAtOnce(t *testing.T) {
 	if rec[0].TS >= *running.LeaseUntil {
 		t.Fatalf("recovered at %.3f, not before the lease ran out at %.3f", rec[0].TS, *running.LeaseUntil)
 	}
-	claims := events(rows, store.EventClaimed)
+	claims := claims(rows)
 	if len(claims) != 2 || c.instanceOf(claims[1].Detail) == victim || c.instanceOf(claims[1].Detail) < 0 {
 		t.Fatalf("claims %+v, want the victim's then a survivor's", claims)
 	}
@@ -595,7 +612,7 @@ func TestMultiInstanceDistinctKeysShared(t *testing.T) {
 		t.Fatalf("attempts %+v %v, want all %d calls at attempt 1", attempts, err, n)
 	}
 	perInstance := map[int]int{}
-	for _, r := range events(c.audit(""), store.EventClaimed) {
+	for _, r := range claims(c.audit("")) {
 		i := c.instanceOf(r.Detail)
 		if i < 0 {
 			t.Fatalf("claimed by %q, not one of the instances", r.Detail)
@@ -645,10 +662,7 @@ func TestMultiInstanceLiveLeaseNeverTaken(t *testing.T) {
 	if done.Status != store.StatusSucceeded || done.Attempt != 1 {
 		t.Fatalf("sleep call: status %s attempt %d, want succeeded at attempt 1 by its owner", done.Status, done.Attempt)
 	}
-	var names []string
-	for _, r := range c.audit(id) {
-		names = append(names, r.Event)
-	}
+	names := story(c.audit(id))
 	if strings.Join(names, ",") != "created,claimed,succeeded" {
 		t.Fatalf("audit %v, want created, claimed, succeeded only", names)
 	}

@@ -168,6 +168,57 @@ func TestProcessKillDuringSleepThenRestart(t *testing.T) {
 	}
 }
 
+// (b2) kill -9 of a process whose call was claimed at creation: the 202
+// already shows it running at attempt 1 under the process's owner, and
+// its one created row records that claim. The restarted process recovers
+// it as any claimed call (the owner is gone: outcome_unknown, recover),
+// claims attempt 2 and finishes it.
+func TestProcessKillClaimedAtCreation(t *testing.T) {
+	t.Parallel()
+	bin := idemctlBinary(t)
+	db := filepath.Join(t.TempDir(), "idem.db")
+	p := startServe(t, bin, "--db", db)
+	// A create meeting the scheduler's claim round takes the usual path
+	// (pending); the next key then meets an idle scheduler.
+	var c wire.Call
+	key := ""
+	for i := 0; i < 5 && c.Status != wire.StatusRunning; i++ {
+		key = fmt.Sprintf("k-sleep-%d", i)
+		s, got, err := tryPost(p.URL, key, `{"tool":"sleep","args":{"seconds":10}}`)
+		if err != nil || s != http.StatusAccepted {
+			t.Fatalf("sleep: %d %v", s, err)
+		}
+		c = got
+	}
+	if c.Status != wire.StatusRunning || c.Attempt != 1 {
+		t.Fatalf("sleep: %+v; want 202 running at attempt 1", c)
+	}
+	p.Kill()
+
+	p2 := startServe(t, bin, "--db", db)
+	waitByKey(t, p2.URL, key, func(c wire.Call) bool { return c.Attempt == 2 && c.Status == wire.StatusRunning })
+	p2.Kill() // the audit is read from the file; attempt 2 need not finish
+	rows, err := openDB(t, db).Audit(context.Background(), c.CallID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range rows {
+		got = append(got, r.Event)
+	}
+	want := []string{store.EventCreated, store.EventOutcomeUnknown, store.EventRecover, store.EventClaimed}
+	if len(got) < len(want) || strings.Join(got[:len(want)], ",") != strings.Join(want, ",") {
+		t.Fatalf("audit %v, want it to begin %v", got, want)
+	}
+	first, ok := store.ClaimOf(rows[0])
+	if !ok || !strings.Contains(rows[2].Detail, "owner process gone") {
+		t.Fatalf("audit %+v: want the created row to claim, and the recovery to find its owner gone", rows)
+	}
+	if second, _ := store.ClaimOf(rows[3]); second == first {
+		t.Fatalf("attempt 2 claimed by %s, the dead owner", second)
+	}
+}
+
 // (c) Every call acknowledged with a 2xx survives SIGKILL right after.
 func TestProcessAcknowledgedCallsSurviveKill(t *testing.T) {
 	t.Parallel()

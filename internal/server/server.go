@@ -201,6 +201,10 @@ type Config struct {
 	// NoUI turns the web console (/ui, docs/console.md) off: its paths
 	// are then 404 like any unknown path. serve's --ui decides it.
 	NoUI bool
+	// NoClaimAtCreate turns claim at creation off (docs/lifecycle.md,
+	// "Claim at creation"): every new call is created pending and
+	// claimed by the scheduler. serve's --claim-at-create=false.
+	NoClaimAtCreate bool
 	// Version is reported by GET /v1; empty means the module version
 	// from the build information.
 	Version string

@@ -73,9 +73,7 @@ tools:
 	if err != nil {
 		t.Fatal(err)
 	}
-	var story []string
 	for _, r := range rows {
-		story = append(story, r.Event)
 		if r.Event == store.EventOutcomeUnknown && !strings.HasPrefix(r.Detail,
 			"reset_after_send: the request was sent, then the connection to the downstream closed before a complete answer") {
 			t.Fatalf("outcome_unknown detail %q", r.Detail)
@@ -83,7 +81,7 @@ tools:
 	}
 	want := []string{store.EventCreated, store.EventClaimed, store.EventOutcomeUnknown, store.EventRetryScheduled,
 		store.EventClaimed, store.EventSucceeded}
-	if strings.Join(story, ",") != strings.Join(want, ",") {
-		t.Fatalf("audit %v, want %v", story, want)
+	if got := story(rows); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("audit %v, want %v", got, want)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/idemctl/idemctl/internal/wire"
@@ -18,6 +19,8 @@ import (
 // The audit detail of each event (docs/lifecycle.md, "Audit events"):
 //
 //	created      the tool                               DetailCreated
+//	             or, claimed at creation, "tool; claimed  DetailCreatedClaimed
+//	             at creation by OWNER (attempt 1)"
 //	claimed      the owner                              DetailClaimed
 //	succeeded    the effect id, or "no effect"          DetailSucceeded
 //	failed       "code: message" of the error           DetailFailed
@@ -48,6 +51,54 @@ func DetailCreated(tool string) string { return tool }
 
 // DetailClaimed is the claimed event's detail: the new owner.
 func DetailClaimed(owner string) string { return owner }
+
+// claimedAtCreation joins the tool and the owner in the detail of a call
+// claimed by its create (NewCall.Claim). One audit row then tells both
+// transitions, pending → running included, so a call claimed at creation
+// writes one audit row fewer than a call the scheduler claims; ClaimOf
+// reads the claim back out of it. Neither a tool name (toolreg's name
+// pattern) nor an owner (visible ASCII, no spaces) can contain it.
+const (
+	claimedAtCreation = "; claimed at creation by "
+	firstAttempt      = " (attempt 1)"
+)
+
+// DetailCreatedClaimed is the created event's detail of a call claimed
+// at creation: "charge; claimed at creation by OWNER (attempt 1)".
+func DetailCreatedClaimed(tool, owner string) string {
+	return DetailCreated(tool) + claimedAtCreation + owner + firstAttempt
+}
+
+// ClaimOf answers whether the audit row ev records a claim of its call,
+// and by whom: a claimed row (its detail is the owner), or a created row
+// of a call claimed at creation (DetailCreatedClaimed). Every reader that
+// counts or looks for claims (the console's timeline, the fault
+// scenarios, tests) asks this, so both shapes count alike.
+func ClaimOf(ev AuditEvent) (owner string, ok bool) {
+	switch ev.Event {
+	case EventClaimed:
+		return ev.Detail, true
+	case EventCreated:
+		i := strings.Index(ev.Detail, claimedAtCreation)
+		if i < 0 || !strings.HasSuffix(ev.Detail, firstAttempt) {
+			return "", false
+		}
+		return strings.TrimSuffix(ev.Detail[i+len(claimedAtCreation):], firstAttempt), true
+	}
+	return "", false
+}
+
+// CreatedTool is the tool a created row names (its detail without the
+// claim of DetailCreatedClaimed); "" for any other event.
+func CreatedTool(ev AuditEvent) string {
+	if ev.Event != EventCreated {
+		return ""
+	}
+	if i := strings.Index(ev.Detail, claimedAtCreation); i >= 0 {
+		return ev.Detail[:i]
+	}
+	return ev.Detail
+}
 
 // DetailSucceeded is the succeeded event's detail: the effect id the call
 // points at, or "no effect", then c's lease extensions (DetailExtensions).

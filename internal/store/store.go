@@ -225,6 +225,46 @@ type NewCall struct {
 	// A tombstone older than this is ignored even before PurgeTombstones
 	// deletes it, so the answer never depends on when the sweep ran.
 	TombstoneRetention time.Duration
+	// Claim, if set, claims the call in the transaction that creates it
+	// (docs/lifecycle.md, "Claim at creation"): only when CreateOrGet
+	// answers Created, the call is inserted running under Claim.Owner at
+	// attempt 1 with its lease ending at the database's now + Claim.Lease,
+	// and its one created audit row says so (DetailCreatedClaimed). Any
+	// other outcome (a replay, a reset, an alias, a conflict, an expired
+	// key) ignores it: nothing is claimed. nil creates a pending call.
+	Claim *CreateClaim
+}
+
+// CreateClaim is NewCall.Claim: the owner and lease length of a claim
+// made by the create itself, as ClaimNext would make it (the lease is
+// counted from the database's clock in the backend, like every lease).
+type CreateClaim struct {
+	Owner string
+	Lease time.Duration
+}
+
+// CheckCreateClaim is CreateOrGet's check of n.Claim, shared by backends:
+// an owner is required and the lease must be positive (a claim that
+// expires as it is made would be taken over at once).
+func CheckCreateClaim(n NewCall) error {
+	switch {
+	case n.Claim == nil:
+		return nil
+	case n.Claim.Owner == "":
+		return fmt.Errorf("create %s: claim without an owner", n.IdemKey)
+	case n.Claim.Lease <= 0:
+		return fmt.Errorf("create %s: claim with a lease of %v, want > 0", n.IdemKey, n.Claim.Lease)
+	}
+	return nil
+}
+
+// DetailCreatedOf is the created audit row's detail for n, claimed or
+// not: what every backend writes for a Created call.
+func DetailCreatedOf(n NewCall) string {
+	if n.Claim != nil {
+		return DetailCreatedClaimed(n.Tool, n.Claim.Owner)
+	}
+	return DetailCreated(n.Tool)
 }
 
 // Tombstone is what remains of a purged call's key (docs/operations.md,
@@ -247,7 +287,8 @@ type Outcome int
 
 // Outcomes of CreateOrGet.
 const (
-	// Created: the key was new; a pending call was inserted (audit created).
+	// Created: the key was new; a call was inserted (audit created),
+	// pending, or running at attempt 1 when NewCall.Claim asked for it.
 	Created Outcome = iota + 1
 	// Existing: the key was known with the same fingerprint; nothing changed.
 	Existing

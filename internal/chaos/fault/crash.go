@@ -203,7 +203,7 @@ func runCrash(ctx context.Context, e *env, rep *Report, hook string) error {
 	if rep.Attempt != 2 {
 		rep.fail("attempt=%d, want 2 (the crashed attempt, then the recovered one)", rep.Attempt)
 	}
-	claimed, recovered := firstEvent(ev.events, store.EventClaimed), firstEvent(ev.events, store.EventRecover)
+	claimed, recovered := firstClaim(ev.events), firstEvent(ev.events, store.EventRecover)
 	switch {
 	case recovered == nil || claimed == nil:
 		rep.fail("invariant 4: no recover row in the audit: the crashed call was never handed back")

@@ -157,18 +157,21 @@ func runLeaseExpiry(ctx context.Context, e *env, rep *Report) error {
 // running call whose lease has just expired directly, between a
 // scheduler's recovery pass and its claim.
 func checkTakeover(rep *Report, events []store.AuditEvent) {
-	var claims []store.AuditEvent
-	var story []string
+	var claims, story []string
 	for _, ev := range events {
-		if ev.Event == store.EventClaimed {
-			claims = append(claims, ev)
+		// A claims at creation when a worker is free, or through its
+		// scheduler: a claim either way (store.ClaimOf).
+		if owner, ok := store.ClaimOf(ev); ok {
+			claims = append(claims, owner)
+			story = append(story, store.EventClaimed)
+			continue
 		}
 		if ev.Event != store.EventCreated && ev.Event != store.EventRecover && ev.Event != store.EventOutcomeUnknown {
 			story = append(story, ev.Event)
 		}
 	}
 	by := func(i int, host string) bool {
-		return len(claims) > i && strings.HasPrefix(claims[i].Detail, host+":")
+		return len(claims) > i && strings.HasPrefix(claims[i], host+":")
 	}
 	if !by(0, leaseExpiryHostA) || !by(1, leaseExpiryHostB) || len(claims) != 2 {
 		rep.fail("the fault did not happen as planned: want attempt 1 claimed by A (%s) and attempt 2 by B (%s), the audit has %d claim(s)",

@@ -82,6 +82,17 @@ func firstEvent(events []store.AuditEvent, name string) *store.AuditEvent {
 	return nil
 }
 
+// firstClaim is the first audit row that claims the call (store.ClaimOf:
+// a claimed row, or a created row of a call claimed at creation).
+func firstClaim(events []store.AuditEvent) *store.AuditEvent {
+	for i := range events {
+		if _, ok := store.ClaimOf(events[i]); ok {
+			return &events[i]
+		}
+	}
+	return nil
+}
+
 func countEvents(events []store.AuditEvent, name string) int {
 	n := 0
 	for _, ev := range events {

@@ -33,6 +33,9 @@ func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, s
 	if err := s.writable(); err != nil {
 		return store.Call{}, 0, err
 	}
+	if err := store.CheckCreateClaim(n); err != nil {
+		return store.Call{}, 0, fmt.Errorf("postgres %w", err)
+	}
 	for try := 0; try < createOrGetTries; try++ {
 		call, out, err := s.createOrGetOnce(ctx, n)
 		if errors.Is(err, errWinnerVanished) {
@@ -46,20 +49,22 @@ func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, s
 // createSQL inserts a new call and its created audit row in one statement
 // ($1 call id, $2 key, $3 fingerprint, $4 client id, $5 seq, $6 tool, $7
 // args, $8 principal, $9 intent, $10 via, $11 the created audit detail,
-// $12 the tombstones' retention in seconds, 0 for none, $13 notify url, $14 the trace parent), unless the key is
+// $12 the tombstones' retention in seconds, 0 for none, $13 notify url, $14 the trace parent, $15 and $16
+// the owner and lease seconds of a claim at creation, both NULL for none: insertClaimed), unless the key is
 // a call's own key (ON CONFLICT: nothing, no row), an alias or has a
 // tombstone within the retention (NOT EXISTS: nothing, no row). It
 // returns the new call, or else the key's own call as this statement's
 // snapshot sees it (the statement's CTEs share one snapshot, so that read
 // never sees the row the CTE inserts: hence NOT EXISTS (created)). The new
 // call is the row whose call_id is $1.
-const createSQL = `
+var createSQL = `
 WITH clock AS MATERIALIZED (
   SELECT ` + dbNow + ` AS now
 ), created AS (
   INSERT INTO calls (call_id, principal, idem_key, fingerprint, client_id, seq, tool, args_json,
-                     status, attempt, created_at, updated_at, intent, via, notify_url, trace_parent)
-  SELECT $1, $8, $2, $3, $4, $5, $6, $7, 'pending', 0, clock.now, clock.now, $9, $10, $13, $14
+                     status, attempt, lease_until, owner, created_at, updated_at, intent, via, notify_url, trace_parent)
+  SELECT $1, $8, $2, $3, $4, $5, $6, $7, ` + insertClaimed("$15", "$16") + `,
+         clock.now, clock.now, $9, $10, $13, $14
   FROM clock
   WHERE NOT EXISTS (SELECT 1 FROM key_aliases WHERE principal = $8 AND idem_key = $2)
     AND NOT EXISTS (SELECT 1 FROM tombstones
@@ -73,6 +78,27 @@ WITH clock AS MATERIALIZED (
 SELECT ` + callColumns + ` FROM created
 UNION ALL
 SELECT ` + callColumns + ` FROM calls WHERE principal = $8 AND idem_key = $2 AND NOT EXISTS (SELECT 1 FROM created)`
+
+// insertClaimed is the status, attempt, lease_until and owner columns of
+// a new call's insert, with clock.now in scope: pending at attempt 0, or,
+// when the owner parameter is not NULL (store.NewCall.Claim), running at
+// attempt 1 under that owner, the lease ending at the database's now plus
+// the lease parameter in seconds.
+func insertClaimed(owner, lease string) string {
+	return `CASE WHEN ` + owner + `::text IS NULL THEN 'pending' ELSE 'running' END,
+         CASE WHEN ` + owner + `::text IS NULL THEN 0 ELSE 1 END,
+         clock.now + ` + lease + `::double precision, ` + owner + `::text`
+}
+
+// claimArgs are insertClaimed's parameters for n: NULL, NULL without a
+// claim.
+func claimArgs(n store.NewCall) (owner *string, lease *float64) {
+	if n.Claim == nil {
+		return nil, nil
+	}
+	o, l := n.Claim.Owner, n.Claim.Lease.Seconds()
+	return &o, &l
+}
 
 // retryResetSQL returns the failed call $1 to pending: a same-key retry's
 // reset, and Redrive's.
@@ -125,9 +151,11 @@ func (s *Store) createOp(n store.NewCall, args string, intent *string, call *sto
 	return &groupOp{
 		key: "k" + n.Principal + "\x01" + n.IdemKey,
 		queue: func(b *pgx.Batch) {
+			owner, lease := claimArgs(n)
 			b.Queue(lockKeySQL, n.Principal, n.IdemKey)
 			b.Queue(createSQL, n.CallID, n.IdemKey, n.Fingerprint, n.ClientID, n.Seq, n.Tool, args, n.Principal, intent,
-				store.ViaOf(n.Via), store.DetailCreated(n.Tool), n.TombstoneRetention.Seconds(), n.NotifyURL, nullIfEmpty(n.TraceParent))
+				store.ViaOf(n.Via), store.DetailCreatedOf(n), n.TombstoneRetention.Seconds(), n.NotifyURL, nullIfEmpty(n.TraceParent),
+				owner, lease)
 		},
 		read: func(r *results) error {
 			*call, *out = store.Call{}, 0
@@ -179,18 +207,21 @@ func (s *Store) createOrGetOnce(ctx context.Context, n store.NewCall) (store.Cal
 		if err != nil || handled {
 			return err
 		}
+		owner, lease := claimArgs(n)
 		call, err = scanCall(tx.QueryRow(ctx, `
 INSERT INTO calls (call_id, principal, idem_key, fingerprint, client_id, seq, tool, args_json,
-                   status, attempt, created_at, updated_at, intent, via, notify_url, trace_parent)
-SELECT $1, $8, $2, $3, $4, $5, $6, $7, 'pending', 0, clock.now, clock.now, $9, $10, $11, $12
+                   status, attempt, lease_until, owner, created_at, updated_at, intent, via, notify_url, trace_parent)
+SELECT $1, $8, $2, $3, $4, $5, $6, $7, `+insertClaimed("$13", "$14")+`,
+       clock.now, clock.now, $9, $10, $11, $12
 FROM (SELECT `+dbNow+` AS now) AS clock
 ON CONFLICT (principal, idem_key) DO NOTHING
 RETURNING `+callColumns,
-			n.CallID, n.IdemKey, n.Fingerprint, n.ClientID, n.Seq, n.Tool, args, n.Principal, intent, store.ViaOf(n.Via), n.NotifyURL, nullIfEmpty(n.TraceParent)))
+			n.CallID, n.IdemKey, n.Fingerprint, n.ClientID, n.Seq, n.Tool, args, n.Principal, intent, store.ViaOf(n.Via), n.NotifyURL, nullIfEmpty(n.TraceParent),
+			owner, lease))
 		if err == nil {
 			out = store.Created
 			// Same transaction as the insert: a call never exists unaudited.
-			return s.insertAudit(ctx, tx, call.CreatedAt, call.CallID, store.EventCreated, store.DetailCreated(call.Tool))
+			return s.insertAudit(ctx, tx, call.CreatedAt, call.CallID, store.EventCreated, store.DetailCreatedOf(n))
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return err

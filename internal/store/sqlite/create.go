@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -14,6 +15,9 @@ import (
 func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, store.Outcome, error) {
 	if s.readOnly {
 		return store.Call{}, 0, fmt.Errorf("sqlite create: %w", store.ErrReadOnly)
+	}
+	if err := store.CheckCreateClaim(n); err != nil {
+		return store.Call{}, 0, fmt.Errorf("sqlite %w", err)
 	}
 	// Fast path without the write lock: a replay of a known key whose call
 	// needs no reset only reads. The key→call binding and the fingerprint
@@ -88,21 +92,19 @@ func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, s
 					return err
 				}
 			}
-			args := string(n.ArgsJSON)
-			if args == "" {
-				args = "{}"
-			}
 			var intent *string
 			if n.Intent != "" {
 				intent = &n.Intent
 			}
-			call, err = queryCall(ctx, tx, s.wq.insertCall,
-				n.CallID, n.Principal, n.IdemKey, n.Fingerprint, n.ClientID, n.Seq, n.Tool, args, now, now, intent, store.ViaOf(n.Via), n.NotifyURL, nullIfEmpty(n.TraceParent))
-			if err != nil {
+			c := newCallRow(n, now)
+			if _, err := tx.StmtContext(ctx, s.wq.insertCall).ExecContext(ctx,
+				c.CallID, c.Principal, c.IdemKey, c.Fingerprint, c.ClientID, c.Seq, c.Tool, string(c.ArgsJSON),
+				string(c.Status), c.Attempt, c.LeaseUntil, c.Owner, now, now, intent, c.Via, c.NotifyURL,
+				nullIfEmpty(c.TraceParent)); err != nil {
 				return err
 			}
-			out = store.Created
-			return s.insertAudit(ctx, tx, now, n.CallID, store.EventCreated, store.DetailCreated(n.Tool))
+			call, out = c, store.Created
+			return s.insertAudit(ctx, tx, now, n.CallID, store.EventCreated, store.DetailCreatedOf(n))
 		case err != nil:
 			return err
 		case c.Fingerprint != n.Fingerprint:
@@ -135,4 +137,47 @@ func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, s
 // holds the key.
 func conflict(existing store.Call) error {
 	return fmt.Errorf("sqlite create: %w", &store.ConflictError{CallID: existing.CallID, Key: existing.IdemKey})
+}
+
+// newCallRow is the call CreateOrGet inserts for n at now, exactly as a
+// read of its row returns it: the writer knows every column, so the
+// insert needs no RETURNING. Claimed at creation (n.Claim), it is running
+// at attempt 1 under the claim's owner, its lease ending at now + lease by
+// this database's clock (the local clock, as for every SQLite lease).
+func newCallRow(n store.NewCall, now float64) store.Call {
+	args := string(n.ArgsJSON)
+	if args == "" {
+		args = "{}"
+	}
+	c := store.Call{
+		CallID:      n.CallID,
+		Principal:   n.Principal,
+		IdemKey:     n.IdemKey,
+		Fingerprint: n.Fingerprint,
+		ClientID:    copyOf(n.ClientID),
+		Seq:         copyOf(n.Seq),
+		Tool:        n.Tool,
+		ArgsJSON:    json.RawMessage(args),
+		Status:      store.StatusPending,
+		Via:         store.ViaOf(n.Via),
+		NotifyURL:   copyOf(n.NotifyURL),
+		TraceParent: n.TraceParent,
+		CreatedAt:   now,
+		UpdatedAt:   now,
+	}
+	if n.Claim != nil {
+		until, owner := now+n.Claim.Lease.Seconds(), n.Claim.Owner
+		c.Status, c.Attempt, c.LeaseUntil, c.Owner = store.StatusRunning, 1, &until, &owner
+	}
+	return c
+}
+
+// copyOf is a copy of *p, nil for nil: the returned call shares no
+// memory with the caller's NewCall, as a call read from a row does not.
+func copyOf[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
 }

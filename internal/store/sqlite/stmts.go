@@ -26,12 +26,14 @@ const (
 	// sqlCallOf is Get: the call with that id if principal recorded it.
 	sqlCallOf = `SELECT ` + callColumns + ` FROM calls WHERE call_id = ? AND principal = ?`
 
-	// sqlInsertCall inserts a new pending call and returns it as stored,
-	// so CreateOrGet needs no read after its write.
+	// sqlInsertCall inserts a new call: pending at attempt 0, or running
+	// at attempt 1 under an owner and lease when it is claimed at
+	// creation (store.NewCall.Claim). No RETURNING: CreateOrGet knows
+	// every column it writes and builds the call in Go (newCallRow).
 	sqlInsertCall = `INSERT INTO calls
-		(call_id, principal, idem_key, fingerprint, client_id, seq, tool, args_json, status, attempt, created_at, updated_at, intent, via, notify_url, trace_parent)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?, ?, ?, ?)
-		RETURNING ` + callColumns
+		(call_id, principal, idem_key, fingerprint, client_id, seq, tool, args_json, status, attempt, lease_until, owner,
+		 created_at, updated_at, intent, via, notify_url, trace_parent)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 	// sqlAliasByKey reads an alias key's call id and the fingerprint the
 	// alias was recorded with (intent deduplication).

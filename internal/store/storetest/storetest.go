@@ -6,6 +6,7 @@
 //
 // The suite is split by concern, one file each:
 //   - create.go: CreateOrGet, same-key retry resets, concurrent creates;
+//   - createclaim.go: a claim made by CreateOrGet itself (NewCall.Claim);
 //   - claim.go: ClaimNext, tool quotas, concurrent claims, lease-expiry
 //     takeover, the claim order across pending and expired calls;
 //   - complete.go: Succeed, Fail, effect uniqueness;
@@ -119,6 +120,11 @@ func Run(t *testing.T, f Factory) {
 	t.Run("CreateOrGet", func(t *testing.T) { testCreateOrGet(t, open) })
 	t.Run("RetryReset", func(t *testing.T) { testRetryReset(t, open) })
 	t.Run("ConcurrentCreateOrGet", func(t *testing.T) { testConcurrentCreateOrGet(t, open) })
+	// createclaim.go
+	t.Run("CreateClaim", func(t *testing.T) { testCreateClaim(t, open) })
+	t.Run("CreateClaimOnlyCreated", func(t *testing.T) { testCreateClaimOnlyCreated(t, su) })
+	t.Run("CreateClaimFencing", func(t *testing.T) { testCreateClaimFencing(t, open) })
+	t.Run("CreateClaimRecovered", func(t *testing.T) { testCreateClaimRecovered(t, open) })
 	// claim.go
 	t.Run("ClaimNext", func(t *testing.T) { testClaimNext(t, open) })
 	t.Run("ClaimQuotas", func(t *testing.T) { testClaimQuotas(t, open) })
