@@ -48,19 +48,19 @@ func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, s
 	// idem_key is the backstop.
 	err := s.writeTx(ctx, store.WriteCreate, func(ctx context.Context, tx *sql.Tx) error {
 		now := s.now()
-		c, err := queryCall(ctx, tx, s.wq.callByKey, n.Principal, n.IdemKey)
+		c, err := s.queryCallHot(ctx, tx, s.wq.callByKey, n.Principal, n.IdemKey)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			// Not a call's own key. An alias? The same transaction
 			// decides, so a key is never both (store.Store.CreateOrGet).
 			var aliasOf, aliasFP string
-			err = tx.StmtContext(ctx, s.wq.aliasByKey).QueryRowContext(ctx, n.Principal, n.IdemKey).Scan(&aliasOf, &aliasFP)
+			aliasOf, aliasFP, err = s.aliasByKeyHot(n.Principal, n.IdemKey)
 			switch {
 			case err == nil:
 				if aliasFP != n.Fingerprint {
 					return fmt.Errorf("sqlite create: %w", &store.ConflictError{CallID: aliasOf, Key: n.IdemKey})
 				}
-				call, err = queryCall(ctx, tx, s.wq.callByID, aliasOf)
+				call, err = s.queryCallHot(ctx, tx, s.wq.callByID, aliasOf)
 				out = store.Existing
 				return err
 			case !errors.Is(err, sql.ErrNoRows):
@@ -69,8 +69,7 @@ func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, s
 			// Neither: a key retention purged is expired while its
 			// tombstone counts, whatever the fingerprint (410).
 			if n.TombstoneRetention > 0 {
-				ts, err := scanTombstone(tx.StmtContext(ctx, s.wq.tombstoneByKey).QueryRowContext(ctx,
-					n.Principal, n.IdemKey, now-n.TombstoneRetention.Seconds()))
+				ts, err := s.tombstoneByKeyHot(n.Principal, n.IdemKey, now-n.TombstoneRetention.Seconds())
 				switch {
 				case err == nil:
 					return fmt.Errorf("sqlite create: %w", &store.ExpiredError{Tombstone: ts})
@@ -79,7 +78,7 @@ func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, s
 				}
 			}
 			if n.DedupWindow > 0 && n.Intent != "" {
-				c, err := queryCall(ctx, tx, s.wq.callByIntent, n.Principal, n.Intent, n.Tool, now-n.DedupWindow.Seconds())
+				c, err := s.queryCallHot(ctx, tx, s.wq.callByIntent, n.Principal, n.Intent, n.Tool, now-n.DedupWindow.Seconds())
 				switch {
 				case err == nil:
 					if _, err := tx.StmtContext(ctx, s.wq.insertAlias).ExecContext(ctx,
@@ -97,10 +96,11 @@ func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, s
 				intent = &n.Intent
 			}
 			c := newCallRow(n, now)
-			if _, err := tx.StmtContext(ctx, s.wq.insertCall).ExecContext(ctx,
-				c.CallID, c.Principal, c.IdemKey, c.Fingerprint, c.ClientID, c.Seq, c.Tool, string(c.ArgsJSON),
-				string(c.Status), c.Attempt, c.LeaseUntil, c.Owner, now, now, intent, c.Via, c.NotifyURL,
-				nullIfEmpty(c.TraceParent)); err != nil {
+			if err := s.hot(func(h *hotStmts) error {
+				return h.exec(h.insertCall, c.CallID, c.Principal, c.IdemKey, c.Fingerprint, c.ClientID, c.Seq, c.Tool, string(c.ArgsJSON),
+					string(c.Status), c.Attempt, c.LeaseUntil, c.Owner, now, now, intent, c.Via, c.NotifyURL,
+					nullIfEmpty(c.TraceParent))
+			}); err != nil {
 				return err
 			}
 			call, out = c, store.Created
@@ -114,7 +114,7 @@ func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, s
 			// Only a same-key request resets a retryable failure; the
 			// server never retries on its own. attempt is kept:
 			// it counts physical tries.
-			call, err = queryCall(ctx, tx, s.wq.retryReset, now, c.CallID)
+			call, err = s.queryCallHot(ctx, tx, s.wq.retryReset, now, c.CallID)
 			if errors.Is(err, sql.ErrNoRows) {
 				return fmt.Errorf("retry reset %s: no row changed", c.CallID)
 			} else if err != nil {

@@ -295,7 +295,6 @@ func (s *Store) twins() map[*sql.Stmt]*driverStmt {
 		s.wq.callByID:     &s.hs.callByID,
 		s.wq.callByKey:    &s.hs.callByKey,
 		s.wq.callByIntent: &s.hs.callByIntent,
-		s.wq.insertCall:   &s.hs.insertCall,
 		s.wq.retryReset:   &s.hs.retryReset,
 	}
 }
