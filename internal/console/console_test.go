@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/html"
+
 	"github.com/idemctl/idemctl/internal/store"
 )
 
@@ -82,10 +84,7 @@ func TestCallTimelineClaimedAtCreation(t *testing.T) {
 	if r.code != http.StatusOK {
 		t.Fatalf("status %d", r.code)
 	}
-	var got []string
-	for _, li := range find(byID(t, r.doc, "timeline"), "li", "", "") {
-		got = append(got, attr(li, "data-event")+" "+text(find(li, "div", "class", "ev-body")[0]))
-	}
+	got := timeline(t, r.doc)
 	want := []string{
 		"created tool charge claimed by owner-1 attempt 1",
 		"outcome_unknown abandoned: attempt 1 in flight, owner process gone",
@@ -129,10 +128,7 @@ func TestCallTimeline(t *testing.T) {
 	if r.code != http.StatusOK {
 		t.Fatalf("status %d", r.code)
 	}
-	var got []string
-	for _, li := range find(byID(t, r.doc, "timeline"), "li", "", "") {
-		got = append(got, attr(li, "data-event")+" "+text(find(li, "div", "class", "ev-body")[0]))
-	}
+	got := timeline(t, r.doc)
 	want := []string{
 		"created tool charge",
 		"claimed owner owner-1 attempt 1",
@@ -387,4 +383,15 @@ func TestNeedsAttention(t *testing.T) {
 	if len(find(r.doc, "", "id", "needs-attention")) != 0 {
 		t.Error("a known failure's page says it needs attention")
 	}
+}
+
+// timeline returns a call page's timeline, one "event body-text" line per
+// entry, in order.
+func timeline(t *testing.T, doc *html.Node) []string {
+	t.Helper()
+	var got []string
+	for _, li := range find(byID(t, doc, "timeline"), "li", "", "") {
+		got = append(got, attr(li, "data-event")+" "+text(find(li, "div", "class", "ev-body")[0]))
+	}
+	return got
 }
