@@ -172,11 +172,11 @@ func TestGroupWaitIsBounded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	busy := make(chan error, committers)
+	// Each committer takes one write and blocks in SendBatch. One write at
+	// a time: writes sent together may share a batch, and then fewer
+	// committers would enter than this waits for.
 	for range committers {
 		go func() { busy <- g.run(ctx, op()) }()
-	}
-	// Each committer takes one write and blocks in SendBatch.
-	for range committers {
 		<-pool.entered
 	}
 
