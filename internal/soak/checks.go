@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -624,13 +625,49 @@ func checkPausedFenced(in Input) Check {
 				continue // it finished before its lease ran out, or its commit won: nobody else ran it
 			}
 			c.Checked++
-			if fenced || cutOffSoonAfter(in.Events, p) {
+			if fenced || cutOffSoonAfter(in.Events, p) || gaveUpInLookup(in.Observed.Calls, rows, h) {
 				continue
 			}
 			c.Violations = append(c.Violations, Violation{h.CallID, fmt.Sprintf("frozen on instance %d at %s under owner %s attempt %d, taken over after its lease expired, but no fenced row for that attempt", p.Instance, offset(p.At), h.Owner, h.Attempt)})
 		}
 	}
 	return c
+}
+
+// gaveUpInLookup reports whether h's frozen worker was in the lookup that
+// starts an attempt after an unknown outcome (on_unknown: lookup): such an
+// attempt records nothing when it wakes past its lease (its lookup is cut
+// short, or its verdict refused as the lease is gone: internal/executor,
+// unknown.go), so no late completion exists to be fenced. It is so when the
+// call is of the soak's lookup tool, an unknown outcome came before the
+// takeover, and no lookup verdict of that attempt was recorded.
+func gaveUpInLookup(calls map[string]ObservedCall, rows []AuditRow, h HeldCall) bool {
+	lookupTool := false
+	for _, c := range calls {
+		if c.CallID == h.CallID {
+			lookupTool = c.Tool == LookupTool
+			break
+		}
+	}
+	if !lookupTool {
+		return false
+	}
+	expired := fmt.Sprintf("(owner %s, attempt %d)", h.Owner, h.Attempt)
+	verdict := fmt.Sprintf("attempt %d:", h.Attempt)
+	unknownBefore := false
+	for _, r := range rows {
+		switch {
+		case (r.Event == "recover" || r.Event == "outcome_unknown") && strings.Contains(r.Detail, expired):
+			if !unknownBefore {
+				return false // the takeover came first: the attempt began without a lookup
+			}
+		case r.Event == "outcome_unknown":
+			unknownBefore = true
+		case slices.Contains(store.LookupEvents, r.Event) && strings.HasPrefix(r.Detail, verdict):
+			return false // the lookup answered for this attempt: a completion follows it
+		}
+	}
+	return unknownBefore
 }
 
 // cutOffSoonAfter reports whether p's instance was killed, exited or was

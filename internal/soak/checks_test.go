@@ -410,3 +410,37 @@ func TestDownWindows(t *testing.T) {
 		t.Fatal(offset(1500 * time.Millisecond))
 	}
 }
+
+// TestJudgeExcusesAFrozenLookup: a worker of the lookup tool frozen in the
+// lookup that starts its attempt (the previous attempt's outcome unknown)
+// records nothing when it wakes past its lease, so it owes no fenced row;
+// the same call of another tool, or with its lookup's verdict recorded
+// (a completion follows it), still does.
+func TestJudgeExcusesAFrozenLookup(t *testing.T) {
+	frozen := "host:100:5/1"
+	lookupCall := func(tool string, rows ...AuditRow) Input {
+		in := cleanInput()
+		in.Observed.Calls["k2"] = ObservedCall{CallID: "c2", Tool: tool, Status: "failed", Attempt: 3}
+		in.Observed.Audit["c2"] = append([]AuditRow{
+			{"created", tool}, {"claimed", "host:300:1/1"},
+			{"outcome_unknown", "reset_after_send: the connection closed"},
+			{"claimed", frozen},
+		}, rows...)
+		in.Pauses[0].Calls = []HeldCall{{CallID: "c2", Owner: frozen, Attempt: 2}}
+		return in
+	}
+	takeover := []AuditRow{
+		{"outcome_unknown", "abandoned: lease expired (owner " + frozen + ", attempt 2)"},
+		{"claimed", "host:200:7/1"}, {"lookup_not_found", "attempt 3: answered 404"}, {"failed", "tool_failed: declined"},
+	}
+	if names, keys := failed(Judge(lookupCall(LookupTool, takeover...))); len(names) > 0 {
+		t.Fatalf("a lookup frozen before its verdict: failed %v: %v", names, keys)
+	}
+	if names, _ := failed(Judge(lookupCall(ToolSleep, takeover...))); !slices.Equal(names, []string{"paused_completion_fenced"}) {
+		t.Fatalf("another tool: failed %v, want paused_completion_fenced", names)
+	}
+	answered := append([]AuditRow{{"lookup_not_found", "attempt 2: answered 404"}}, takeover...)
+	if names, _ := failed(Judge(lookupCall(LookupTool, answered...))); !slices.Equal(names, []string{"paused_completion_fenced"}) {
+		t.Fatalf("the lookup answered for the frozen attempt: failed %v, want paused_completion_fenced", names)
+	}
+}
