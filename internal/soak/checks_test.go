@@ -439,6 +439,14 @@ func TestJudgeExcusesAFrozenLookup(t *testing.T) {
 	if names, _ := failed(Judge(lookupCall(ToolSleep, takeover...))); !slices.Equal(names, []string{"paused_completion_fenced"}) {
 		t.Fatalf("another tool: failed %v, want paused_completion_fenced", names)
 	}
+	// The unknown outcome came after the takeover (a later attempt's): the
+	// frozen attempt began without a lookup, so its completion is owed.
+	in := lookupCall(LookupTool, takeover...)
+	a := in.Observed.Audit["c2"]
+	in.Observed.Audit["c2"] = append([]AuditRow{a[0], a[1], a[3], a[4], a[2]}, a[5:]...)
+	if names, _ := failed(Judge(in)); !slices.Equal(names, []string{"paused_completion_fenced"}) {
+		t.Fatalf("unknown outcome after the takeover: failed %v, want paused_completion_fenced", names)
+	}
 	answered := append([]AuditRow{{"lookup_not_found", "attempt 2: answered 404"}}, takeover...)
 	if names, _ := failed(Judge(lookupCall(LookupTool, answered...))); !slices.Equal(names, []string{"paused_completion_fenced"}) {
 		t.Fatalf("the lookup answered for the frozen attempt: failed %v, want paused_completion_fenced", names)
