@@ -37,10 +37,7 @@ func (s *Store) Succeed(ctx context.Context, c store.Completion) (store.Call, er
 				}
 			}
 			var err error
-			call, err = h.queryCall(h.succeed, jsonArg(c.Result), now, e != nil, c.CallID, c.Owner, c.Attempt)
-			if errors.Is(err, sql.ErrNoRows) {
-				return h.whyFenced(c)
-			} else if err != nil {
+			if call, err = h.completeCall(h.succeed, c, jsonArg(c.Result), now, e != nil, c.CallID, c.Owner, c.Attempt); err != nil {
 				return err
 			}
 			if err := h.delivery(now, c.CallID, c.Notify); err != nil {
@@ -67,10 +64,7 @@ func (s *Store) Fail(ctx context.Context, c store.Completion) (store.Call, error
 		keep, unknown := unknownArgs(c)
 		return s.hot(func(h *hotStmts) error {
 			var err error
-			call, err = h.queryCall(h.fail, string(errJSON), now, keep, unknown, c.CallID, c.Owner, c.Attempt)
-			if errors.Is(err, sql.ErrNoRows) {
-				return h.whyFenced(c)
-			} else if err != nil {
+			if call, err = h.completeCall(h.fail, c, string(errJSON), now, keep, unknown, c.CallID, c.Owner, c.Attempt); err != nil {
 				return err
 			}
 			if err := h.auditUnknown(now, c); err != nil {
@@ -103,11 +97,8 @@ func (s *Store) ScheduleRetry(ctx context.Context, c store.Completion, delay tim
 		keep, unknown := unknownArgs(c)
 		return s.hot(func(h *hotStmts) error {
 			var err error
-			call, err = h.queryCall(h.scheduleRetry, now+delay.Seconds(), string(store.FailureJSON(c)), now,
-				keep, unknown, c.CallID, c.Owner, c.Attempt)
-			if errors.Is(err, sql.ErrNoRows) {
-				return h.whyFenced(c)
-			} else if err != nil {
+			if call, err = h.completeCall(h.scheduleRetry, c, now+delay.Seconds(), string(store.FailureJSON(c)), now,
+				keep, unknown, c.CallID, c.Owner, c.Attempt); err != nil {
 				return err
 			}
 			if err := h.auditUnknown(now, c); err != nil {
@@ -140,6 +131,17 @@ func (h *hotStmts) delivery(now float64, callID string, d *store.NewDelivery) er
 		return nil
 	}
 	return h.exec(h.insertDelivery, d.ID, callID, d.URL, now, now, now)
+}
+
+// completeCall runs a completion's statement, fenced on c's owner and
+// attempt, and returns the call it stored; a statement that matched no row
+// is a stale completion, and whyFenced says why.
+func (h *hotStmts) completeCall(st driverStmt, c store.Completion, args ...any) (store.Call, error) {
+	call, err := h.queryCall(st, args...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.Call{}, h.whyFenced(c)
+	}
+	return call, err
 }
 
 // whyFenced is called when a fencing UPDATE matched no row: the completion
