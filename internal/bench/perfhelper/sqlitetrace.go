@@ -15,10 +15,10 @@ package main
 // WAL pages: SQLite's pager counts the pages it writes, which in WAL mode are
 // the frames a commit appends (SQLITE_DBSTATUS_CACHE_WRITE, the driver's
 // Status); it is read at the end of each statement of the write connection,
-// inside the callback, so the pages a COMMIT wrote are its own. sqlite3_wal_hook would give the
-// WAL's size after each commit instead, but installing it replaces the
-// write connection's wal_autocheckpoint backstop (store/sqlite/checkpoint.go),
-// which would change what is measured.
+// inside the callback, so the pages a COMMIT wrote are its own.
+// sqlite3_wal_hook would give the WAL's size after each commit instead, but
+// installing it replaces the write connection's wal_autocheckpoint backstop
+// (store/sqlite/checkpoint.go), which would change what is measured.
 
 import (
 	"fmt"
