@@ -1,0 +1,189 @@
+package sqlite
+
+import (
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/idemctl/idemctl/internal/store"
+)
+
+// planOf is the EXPLAIN QUERY PLAN of query, one step a line, with a line
+// break after the last so "SCAN calls\n" matches only a bare table scan.
+func planOf(t *testing.T, s *Store, query string, args ...any) string {
+	t.Helper()
+	return strings.Join(queryPlan(t, s, query, args...), "\n") + "\n"
+}
+
+// TestRunningIndexPlans: with no index of every call's status, each
+// statement that looks for running calls reads idx_calls_running, and each
+// that looks for pending calls idx_calls_pending: none walks
+// idx_calls_created or the table, whose size is the history.
+func TestRunningIndexPlans(t *testing.T) {
+	t.Parallel()
+	s := openAt(t, tempPath(t), store.Options{})
+	seed(t, s, 50)
+	for _, q := range []struct {
+		name, sql, index string
+		args             []any
+	}{
+		{"expired pick", sqlPickExpired, "idx_calls_running", []any{1.0, `[]`, 8}},
+		{"recover pre-check", sqlHasExpired, "idx_calls_running", []any{1.0}},
+		{"recover pick", sqlRecoverPick, "idx_calls_running", []any{1.0}},
+	} {
+		plan := planOf(t, s, q.sql, q.args...)
+		t.Logf("%s:\n%s", q.name, plan)
+		if !strings.Contains(plan, "INDEX "+q.index) || strings.Contains(plan, "idx_calls_created") || strings.Contains(plan, "SCAN calls\n") {
+			t.Errorf("%s plan:\n%swant a read of %s, no other index of calls, no table scan", q.name, plan, q.index)
+		}
+	}
+}
+
+// TestListByStatusPlans: the lists of running and of pending calls (the
+// dead-owner pass lists the running ones every scheduler interval) read
+// their partial index and sort only its rows, and the pending count per
+// principal reads idx_calls_pending; unforced, each walked an index of
+// every call.
+func TestListByStatusPlans(t *testing.T) {
+	t.Parallel()
+	s := openAt(t, tempPath(t), store.Options{})
+	seed(t, s, 50)
+	for _, q := range []struct {
+		name, sql, index string
+		args             []any
+	}{
+		{"running list", sqlListByStatus(store.StatusRunning), "idx_calls_running", []any{-1}},
+		{"pending list", sqlListByStatus(store.StatusPending), "idx_calls_pending", []any{10}},
+		{"pending by principal", sqlPendingByPrincipal, "idx_calls_pending", []any{1}},
+	} {
+		plan := planOf(t, s, q.sql, q.args...)
+		t.Logf("%s:\n%s", q.name, plan)
+		if !strings.Contains(plan, "INDEX "+q.index) || strings.Contains(plan, "idx_calls_created") ||
+			strings.Contains(plan, "sqlite_autoindex_calls") || strings.Contains(plan, "SCAN calls\n") {
+			t.Errorf("%s plan:\n%swant a read of %s only", q.name, plan, q.index)
+		}
+	}
+	// And they list what they say.
+	for _, st := range []store.Status{store.StatusRunning, store.StatusPending, store.StatusSucceeded} {
+		got, err := s.ListCalls(t.Context(), store.ListFilter{Status: st})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) == 0 {
+			t.Fatalf("no %s calls listed; seed leaves some", st)
+		}
+		for i, c := range got {
+			if c.Status != st {
+				t.Fatalf("%s list holds a %s call", st, c.Status)
+			}
+			if i > 0 && c.CreatedAt > got[i-1].CreatedAt {
+				t.Fatalf("%s list not newest first at %d", st, i)
+			}
+		}
+	}
+	if n, err := s.PendingByPrincipal(t.Context(), 1); err != nil || n[store.DefaultPrincipal] == 0 {
+		t.Fatalf("PendingByPrincipal = %v, %v; want the seeded pending calls", n, err)
+	}
+}
+
+// TestStatsPlan: /stats counts calls by status from the three partial
+// indexes alone (covering reads), never the table: there is no index of
+// every call's status to scan instead.
+func TestStatsPlan(t *testing.T) {
+	t.Parallel()
+	s := openAt(t, tempPath(t), store.Options{})
+	seed(t, s, 50)
+	plan := planOf(t, s, sqlStatsByStatus)
+	t.Logf("stats:\n%s", plan)
+	for _, idx := range []string{"idx_calls_pending", "idx_calls_running", "idx_calls_final_updated"} {
+		if !strings.Contains(plan, "COVERING INDEX "+idx+"\n") {
+			t.Errorf("stats plan:\n%swant a covering read of %s", plan, idx)
+		}
+	}
+	if strings.Contains(plan, "SCAN calls\n") {
+		t.Errorf("stats plan:\n%sscans the table", plan)
+	}
+}
+
+// TestMigratesVersion12: a database at schema version 12 (idx_calls_status
+// over every call) is refused by a read-only store, whose reads name the
+// new indexes, and migrated by a read-write one: the indexes of calls
+// become those of TestCallsIndexes, every call is counted under its status,
+// and an expired running call of before the migration is still found and
+// recovered.
+func TestMigratesVersion12(t *testing.T) {
+	t.Parallel()
+	path := tempPath(t)
+	old, err := openPool(path, url.Values{"_pragma": {"foreign_keys(1)"}}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range migrations[:12] {
+		if _, err := old.Exec(m); err != nil {
+			t.Fatalf("migration %d: %v", i+1, err)
+		}
+	}
+	// pending, running under an expired lease, succeeded, failed.
+	for i, st := range []string{"pending", "running", "succeeded", "failed"} {
+		id := fmt.Sprintf("c_%016x", i)
+		var lease, owner any
+		if st == "running" {
+			lease, owner = 1.0, "gone"
+		}
+		if _, err := old.Exec(`INSERT INTO calls (call_id, idem_key, fingerprint, tool, args_json, status, attempt,
+			lease_until, owner, created_at, updated_at) VALUES (?, ?, 'f', 'charge', '{}', ?, 1, ?, ?, ?, ?)`,
+			id, id, st, lease, owner, float64(i+1), float64(i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := old.Exec(`PRAGMA user_version = 12`); err != nil {
+		t.Fatal(err)
+	}
+	old.Close()
+
+	if ro, err := Open(t.Context(), path, store.Options{ReadOnly: true}); err == nil {
+		ro.Close()
+		t.Fatal("read-only open of schema version 12 succeeded; its reads name idx_calls_running")
+	}
+	rw := openAt(t, path, store.Options{})
+	var v int
+	if err := rw.r.QueryRowContext(t.Context(), `PRAGMA user_version`).Scan(&v); err != nil || v != schemaVersion {
+		t.Fatalf("user_version after migrating = %d (%v), want %d", v, err, schemaVersion)
+	}
+	var names []string
+	rows, err := rw.r.QueryContext(t.Context(),
+		`SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'calls' AND sql IS NOT NULL ORDER BY name`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, n)
+	}
+	rows.Close()
+	if want := callsIndexes; !slices.Equal(names, want) {
+		t.Fatalf("indexes of calls after migrating: %v, want %v", names, want)
+	}
+	st, err := rw.Stats(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range store.Statuses {
+		if st.ByStatus[s] != 1 {
+			t.Fatalf("stats after migrating = %+v, want one call of each status", st)
+		}
+	}
+	if got, err := rw.RecoverExpired(t.Context()); err != nil || len(got) != 1 || got[0] != "c_0000000000000001" {
+		t.Fatalf("recovered after migrating = %v, %v; want the expired running call", got, err)
+	}
+	if ro, err := Open(t.Context(), path, store.Options{ReadOnly: true}); err != nil {
+		t.Fatalf("read-only open after migrating: %v", err)
+	} else {
+		ro.Close()
+	}
+}
