@@ -134,8 +134,8 @@ func keysetSQL(f store.ListFilter) (string, []any) {
 // idx_calls_created backwards over every call, filtering on status: a cost
 // growing with the history, and the scheduler lists the running calls
 // after every completion. With the literal, the plan knows it is after the
-// few running calls: idx_calls_status (numbers in BENCHMARKS.md, "Notes
-// moved from the code").
+// few running calls: idx_calls_running (numbers in BENCHMARKS.md, "Notes
+// moved from the code", from when idx_calls_status served it).
 // TestListCallsGenericPlan checks it.
 func listCallsSQL(status store.Status) (string, bool) {
 	where := ""
