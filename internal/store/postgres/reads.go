@@ -135,7 +135,7 @@ func keysetSQL(f store.ListFilter) (string, []any) {
 // growing with the history, and the scheduler lists the running calls
 // after every completion. With the literal, the plan knows it is after the
 // few running calls: idx_calls_running (numbers in BENCHMARKS.md, "Notes
-// moved from the code", from when idx_calls_status served it).
+// moved from the code").
 // TestListCallsGenericPlan checks it.
 func listCallsSQL(status store.Status) (string, bool) {
 	where := ""

@@ -108,6 +108,23 @@ func TestStatsPlan(t *testing.T) {
 	}
 }
 
+// TestRatesPlan: the console's rates search idx_calls_created and
+// idx_calls_final_updated from the window's start, the second a covering
+// read (the index holds status), neither a scan of every call.
+func TestRatesPlan(t *testing.T) {
+	t.Parallel()
+	s := openAt(t, tempPath(t), store.Options{})
+	seed(t, s, 50)
+	plan := planOf(t, s, sqlRates, 1.0, 1.0)
+	t.Logf("rates:\n%s", plan)
+	for _, step := range []string{"SEARCH calls USING COVERING INDEX idx_calls_created (created_at>?)",
+		"SEARCH calls USING COVERING INDEX idx_calls_final_updated (updated_at>?)"} {
+		if !strings.Contains(plan, step+"\n") {
+			t.Errorf("rates plan:\n%swant %s", plan, step)
+		}
+	}
+}
+
 // TestMigratesVersion12: a database at schema version 12 (idx_calls_status
 // over every call) is refused by a read-only store, whose reads name the
 // new indexes, and migrated by a read-write one: the indexes of calls

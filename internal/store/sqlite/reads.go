@@ -391,6 +391,14 @@ func (s *Store) Queue(ctx context.Context) (store.Queue, error) {
 	return q, nil
 }
 
+// sqlRates is Rates' statement (TestRatesPlan checks its plan).
+const sqlRates = `
+SELECT CAST(created_at / 60 AS INTEGER) * 60, 'created', count(*) FROM calls
+WHERE created_at >= ? GROUP BY 1
+UNION ALL
+SELECT CAST(updated_at / 60 AS INTEGER) * 60, status, count(*) FROM calls INDEXED BY idx_calls_final_updated
+WHERE status IN ('succeeded', 'failed') AND updated_at >= ? GROUP BY 1, 2`
+
 // Rates counts calls created and calls finished per minute since the
 // start of the window (store.Store.Rates), in one statement (one
 // snapshot). idx_calls_created and idx_calls_final_updated serve the two
@@ -408,12 +416,7 @@ func (s *Store) Rates(ctx context.Context, minutes int) (store.Rates, error) {
 	}
 	now := s.now()
 	start := store.RateWindowStart(now, minutes)
-	rows, err := s.r.QueryContext(ctx, `
-SELECT CAST(created_at / 60 AS INTEGER) * 60, 'created', count(*) FROM calls
-WHERE created_at >= ? GROUP BY 1
-UNION ALL
-SELECT CAST(updated_at / 60 AS INTEGER) * 60, status, count(*) FROM calls INDEXED BY idx_calls_final_updated
-WHERE status IN ('succeeded', 'failed') AND updated_at >= ? GROUP BY 1, 2`, start, start)
+	rows, err := s.r.QueryContext(ctx, sqlRates, start, start)
 	if err != nil {
 		return store.Rates{}, interpret(ctx, "rates", err)
 	}
