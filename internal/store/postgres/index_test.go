@@ -64,6 +64,36 @@ ANALYZE calls`); err != nil {
 	}
 }
 
+// TestFinalIndexPlans: the retention purge picks the oldest final calls
+// from idx_calls_final_updated in order (no sort of every final call), and
+// the rates count the finished calls of the window from it.
+func TestFinalIndexPlans(t *testing.T) {
+	s := open(t, pgtest.Schema(t), store.Options{})
+	seedHistory(t, s, 5000, 500)
+	plan, raw := explain(t, s, purgeSQL, 3600.0, 500, true)
+	picked, ok := plan.find(func(n planNode) bool { return n.SubplanName == "CTE picked" })
+	if !ok {
+		t.Fatalf("purge: no CTE picked in the plan:\n%s", raw)
+	}
+	if _, ok := picked.find(func(n planNode) bool { return n.IndexName == "idx_calls_final_updated" }); !ok {
+		t.Errorf("purge: the pick does not read idx_calls_final_updated:\n%s", raw)
+	}
+	if n, ok := picked.find(func(n planNode) bool {
+		return strings.Contains(n.NodeType, "Sort") || strings.Contains(n.NodeType, "Seq Scan")
+	}); ok {
+		t.Errorf("purge: the pick has a %s:\n%s", n.NodeType, raw)
+	}
+	plan, raw = explain(t, s, ratesSQL, 2000.4) // the window: the newest 100 calls
+	for _, idx := range []string{"idx_calls_created", "idx_calls_final_updated"} {
+		if _, ok := plan.find(func(n planNode) bool { return n.IndexName == idx }); !ok {
+			t.Errorf("rates: no read of %s:\n%s", idx, raw)
+		}
+	}
+	if n, ok := plan.find(func(n planNode) bool { return strings.Contains(n.NodeType, "Seq Scan") }); ok {
+		t.Errorf("rates: a %s:\n%s", n.NodeType, raw)
+	}
+}
+
 // TestMigratesFromVersion12: a database at schema version 12
 // (idx_calls_status over every call) is read by a read-only store (no read
 // names an index) and migrated by a read-write one: the indexes of calls

@@ -313,6 +313,16 @@ FROM calls WHERE status = 'pending'`).Scan(&q.Pending, &age)
 	return q, nil
 }
 
+// ratesSQL is Rates' statement: idx_calls_created and
+// idx_calls_final_updated (which holds status) serve its two halves
+// (TestFinalIndexPlans).
+const ratesSQL = `
+SELECT (floor(created_at / 60) * 60)::bigint, 'created', count(*) FROM calls
+WHERE created_at >= $1::double precision GROUP BY 1
+UNION ALL
+SELECT (floor(updated_at / 60) * 60)::bigint, status, count(*) FROM calls
+WHERE status IN ('succeeded', 'failed') AND updated_at >= $1::double precision GROUP BY 1, 2`
+
 // Rates counts calls created and calls finished per minute since the
 // start of the window (store.Store.Rates), in one statement (one
 // snapshot), by the database server's clock. idx_calls_created and
@@ -328,12 +338,7 @@ func (s *Store) Rates(ctx context.Context, minutes int) (store.Rates, error) {
 		return store.Rates{}, interpret(ctx, err)
 	}
 	start := store.RateWindowStart(now, minutes)
-	rows, err := s.pool.Query(ctx, `
-SELECT (floor(created_at / 60) * 60)::bigint, 'created', count(*) FROM calls
-WHERE created_at >= $1::double precision GROUP BY 1
-UNION ALL
-SELECT (floor(updated_at / 60) * 60)::bigint, status, count(*) FROM calls
-WHERE status IN ('succeeded', 'failed') AND updated_at >= $1::double precision GROUP BY 1, 2`, float64(start))
+	rows, err := s.pool.Query(ctx, ratesSQL, float64(start))
 	if err != nil {
 		return store.Rates{}, interpret(ctx, err)
 	}
