@@ -1,8 +1,10 @@
 package postgres
 
 import (
+	"context"
 	"encoding/json"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -91,6 +93,70 @@ func TestFinalIndexPlans(t *testing.T) {
 	}
 	if n, ok := plan.find(func(n planNode) bool { return strings.Contains(n.NodeType, "Seq Scan") }); ok {
 		t.Errorf("rates: a %s:\n%s", n.NodeType, raw)
+	}
+}
+
+// TestKeysetStatusGenericPlan: a keyset listing of one status with no
+// principal (a gated tool's waiting calls, on the console; redrive) runs,
+// once pgx has prepared it and PostgreSQL chose a generic plan, from the
+// partial index of that status: with the status a parameter, no partial
+// index could serve it and the plan walked every call.
+func TestKeysetStatusGenericPlan(t *testing.T) {
+	s := open(t, pgtest.Schema(t), store.Options{})
+	seedHistory(t, s, 5000, 500)
+	if _, err := s.pool.Exec(t.Context(), `
+UPDATE calls SET status = 'running', owner = 'w', lease_until = 1e12
+WHERE call_id IN (SELECT call_id FROM calls WHERE status = 'pending' ORDER BY created_at LIMIT 50);
+ANALYZE calls`); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := s.pool.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(t.Context(), `SET plan_cache_mode = force_generic_plan`); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Exec(context.Background(), `RESET plan_cache_mode`) //nolint:errcheck // cleanup
+	for _, tc := range []struct {
+		status store.Status
+		index  string
+	}{{store.StatusPending, "idx_calls_pending"}, {store.StatusRunning, "idx_calls_running"}} {
+		query, args := keysetSQL(store.ListFilter{Tool: "charge", Status: tc.status, Limit: 1})
+		name := "keyset_" + string(tc.status)
+		if _, err := conn.Exec(t.Context(), `PREPARE `+name+` AS `+query); err != nil {
+			t.Fatal(err)
+		}
+		// EXECUTE takes its arguments as literals.
+		var lits []string
+		for _, a := range args {
+			switch v := a.(type) {
+			case string:
+				lits = append(lits, "'"+strings.ReplaceAll(v, "'", "''")+"'")
+			case *int:
+				lits = append(lits, strconv.Itoa(*v))
+			default:
+				t.Fatalf("argument %#v: no literal for it", a)
+			}
+		}
+		var raw string
+		if err := conn.QueryRow(t.Context(), `EXPLAIN (FORMAT JSON) EXECUTE `+name+`(`+strings.Join(lits, ", ")+`)`).Scan(&raw); err != nil {
+			t.Fatal(err)
+		}
+		var plans []struct {
+			Plan planNode `json:"Plan"`
+		}
+		if err := json.Unmarshal([]byte(raw), &plans); err != nil || len(plans) != 1 {
+			t.Fatalf("EXPLAIN output %s: %v", raw, err)
+		}
+		if _, ok := plans[0].Plan.find(func(n planNode) bool { return n.IndexName == tc.index }); !ok {
+			t.Errorf("generic plan of the keyset listing of %s calls does not read %s:\n%s", tc.status, tc.index, raw)
+		}
+		got, err := s.ListCalls(t.Context(), store.ListFilter{Tool: "charge", Status: tc.status, Limit: 1})
+		if err != nil || len(got) != 1 || got[0].Status != tc.status {
+			t.Fatalf("keyset listing of %s calls = %v, %v", tc.status, got, err)
+		}
 	}
 }
 
