@@ -42,19 +42,22 @@ func TestRunningIndexPlans(t *testing.T) {
 }
 
 // TestListByStatusPlans: the lists of running and of pending calls (the
-// dead-owner pass lists the running ones every scheduler interval) read
-// their partial index and sort only its rows, and the pending count per
-// principal reads idx_calls_pending; unforced, each walked an index of
-// every call.
+// dead-owner pass lists the running ones every scheduler interval; the
+// console a gated tool's waiting ones) read their partial index and sort
+// only its rows, and the pending count per principal reads
+// idx_calls_pending. Unforced, the running list and the pending count
+// walked an index of every call (hence their INDEXED BY).
 func TestListByStatusPlans(t *testing.T) {
 	t.Parallel()
 	s := openAt(t, tempPath(t), store.Options{})
 	seed(t, s, 50)
+	waiting, waitingArgs := keysetQuery(store.ListFilter{Tool: "charge", Status: store.StatusPending, Limit: 1})
 	for _, q := range []struct {
 		name, sql, index string
 		args             []any
 	}{
 		{"running list", sqlListByStatus(store.StatusRunning), "idx_calls_running", []any{-1}},
+		{"a tool's pending calls (keyset)", waiting, "idx_calls_pending", waitingArgs},
 		{"pending list", sqlListByStatus(store.StatusPending), "idx_calls_pending", []any{10}},
 		{"pending by principal", sqlPendingByPrincipal, "idx_calls_pending", []any{1}},
 	} {
