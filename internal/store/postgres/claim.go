@@ -38,7 +38,7 @@ import (
 // passing over calls whose not-before time (a scheduled server-side retry)
 // is still ahead: those are filtered on the row, so a backlog of waiting
 // retries at the head of the queue is walked on every claim;
-// "expired" searches idx_calls_status and sorts only the expired rows, which
+// "expired" searches idx_calls_running and sorts only the expired rows, which
 // RecoverExpired keeps few. TestClaimPendingPlan checks the plan.
 //
 // The steps are MATERIALIZED so each pick, with its LIMIT and row locks,

@@ -145,7 +145,7 @@ INSERT INTO effects VALUES ('eff_2', 'c_0000000000000002', 'charge', 1, 2)`)
 // TestListCallsGenericPlan: the scheduler lists the running calls after
 // every completion through a prepared statement, which PostgreSQL soon runs
 // with a generic plan. That plan, forced here, must find the running calls
-// through idx_calls_status, not walk every call newest first.
+// through idx_calls_running, not walk every call newest first.
 func TestListCallsGenericPlan(t *testing.T) {
 	s := open(t, pgtest.Schema(t), store.Options{})
 	seedHistory(t, s, 5000, 500)
@@ -174,8 +174,8 @@ func TestListCallsGenericPlan(t *testing.T) {
 	if err := json.Unmarshal([]byte(raw), &plans); err != nil || len(plans) != 1 {
 		t.Fatalf("EXPLAIN output %s: %v", raw, err)
 	}
-	if _, ok := plans[0].Plan.find(func(n planNode) bool { return n.IndexName == "idx_calls_status" }); !ok {
-		t.Fatalf("generic plan of the running list does not use idx_calls_status:\n%s", raw)
+	if _, ok := plans[0].Plan.find(func(n planNode) bool { return n.IndexName == "idx_calls_running" }); !ok {
+		t.Fatalf("generic plan of the running list does not use idx_calls_running:\n%s", raw)
 	}
 	if _, ok := listCallsSQL("bogus"); ok {
 		t.Fatal("a statement for an unknown status")

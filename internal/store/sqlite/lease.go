@@ -19,6 +19,12 @@ import (
 // both). ClaimNext does not take such a call directly: recovery first.
 const leaseLapsed = `(lease_until IS NULL OR lease_until <= ?)`
 
+// sqlRecoverPick is RecoverExpired's list of the running calls to return
+// to pending, read from idx_calls_running in lease order
+// (TestRunningIndexPlans).
+const sqlRecoverPick = `SELECT call_id, owner, attempt FROM calls
+	WHERE status = 'running' AND ` + leaseLapsed + ` ORDER BY lease_until, rowid`
+
 // RecoverExpired returns running calls whose lease has expired to pending.
 // See store.Store.
 func (s *Store) RecoverExpired(ctx context.Context) ([]string, error) {
@@ -42,8 +48,7 @@ func (s *Store) RecoverExpired(ctx context.Context) ([]string, error) {
 	err := s.writeTx(ctx, store.WriteRecover, func(ctx context.Context, tx *sql.Tx) error {
 		recovered = recovered[:0]
 		now := s.now()
-		rows, err := tx.QueryContext(ctx, `SELECT call_id, owner, attempt FROM calls
-			WHERE status = 'running' AND `+leaseLapsed+` ORDER BY lease_until, rowid`, now)
+		rows, err := tx.QueryContext(ctx, sqlRecoverPick, now)
 		if err != nil {
 			return err
 		}

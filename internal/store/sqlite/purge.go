@@ -12,9 +12,9 @@ import (
 // sqlPurgePick is the oldest final calls last updated before ?, at most
 // ? of them, read in order from the partial index idx_calls_final_updated
 // (TestPurgeAndListPlans checks it). INDEXED BY because, without
-// statistics, the planner prefers idx_calls_status's equality and then
-// sorts every final call: a cost growing with the history, under the write
-// lock (as for sqlPickPending).
+// statistics, the planner may prefer another index and then sort every
+// final call: a cost growing with the history, under the write lock (as
+// for sqlPickPending).
 const sqlPurgePick = `SELECT call_id FROM calls INDEXED BY idx_calls_final_updated
 	WHERE status IN ('succeeded', 'failed') AND updated_at < ?
 	ORDER BY updated_at LIMIT ?`

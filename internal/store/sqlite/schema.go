@@ -86,7 +86,24 @@ CREATE INDEX IF NOT EXISTS idx_calls_pending ON calls(created_at) WHERE status =
 	migrationWebhooks,
 	// 12: the creating request's trace context (migrationTraceParent).
 	migrationTraceParent,
+	// 13: the status index narrowed to running calls (migrationRunningIndex).
+	migrationRunningIndex,
 }
+
+// migrationRunningIndex narrows the indexes that every status change
+// touched (docs/design.md, "The indexes of calls"): idx_calls_status
+// (status, lease_until), which a call entered at creation and moved in at
+// every claim and completion, becomes idx_calls_running (lease_until)
+// WHERE status = 'running', which a call enters when it starts running and
+// leaves when it stops; idx_calls_final_updated gains status, so /stats
+// counts the final calls by status from that index alone (the one reader
+// of idx_calls_status's other statuses). Index builds, no table rebuild.
+const migrationRunningIndex = `
+DROP INDEX idx_calls_status;
+CREATE INDEX idx_calls_running ON calls (lease_until) WHERE status = 'running';
+DROP INDEX idx_calls_final_updated;
+CREATE INDEX idx_calls_final_updated ON calls (updated_at, status) WHERE status IN ('succeeded', 'failed');
+`
 
 // migrationIndexDiet drops idx_calls_client_seq: no statement reads calls
 // by client_id or seq (they are labels a client sends and reads back), and
@@ -289,10 +306,10 @@ CREATE INDEX idx_calls_principal_created ON calls(principal, created_at, call_id
 var schemaVersion = len(migrations)
 
 // minReadVersion is the oldest schema a read-only store accepts: the one
-// that added calls.trace_parent, the last column a read of a call uses. A read-only store
-// cannot migrate, so inspect asks for a server to be started on an older
-// database first.
-var minReadVersion = slices.Index(migrations, migrationTraceParent) + 1
+// that added idx_calls_running, the last index a read names (INDEXED BY in
+// Stats). A read-only store cannot migrate, so inspect asks for a server to
+// be started on an older database first.
+var minReadVersion = slices.Index(migrations, migrationRunningIndex) + 1
 
 // migrate brings the database to schemaVersion in one IMMEDIATE transaction,
 // so two servers starting on one file at once migrate it once.

@@ -81,7 +81,7 @@ const (
 
 	// sqlHasClaimable is ClaimNext's pre-check on a read connection. Two
 	// EXISTS, not one with an OR, so each is a single index probe: pending
-	// through idx_calls_pending, expired through idx_calls_status. A
+	// through idx_calls_pending, expired through idx_calls_running. A
 	// pending call waiting for its not-before time does not count: an idle
 	// poll must not take the write lock for it.
 	// The tools of the last ? (a JSON array) are full (store.ToolQuota with
@@ -95,8 +95,8 @@ const (
 	// SQLite index carries as its last column): no sort, and it stops after
 	// LIMIT rows however long the queue is. The literal status = 'pending'
 	// is what makes the partial index usable. INDEXED BY because, without
-	// statistics, the planner prefers the equality on idx_calls_status and
-	// then sorts every pending row; it is also SQLite's documented way to
+	// statistics, the planner may prefer another index and then sort every
+	// pending row or walk every call; it is also SQLite's documented way to
 	// make a plan change an error (preparing this at Open fails if the
 	// index is missing) rather than a silent slowdown. TestClaimPlans
 	// checks the plan.
@@ -122,11 +122,13 @@ const (
 		ORDER BY created_at, rowid LIMIT ?+0`
 
 	// sqlPickExpired is the oldest running calls whose lease has expired.
-	// It searches idx_calls_status (status, lease_until) for the expired
-	// ones and sorts only those by age. There are few: the scheduler runs
+	// It searches idx_calls_running (lease_until) for the expired ones and
+	// sorts only those by age. There are few: the scheduler runs
 	// RecoverExpired before every claim, which returns them to pending.
-	// LIMIT ?+0 as in sqlPickPending; toolNotFull as there.
-	sqlPickExpired = `SELECT rowid, call_id, created_at, tool FROM calls
+	// INDEXED BY: unforced, the planner walks idx_calls_created over every
+	// call for the ORDER BY. LIMIT ?+0 as in sqlPickPending; toolNotFull as
+	// there.
+	sqlPickExpired = `SELECT rowid, call_id, created_at, tool FROM calls INDEXED BY idx_calls_running
 		WHERE status = 'running' AND lease_until <= ? AND ` + toolNotFull + `
 		ORDER BY created_at, rowid LIMIT ?+0`
 
@@ -143,8 +145,8 @@ const (
 	// abandoned in flight, so its outcome is unknown (unknown_outcome;
 	// SET reads the row as it was).
 	// The condition is claimableRow, claimable with its columns out of the
-	// planner's reach: with them, it takes idx_calls_status for
-	// status = 'pending' and walks the whole queue looking for the rowids
+	// planner's reach: with them, it may take an index of status or
+	// lease_until and walk the whole queue looking for the rowids
 	// (TestClaimPlans).
 	sqlClaim = `UPDATE calls
 		SET status = 'running', attempt = attempt + 1, lease_until = ?, owner = ?, updated_at = ?, error_json = NULL,
@@ -196,9 +198,8 @@ const (
 	// sqlQueue counts the pending calls and finds the oldest from the
 	// partial index idx_calls_pending alone (a covering read: created_at
 	// is its key), so the cost grows with the queue, not with the table.
-	// INDEXED BY for the reason given at sqlPickPending: unforced, the
-	// planner searches idx_calls_status and reads every pending row for
-	// its created_at. TestQueuePlan checks the plan. A read-only store may
+	// INDEXED BY for the reason given at sqlPickPending. TestQueuePlan
+	// checks the plan. A read-only store may
 	// open a version 1 file without that index, so it prepares no such
 	// statement and runs sqlQueueAnyVersion instead (inspect, rarely).
 	sqlQueue = `SELECT count(*), min(created_at) FROM calls INDEXED BY idx_calls_pending
@@ -219,7 +220,7 @@ const (
 
 	// sqlHasExpired is RecoverExpired's pre-check on a read connection:
 	// an expired lease, or a running call without one (see leaseLapsed).
-	// Two EXISTS, each a single probe of idx_calls_status.
+	// Two EXISTS, each a single probe of idx_calls_running.
 	sqlHasExpired = `SELECT EXISTS (SELECT 1 FROM calls WHERE status = 'running' AND lease_until <= ?)
 		OR EXISTS (SELECT 1 FROM calls WHERE status = 'running' AND lease_until IS NULL)`
 )
@@ -243,8 +244,21 @@ func unknownArgs(c store.Completion) (keep bool, val any) {
 // 3.54 expires an ORDER BY statement with a "col = ?" term whenever that
 // parameter is bound again after the driver unbinds it, so a parameter
 // would mean a parse on every call.
+//
+// Running and pending calls are read from their partial index (named:
+// unforced, the planner walks idx_calls_created backwards over every call
+// for the ORDER BY), and only they are sorted. Final calls are most calls:
+// idx_calls_created walked newest first finds a page of them soon.
+// TestListByStatusPlans checks the plans.
 func sqlListByStatus(st store.Status) string {
-	return `SELECT ` + callColumns + ` FROM calls WHERE status = '` + string(st) + `'
+	indexed := ""
+	switch st {
+	case store.StatusRunning:
+		indexed = " INDEXED BY idx_calls_running"
+	case store.StatusPending:
+		indexed = " INDEXED BY idx_calls_pending"
+	}
+	return `SELECT ` + callColumns + ` FROM calls` + indexed + ` WHERE status = '` + string(st) + `'
 		ORDER BY created_at DESC, rowid DESC LIMIT ?+0`
 }
 
