@@ -2,7 +2,10 @@ package main
 
 import (
 	"bytes"
+	"database/sql"
 	"encoding/binary"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -160,7 +163,9 @@ func TestEntryChanges(t *testing.T) {
 
 // TestCountSQLite: a short run through an in-process server counts each
 // finished call's own insert into calls, its effect, and the write
-// transactions of the store, and every figure is printed.
+// transactions of the store; the statement trace sees at least the create's
+// insert of each call on the write connection, reads on the read pool, and
+// at least a page written per commit; every figure is printed.
 func TestCountSQLite(t *testing.T) {
 	var out bytes.Buffer
 	if err := countSQLite(t.Context(), 40, 4, &out); err != nil {
@@ -172,13 +177,171 @@ func TestCountSQLite(t *testing.T) {
 			t.Fatalf("count-sqlite printed %q, want %q in it", line, want)
 		}
 	}
-	for _, k := range []string{"write_tx", "row_writes", "index_entries", "commits"} {
-		m := regexp.MustCompile(k + `=([0-9.]+)`).FindStringSubmatch(line)
+	fig := map[string]float64{}
+	for _, k := range []string{"write_tx", "statements", "write_statements", "read_statements", "tx_control",
+		"row_writes", "index_entries", "commits", "wal_pages", "wal_pages_per_commit"} {
+		m := regexp.MustCompile(`(?:^| )` + k + `=([0-9.]+)`).FindStringSubmatch(line)
 		if m == nil {
 			t.Fatalf("count-sqlite printed %q: no %s", line, k)
 		}
-		if v, _ := strconv.ParseFloat(m[1], 64); v <= 0 {
+		v, _ := strconv.ParseFloat(m[1], 64)
+		if v <= 0 {
 			t.Fatalf("%s = %s, want > 0", k, m[1])
 		}
+		fig[k] = v
+	}
+	// The create of every call inserts it, on the write connection.
+	m := regexp.MustCompile(`write connection: [^;]*\binsert:calls=([0-9.]+)`).FindStringSubmatch(line)
+	if m == nil {
+		t.Fatalf("count-sqlite printed %q: no insert:calls on the write connection", line)
+	}
+	if v, _ := strconv.ParseFloat(m[1], 64); v < 1 {
+		t.Errorf("insert:calls = %s per call on the write connection, want at least 1", m[1])
+	}
+	// Every store write that changed something ran at least one statement
+	// on the write connection.
+	if fig["write_statements"] < fig["write_tx"] {
+		t.Errorf("write_statements %.2f < write_tx %.2f", fig["write_statements"], fig["write_tx"])
+	}
+	if d := fig["statements"] - fig["write_statements"] - fig["read_statements"]; d < -0.02 || d > 0.02 {
+		t.Errorf("statements %.2f is not write %.2f + read %.2f", fig["statements"], fig["write_statements"], fig["read_statements"])
+	}
+	if fig["wal_pages_per_commit"] < 1 {
+		t.Errorf("wal_pages_per_commit = %.2f, want at least a page per commit", fig["wal_pages_per_commit"])
+	}
+}
+
+// TestStmtLabel: statements are named by verb and first table, and
+// transaction control is told apart.
+func TestStmtLabel(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		sql, label string
+		control    bool
+	}{
+		{"INSERT INTO calls\n\t(call_id) VALUES (?)", "insert:calls", false},
+		{"UPDATE calls SET status = 'x'", "update:calls", false},
+		{"SELECT EXISTS (SELECT 1 FROM calls WHERE x)", "select:calls", false},
+		{"DELETE FROM audit WHERE ts < ?", "delete:audit", false},
+		{"PRAGMA wal_checkpoint(PASSIVE)", "pragma", false},
+		{"SAVEPOINT write", "savepoint", true},
+		{"RELEASE write", "release", true},
+		{"BEGIN IMMEDIATE", "begin", true},
+		{"commit", "commit", true},
+	} {
+		label, control := stmtLabel(tc.sql)
+		if label != tc.label || control != tc.control {
+			t.Errorf("%q: %q control=%v, want %q control=%v", tc.sql, label, control, tc.label, tc.control)
+		}
+	}
+}
+
+// openTraced opens a pool of one connection on a new file, with the
+// counting hooks, as a write connection (the store's write pool's DSN
+// parameter) whose WAL is never checkpointed, so the WAL file holds every
+// frame written.
+func openTraced(t *testing.T) (*sql.DB, string) {
+	t.Helper()
+	hookDriver()
+	path := filepath.Join(t.TempDir(), "t.db")
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=wal_autocheckpoint(0)&_txlock=immediate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(1)
+	t.Cleanup(func() { db.Close() })
+	if err := db.PingContext(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return db, path
+}
+
+// TestTraceCountsStatements: the trace counts each execution of a statement
+// on the connection it ran on, once, whether through database/sql or a
+// statement prepared once and run again; transaction control apart; a
+// statement prepared and never run is not counted. (Not parallel: the
+// counts are the process's.)
+func TestTraceCountsStatements(t *testing.T) {
+	db, _ := openTraced(t)
+	ctx := t.Context()
+	if _, err := db.ExecContext(ctx, `CREATE TABLE t (x INTEGER)`); err != nil {
+		t.Fatal(err)
+	}
+	var s stmtCounts
+	activeStmts.Store(&s)
+	defer activeStmts.Store(&stmtCounts{})
+	ins, err := db.PrepareContext(ctx, `INSERT INTO t (x) VALUES (?)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ins.Close()
+	never, err := db.PrepareContext(ctx, `DELETE FROM t`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer never.Close()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if _, err := tx.StmtContext(ctx, ins).ExecContext(ctx, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		var n int
+		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM t`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := s.statements[roleWrite].Load(); got != 7 {
+		t.Errorf("%d statements on the write connection, want 7 (5 inserts, 2 selects)", got)
+	}
+	if got := s.txControl[roleWrite].Load(); got != 2 {
+		t.Errorf("%d transaction control statements, want 2 (BEGIN, COMMIT)", got)
+	}
+	if got := s.statements[roleRead].Load() + s.statements[roleOther].Load(); got != 0 {
+		t.Errorf("%d statements on other connections, want 0", got)
+	}
+	want := "begin=1.00 commit=1.00 insert:t=5.00 select:t=2.00"
+	if got := s.breakdown(roleWrite, 1); got != want {
+		t.Errorf("breakdown %q, want %q", got, want)
+	}
+}
+
+// TestTraceCountsWALPages: the pages counted on the write connection are the
+// frames in the WAL file (never checkpointed here): 32 bytes of header, then
+// per frame 24 bytes and a page.
+func TestTraceCountsWALPages(t *testing.T) {
+	db, path := openTraced(t)
+	ctx := t.Context()
+	var s stmtCounts
+	activeStmts.Store(&s)
+	defer activeStmts.Store(&stmtCounts{})
+	for _, q := range []string{
+		`CREATE TABLE t (x INTEGER PRIMARY KEY, y TEXT)`,
+		`CREATE INDEX t_y ON t (y)`,
+		`WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < 200) INSERT INTO t (y) SELECT printf('%0500d', i) FROM s`,
+		`UPDATE t SET y = 'z' WHERE x % 7 = 0`,
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	var pageSize int64
+	if err := db.QueryRowContext(ctx, `PRAGMA page_size`).Scan(&pageSize); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path + "-wal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	frames := (fi.Size() - 32) / (24 + pageSize)
+	if got := s.walPages.Load(); got != frames || frames < 10 {
+		t.Fatalf("%d WAL pages counted, the WAL holds %d frames (want equal, and at least 10)", got, frames)
 	}
 }

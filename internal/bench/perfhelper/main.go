@@ -17,8 +17,10 @@
 //	                              pgproxy's counts
 //	perfhelper count-sqlite N C   run N distinct-key calls at concurrency C through an
 //	                              in-process server of this tree on a fresh SQLite file;
-//	                              print row writes, write transactions and index
-//	                              entries per finished call (SQLite's hooks)
+//	                              print per finished call the write transactions,
+//	                              statements (write connection, read pool), row
+//	                              writes, index entries, commits and WAL pages
+//	                              (SQLite's hooks and statement trace)
 //	perfhelper gen-sqlite PATH N  create PATH as an idemctl SQLite database holding N
 //	                              succeeded calls, each with its effect and audit rows
 //

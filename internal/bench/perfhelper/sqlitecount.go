@@ -4,9 +4,10 @@ package main
 // hooks in this process (a file-based SQLite has no statistics to read from
 // outside): an idemctl server of this source tree on a fresh database,
 // distinct-key charge calls through HTTP (bench's load), then the drain;
-// every row write seen by the pre-update hook and every write transaction
-// seen by the commit hook of the store's connections, divided by the calls
-// that finished.
+// every row write seen by the pre-update hook, every write transaction
+// seen by the commit hook, and every statement and WAL page seen by the
+// statement trace (sqlitetrace.go) of the store's connections, divided by
+// the calls that finished.
 
 import (
 	"context"
@@ -285,10 +286,10 @@ func (c *sqliteCounter) breakdown(n int64) string {
 
 var registerHooks sync.Once
 
-// countSQLite runs n distinct-key charge calls at concurrency c through an
-// in-process server and prints the per-call line.
-func countSQLite(ctx context.Context, n, c int, w io.Writer) error {
-	var cnt sqliteCounter
+// hookDriver puts the counting hooks on every connection the driver opens
+// from now on: the pre-update and commit hooks, and the statement trace
+// (sqlitetrace.go). They feed activeCounter and activeStmts.
+func hookDriver() {
 	registerHooks.Do(func() {
 		msqlite.RegisterConnectionHook(func(conn msqlite.ExecQuerierContext, dsn string) error {
 			h, ok := conn.(msqlite.HookRegisterer)
@@ -297,9 +298,16 @@ func countSQLite(ctx context.Context, n, c int, w io.Writer) error {
 			}
 			h.RegisterPreUpdateHook(func(d msqlite.SQLitePreUpdateData) { activeCounter.Load().row(d) })
 			h.RegisterCommitHook(func() int32 { activeCounter.Load().writeTx.Add(1); return 0 })
-			return nil
+			return traceConn(conn, dsn)
 		})
 	})
+}
+
+// countSQLite runs n distinct-key charge calls at concurrency c through an
+// in-process server and prints the per-call line.
+func countSQLite(ctx context.Context, n, c int, w io.Writer) error {
+	var cnt sqliteCounter
+	hookDriver()
 	dir, err := os.MkdirTemp("", "idemctl-count-")
 	if err != nil {
 		return err
@@ -350,10 +358,13 @@ func countSQLite(ctx context.Context, n, c int, w io.Writer) error {
 	}
 	// Count from here: opening, migrating and the executor's first
 	// pass are not a call's cost.
+	var stmts stmtCounts
 	cnt.schema.Store(schema)
 	activeCounter.Store(&cnt)
+	activeStmts.Store(&stmts)
 	rep, err := bench.Run(ctx, bench.Options{Base: base, N: n, Concurrency: c, DrainTimeout: 30 * time.Second, Output: bench.FormatJSON}, io.Discard)
 	activeCounter.Store(&sqliteCounter{})
+	activeStmts.Store(&stmtCounts{})
 	if err != nil {
 		return err
 	}
@@ -369,9 +380,22 @@ func countSQLite(ctx context.Context, n, c int, w io.Writer) error {
 			kinds = append(kinds, fmt.Sprintf("%s=%.2f", store.Write(k), float64(v)/f))
 		}
 	}
-	_, err = fmt.Fprintf(w, "finished=%d write_tx=%.2f row_writes=%.2f index_entries=%.2f commits=%.2f (writes: %s; rows: %s)\n",
-		rep.FinishedDelta, float64(writes)/f, float64(cnt.rowWrites.Load())/f, float64(cnt.indexes.Load())/f,
-		float64(cnt.writeTx.Load())/f, strings.Join(kinds, " "), cnt.breakdown(rep.FinishedDelta))
+	commits := cnt.writeTx.Load()
+	perCommit := 0.0
+	if commits > 0 {
+		perCommit = float64(stmts.walPages.Load()) / float64(commits)
+	}
+	writeSt, readSt := stmts.statements[roleWrite].Load(), stmts.statements[roleRead].Load()
+	_, err = fmt.Fprintf(w, "finished=%d write_tx=%.2f statements=%.2f write_statements=%.2f read_statements=%.2f tx_control=%.2f "+
+		"row_writes=%.2f index_entries=%.2f commits=%.2f wal_pages=%.2f wal_pages_per_commit=%.2f "+
+		"(writes: %s; rows: %s; write connection: %s; read pool: %s; other connections: %s)\n",
+		rep.FinishedDelta, float64(writes)/f, float64(writeSt+readSt)/f, float64(writeSt)/f, float64(readSt)/f,
+		float64(stmts.txControl[roleWrite].Load()+stmts.txControl[roleRead].Load())/f,
+		float64(cnt.rowWrites.Load())/f, float64(cnt.indexes.Load())/f, float64(commits)/f,
+		float64(stmts.walPages.Load())/f, perCommit,
+		strings.Join(kinds, " "), cnt.breakdown(rep.FinishedDelta),
+		stmts.breakdown(roleWrite, rep.FinishedDelta), stmts.breakdown(roleRead, rep.FinishedDelta),
+		stmts.breakdown(roleOther, rep.FinishedDelta))
 	return err
 }
 
