@@ -19,23 +19,26 @@ func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, s
 	if err := store.CheckCreateClaim(n); err != nil {
 		return store.Call{}, 0, fmt.Errorf("sqlite %w", err)
 	}
-	// Fast path without the write lock: a replay of a known key whose call
-	// needs no reset only reads. The key→call binding and the fingerprint
-	// never change once inserted, so answering Existing or ErrConflict
-	// from a read snapshot is exact; a retryable failure (which would need
-	// a reset) or an absent key falls through to the serialised path below.
 	if err := s.closedErr("create"); err != nil {
 		return store.Call{}, 0, err
 	}
-	if c, err := scanCall(s.rq.callByKey.QueryRowContext(ctx, n.Principal, n.IdemKey)); err == nil {
-		if c.Fingerprint != n.Fingerprint {
-			return store.Call{}, 0, conflict(c)
+	// A replay of a key seen lately, whose call needs no reset, only
+	// reads (recent.go): the key→call binding and the fingerprint never
+	// change once inserted, so answering Existing or ErrConflict from a
+	// read snapshot is exact. A retryable failure (which needs a reset), an
+	// absent key and a key not seen lately go to the serialised path below.
+	kh := s.recent.hash(n.Principal, n.IdemKey)
+	if s.recent.holds(kh) {
+		if c, err := scanCall(s.rq.callByKey.QueryRowContext(ctx, n.Principal, n.IdemKey)); err == nil {
+			if c.Fingerprint != n.Fingerprint {
+				return store.Call{}, 0, conflict(c)
+			}
+			if !(c.Status == store.StatusFailed && store.Retryable(c.ErrorJSON)) {
+				return c, store.Existing, nil
+			}
+		} else if !errors.Is(err, sql.ErrNoRows) {
+			return store.Call{}, 0, interpret(ctx, "create: lookup", err)
 		}
-		if !(c.Status == store.StatusFailed && store.Retryable(c.ErrorJSON)) {
-			return c, store.Existing, nil
-		}
-	} else if !errors.Is(err, sql.ErrNoRows) {
-		return store.Call{}, 0, interpret(ctx, "create: lookup", err)
 	}
 
 	var (
@@ -48,6 +51,24 @@ func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, s
 	// idem_key is the backstop.
 	err := s.writeTx(ctx, store.WriteCreate, func(ctx context.Context, tx *sql.Tx) error {
 		now := s.now()
+		var intent *string
+		if n.Intent != "" {
+			intent = &n.Intent
+		}
+		if n.DedupWindow <= 0 || n.Intent == "" {
+			// No dedup rule: try the insert first. It inserts nothing,
+			// and writes nothing, when the key is a call's own, an alias
+			// or expired; the lookups below then tell which.
+			c := newCallRow(n, now)
+			inserted, err := s.insertNewCallHot(c, intent, n.TombstoneRetention, now)
+			if err != nil {
+				return err
+			}
+			if inserted {
+				call, out = c, store.Created
+				return s.insertAudit(ctx, tx, now, n.CallID, store.EventCreated, store.DetailCreatedOf(n))
+			}
+		}
 		c, err := s.queryCallHot(ctx, tx, s.wq.callByKey, n.Principal, n.IdemKey)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
@@ -91,10 +112,6 @@ func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, s
 					return err
 				}
 			}
-			var intent *string
-			if n.Intent != "" {
-				intent = &n.Intent
-			}
 			c := newCallRow(n, now)
 			if err := s.hot(func(h *hotStmts) error {
 				return h.exec(h.insertCall, c.CallID, c.Principal, c.IdemKey, c.Fingerprint, c.ClientID, c.Seq, c.Tool, string(c.ArgsJSON),
@@ -127,6 +144,9 @@ func (s *Store) CreateOrGet(ctx context.Context, n store.NewCall) (store.Call, s
 			return nil
 		}
 	})
+	if _, known := errors.AsType[*store.ConflictError](err); err == nil || known {
+		s.recent.add(kh) // the key has a call now: a replay may read it
+	}
 	if err != nil {
 		return store.Call{}, 0, err
 	}

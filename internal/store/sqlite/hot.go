@@ -58,6 +58,7 @@ type hotStmts struct {
 	callByID, leaseOf              driverStmt
 	callByKey, callByIntent        driverStmt
 	insertCall, retryReset         driverStmt
+	insertNewCall                  driverStmt
 	aliasByKey, tombstoneByKey     driverStmt
 	pickPending, pickExpired       driverStmt
 	claim                          driverStmt
@@ -89,6 +90,7 @@ func (h *hotStmts) list() []struct {
 		{&h.callByKey, sqlCallByKey},
 		{&h.callByIntent, sqlCallByIntent},
 		{&h.insertCall, sqlInsertCall},
+		{&h.insertNewCall, sqlInsertNewCall},
 		{&h.retryReset, sqlRetryReset},
 		{&h.aliasByKey, sqlAliasByKey},
 		{&h.tombstoneByKey, sqlTombstoneByKey},
@@ -315,6 +317,28 @@ func (s *Store) queryCallHot(ctx context.Context, tx *sql.Tx, st *sql.Stmt, args
 		return err
 	})
 	return c, err
+}
+
+// insertNewCallHot runs sqlInsertNewCall for c, the row newCallRow built,
+// inside a write: whether it inserted c. retention is the tombstones'
+// retention (0: none), now the write's time.
+func (s *Store) insertNewCallHot(c store.Call, intent *string, retention time.Duration, now float64) (inserted bool, err error) {
+	err = s.hot(func(h *hotStmts) error {
+		nv, err := h.bind([]any{c.CallID, c.Principal, c.IdemKey, c.Fingerprint, c.ClientID, c.Seq, c.Tool,
+			string(c.ArgsJSON), string(c.Status), c.Attempt, c.LeaseUntil, c.Owner, now, now, intent, c.Via,
+			c.NotifyURL, nullIfEmpty(c.TraceParent), retention > 0, now - retention.Seconds()})
+		if err != nil {
+			return err
+		}
+		res, err := h.insertNewCall.ExecContext(context.Background(), nv)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		inserted = n == 1
+		return err
+	})
+	return inserted, err
 }
 
 // aliasByKeyHot reads an alias key's call id and fingerprint inside a

@@ -74,6 +74,8 @@ type Store struct {
 	// empty when read-only.
 	rq readStmts
 	wq writeStmts
+	// recent holds the keys CreateOrGet saw lately (recent.go).
+	recent *recentKeys
 	// writes is the group commit's queue (commit.go); quit stops its
 	// committer, which closes commitDone when it has returned. All nil
 	// when read-only.
@@ -116,7 +118,8 @@ func Open(ctx context.Context, path string, opts store.Options) (*Store, error) 
 	if busy <= 0 {
 		busy = DefaultBusyTimeout
 	}
-	s := &Store{path: path, readOnly: opts.ReadOnly, busy: busy, now: unixNow, beforeCommit: opts.BeforeCommit}
+	s := &Store{path: path, readOnly: opts.ReadOnly, busy: busy, now: unixNow, beforeCommit: opts.BeforeCommit,
+		recent: newRecentKeys()}
 
 	if opts.ReadOnly {
 		r, err := openPool(path, roParams(busy), readConns)

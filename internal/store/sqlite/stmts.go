@@ -35,6 +35,20 @@ const (
 		 created_at, updated_at, intent, via, notify_url, trace_parent)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
+	// sqlInsertNewCall is CreateOrGet's first try at a key with no dedup
+	// rule: sqlInsertCall's insert (?1 to ?18), unless the key is a call's
+	// own (ON CONFLICT: nothing), an alias, or, when ?19 is true (a
+	// tombstone retention), has a tombstone purged at or after ?20. One
+	// statement instead of three lookups and an insert for a new key; when
+	// it inserts nothing it writes nothing, and the lookups tell why.
+	sqlInsertNewCall = `INSERT INTO calls
+		(call_id, principal, idem_key, fingerprint, client_id, seq, tool, args_json, status, attempt, lease_until, owner,
+		 created_at, updated_at, intent, via, notify_url, trace_parent)
+		SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18
+		WHERE NOT EXISTS (SELECT 1 FROM key_aliases WHERE principal = ?2 AND idem_key = ?3)
+		  AND NOT (?19 AND EXISTS (SELECT 1 FROM tombstones WHERE principal = ?2 AND idem_key = ?3 AND purged_at >= ?20))
+		ON CONFLICT (principal, idem_key) DO NOTHING`
+
 	// sqlAliasByKey reads an alias key's call id and the fingerprint the
 	// alias was recorded with (intent deduplication).
 	sqlAliasByKey = `SELECT call_id, fingerprint FROM key_aliases WHERE principal = ? AND idem_key = ?`
