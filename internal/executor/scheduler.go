@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/idemctl/idemctl/internal/logkey"
@@ -107,8 +108,10 @@ func (e *Executor) claimRound(ctx context.Context) bool {
 		e.m.attempts.Observe(float64(c.Attempt))
 		// Debug: per call (idemctl_claim_queries_total and the
 		// attempts histogram count claims at info's price).
-		e.log.Debug("claimed call", logkey.CallID, c.CallID, logkey.Key, c.IdemKey,
-			logkey.Tool, c.Tool, logkey.Attempt, c.Attempt)
+		if e.log.Enabled(cctx, slog.LevelDebug) { // the arguments cost allocations even when off
+			e.log.Debug("claimed call", logkey.CallID, c.CallID, logkey.Key, c.IdemKey,
+				logkey.Tool, c.Tool, logkey.Attempt, c.Attempt)
+		}
 		e.runs.Add(1)
 		go e.run(c, sent)
 	}
