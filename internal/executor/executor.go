@@ -60,9 +60,10 @@ const exitCrash = exitcode.Crash
 const commitTimeout = 10 * time.Second
 
 // Executor runs tool calls: at most Config.Workers at once, a goroutine per
-// running call (its heartbeat a timer, which takes a goroutine only while a beat runs), and a single scheduler goroutine that
-// claims for all of them, so an idle executor costs one goroutine and one
-// tick, whatever Workers says. Create it with New.
+// running call (its heartbeat is a timer, which takes a goroutine only
+// while a beat runs), and a single scheduler goroutine that claims for all
+// of them, so an idle executor costs one goroutine and one tick, whatever
+// Workers says. Create it with New.
 type Executor struct {
 	st      store.Store
 	running *runningCalls // tools running here, for Cancel
