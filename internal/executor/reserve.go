@@ -107,7 +107,7 @@ func (r *Reservation) Start(c store.Call) bool {
 	// The lease counts from the create's database now, after r.at: a
 	// server frozen between the create and this start finds its lease
 	// lapsed on waking, and sends nothing (startHeartbeat).
-	go e.run(c, r.at)
+	e.startRun(c, r.at)
 	return true
 }
 

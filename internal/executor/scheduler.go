@@ -113,7 +113,7 @@ func (e *Executor) claimRound(ctx context.Context) bool {
 				logkey.Tool, c.Tool, logkey.Attempt, c.Attempt)
 		}
 		e.runs.Add(1)
-		go e.run(c, sent)
+		e.startRun(c, sent)
 	}
 	// Short of free and no quota filled: nothing more runnable now.
 	return len(calls) >= free || filledQuota(quotas, calls)
@@ -178,9 +178,9 @@ func (e *Executor) noteErr(op string, err error) bool {
 	return true
 }
 
-// run is one claimed call's goroutine: it runs the attempt, then gives its
-// slot back and wakes the scheduler to claim the backlog. sent is when the
-// claim's request was sent (startHeartbeat).
+// run is one claimed call's run, on a worker (workers.go): it runs the
+// attempt, then gives its slot back and wakes the scheduler to claim the
+// backlog. sent is when the claim's request was sent (startHeartbeat).
 func (e *Executor) run(c store.Call, sent time.Time) {
 	defer e.runs.Done()
 	defer func() {
