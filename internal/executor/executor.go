@@ -10,7 +10,9 @@
 //	               (in batches, up to the free capacity) and starts a run per call
 //	reserve.go     claim at creation: a free worker reserved for a call its
 //	               create claims, then started or given back
+//	workers.go     the goroutines runs run on, kept for the next call
 //	run.go         one attempt of one call: the tool, the chaos hooks, the outcome
+//	calllog.go     an attempt's logger
 //	heartbeat.go   extends a running call's lease every lease/3, fenced
 //	completion.go  commits the outcome under the claim's fencing token
 //	recovery.go    expired leases and calls of dead owners back to pending
@@ -59,10 +61,12 @@ const exitCrash = exitcode.Crash
 // than a prompt shutdown.
 const commitTimeout = 10 * time.Second
 
-// Executor runs tool calls: at most Config.Workers at once, a goroutine per
-// running call (plus its heartbeat), and a single scheduler goroutine that
-// claims for all of them, so an idle executor costs one goroutine and one
-// tick, whatever Workers says. Create it with New.
+// Executor runs tool calls: at most Config.Workers at once, a worker
+// goroutine per running call (workers.go; its heartbeat is a timer, which
+// takes a goroutine only while a beat runs), and a single scheduler
+// goroutine that claims for all of them, so an idle executor costs one
+// goroutine and one tick, whatever Workers says, once its workers have
+// been idle for workerIdle. Create it with New.
 type Executor struct {
 	st      store.Store
 	running *runningCalls // tools running here, for Cancel
@@ -108,6 +112,7 @@ type Executor struct {
 	cancelWork context.CancelFunc
 	stopSched  context.CancelFunc
 	schedDone  chan struct{}
+	workers    *workerPool    // the goroutines runs run on (workers.go)
 	runs       sync.WaitGroup // one per claimed call (or reservation) until its run ends
 	stopOnce   sync.Once
 	stopped    chan struct{} // closed when shutdown has finished
@@ -149,6 +154,7 @@ func (e *Executor) Start(ctx context.Context) error {
 	}
 	e.wake = make(chan struct{}, 1)
 	e.schedDone = make(chan struct{})
+	e.workers = newWorkerPool()
 	e.stopped = make(chan struct{})
 	e.lastErr = make(map[string]string)
 	// Tools run under a context of their own: a cancelled request or
@@ -187,6 +193,9 @@ func (e *Executor) stop(ctx context.Context, grace time.Duration) error {
 	e.stopMu.Unlock()
 	e.stopSched()
 	<-e.schedDone // no new run starts after this
+	// Once every run has ended (on every return below), the workers end:
+	// Shutdown leaves no goroutine of the executor behind.
+	defer e.workers.stop()
 	e.gates.stop()
 
 	done := make(chan struct{})

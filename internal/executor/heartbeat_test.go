@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
+	"github.com/idemctl/idemctl/internal/store/storefake"
 	"github.com/idemctl/idemctl/internal/tool"
 )
 
@@ -160,5 +162,42 @@ func TestLeaseCheckedBeforeSending(t *testing.T) {
 	a := <-got
 	if !a.early || a.late || !errors.Is(a.cause, errLeaseLost) {
 		t.Fatalf("LeaseHeld at the start %v, after the lease %v (cause %v); want true, then false with errLeaseLost", a.early, a.late, a.cause)
+	}
+}
+
+// TestHeartbeatStopWaitsForTheBeatInFlight: stop cancels a beat whose
+// extension is in flight and returns only once that extension has
+// returned, so no extension races the completion; the cancelled beat is
+// neither counted nor reported as an error.
+func TestHeartbeatStopWaitsForTheBeatInFlight(t *testing.T) {
+	t.Parallel()
+	entered := make(chan struct{}, 1)
+	var returned atomic.Bool
+	b := setup(t, func(c *testConfig) {
+		c.Lease = MinLease
+		c.wrap = func(st store.Store) store.Store {
+			return &storefake.Store{Base: st, ExtendLeaseFunc: func(ctx context.Context, l store.Lease, lease time.Duration) error {
+				entered <- struct{}{}
+				<-ctx.Done() // a database that does not answer until the beat is cancelled
+				returned.Store(true)
+				return ctx.Err()
+			}}
+		}
+	})
+	lose := func(error) { t.Error("the tool was cancelled: a stopped beat must not lose the lease") }
+	h := b.ex.startHeartbeat(store.Call{CallID: "c_beat", Attempt: 1}, testLogger(t), lose, time.Now())
+	select {
+	case <-entered:
+	case <-time.After(waitDeadline):
+		t.Fatal("no beat started")
+	}
+	if n := h.stop(); n != 0 {
+		t.Fatalf("stop counted %d extensions, want 0: the only one was cancelled", n)
+	}
+	if !returned.Load() {
+		t.Fatal("stop returned while the extension was still in flight")
+	}
+	if v := b.metricValue(`idemctl_lease_extensions_total{outcome="error"}`); v != 0 {
+		t.Fatalf("a beat cancelled by stop was reported as an error (%v)", v)
 	}
 }

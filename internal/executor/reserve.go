@@ -1,6 +1,8 @@
 package executor
 
 import (
+	"context"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -98,12 +100,14 @@ func (r *Reservation) Start(c store.Call) bool {
 	e.m.busyWorkers.Inc()
 	e.m.attempts.Observe(float64(c.Attempt))
 	e.m.claimedAtCreation.Inc()
-	e.log.Debug("claimed call", logkey.CallID, c.CallID, logkey.Key, c.IdemKey,
-		logkey.Tool, c.Tool, logkey.Attempt, c.Attempt, "at_creation", true)
+	if e.log.Enabled(context.Background(), slog.LevelDebug) { // the arguments cost allocations even when off
+		e.log.Debug("claimed call", logkey.CallID, c.CallID, logkey.Key, c.IdemKey,
+			logkey.Tool, c.Tool, logkey.Attempt, c.Attempt, "at_creation", true)
+	}
 	// The lease counts from the create's database now, after r.at: a
 	// server frozen between the create and this start finds its lease
 	// lapsed on waking, and sends nothing (startHeartbeat).
-	go e.run(c, r.at)
+	e.startRun(c, r.at)
 	return true
 }
 

@@ -395,3 +395,36 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 	}
 	return mfs[0].GetMetric()[0].GetCounter().GetValue()
 }
+
+// TestWorkerRunsTheNextCall: a call claimed while a worker is idle runs on
+// that worker, not on a new goroutine, and Shutdown returns with every
+// worker ended.
+func TestWorkerRunsTheNextCall(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	p := b.ex.workers
+	first := b.submit("k-worker-1", `{"tool":"charge","args":{"amount":1}}`)
+	if done := b.waitFinal(first.CallID); done.Status != store.StatusSucceeded {
+		t.Fatalf("first call %s", done.Status)
+	}
+	deadline := time.Now().Add(waitDeadline)
+	for p.idle.Load() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("idle workers %d, want the first call's", p.idle.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	second := b.submit("k-worker-2", `{"tool":"charge","args":{"amount":1}}`)
+	if done := b.waitFinal(second.CallID); done.Status != store.StatusSucceeded {
+		t.Fatalf("second call %s", done.Status)
+	}
+	if n := p.live.Load(); n != 1 {
+		t.Fatalf("%d worker goroutines ran two calls one after the other, want 1", n)
+	}
+	if err := b.ex.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := p.live.Load(); n != 0 {
+		t.Fatalf("%d worker goroutines left after Shutdown", n)
+	}
+}

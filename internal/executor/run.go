@@ -32,7 +32,7 @@ func (e *Executor) safeExecute(c store.Call, sent time.Time) {
 // execute runs one attempt of a claimed call and records its outcome.
 func (e *Executor) execute(c store.Call, sent time.Time) {
 	start := time.Now()
-	log := e.log.With(logkey.CallID, c.CallID, logkey.Key, c.IdemKey, logkey.Tool, c.Tool, logkey.Attempt, c.Attempt)
+	log := attemptLogger(e.log, c)
 
 	// The attempt's span ends with the execution outcome the metrics
 	// count (outcome is set before every return).
@@ -168,9 +168,12 @@ func (e *Executor) execute(c store.Call, sent time.Time) {
 	outcome = string(done.Status)
 	e.m.executions.WithLabelValues(c.Tool, string(done.Status)).Inc()
 	e.m.execSeconds.WithLabelValues(c.Tool).Observe(time.Since(start).Seconds())
-	// Debug: per call; idemctl_executions_total counts outcomes.
-	log.Debug("call "+string(done.Status), logkey.Status, done.Status, logkey.DurationAttr(logkey.Duration, time.Since(start)),
-		"lease_extensions", extensions)
+	// Debug: per call; idemctl_executions_total counts outcomes. Built
+	// only when on: its arguments (the duration's text) cost allocations.
+	if log.Enabled(ctx, slog.LevelDebug) {
+		log.Debug("call "+string(done.Status), logkey.Status, done.Status, logkey.DurationAttr(logkey.Duration, time.Since(start)),
+			"lease_extensions", extensions)
+	}
 
 	if e.chaos && chaos.CrashAfterCommit && done.Status == store.StatusSucceeded {
 		outcome = execCrashed

@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/idemctl/idemctl/internal/logkey"
@@ -107,10 +108,12 @@ func (e *Executor) claimRound(ctx context.Context) bool {
 		e.m.attempts.Observe(float64(c.Attempt))
 		// Debug: per call (idemctl_claim_queries_total and the
 		// attempts histogram count claims at info's price).
-		e.log.Debug("claimed call", logkey.CallID, c.CallID, logkey.Key, c.IdemKey,
-			logkey.Tool, c.Tool, logkey.Attempt, c.Attempt)
+		if e.log.Enabled(cctx, slog.LevelDebug) { // the arguments cost allocations even when off
+			e.log.Debug("claimed call", logkey.CallID, c.CallID, logkey.Key, c.IdemKey,
+				logkey.Tool, c.Tool, logkey.Attempt, c.Attempt)
+		}
 		e.runs.Add(1)
-		go e.run(c, sent)
+		e.startRun(c, sent)
 	}
 	// Short of free and no quota filled: nothing more runnable now.
 	return len(calls) >= free || filledQuota(quotas, calls)
@@ -175,9 +178,9 @@ func (e *Executor) noteErr(op string, err error) bool {
 	return true
 }
 
-// run is one claimed call's goroutine: it runs the attempt, then gives its
-// slot back and wakes the scheduler to claim the backlog. sent is when the
-// claim's request was sent (startHeartbeat).
+// run is one claimed call's run, on a worker (workers.go): it runs the
+// attempt, then gives its slot back and wakes the scheduler to claim the
+// backlog. sent is when the claim's request was sent (startHeartbeat).
 func (e *Executor) run(c store.Call, sent time.Time) {
 	defer e.runs.Done()
 	defer func() {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -82,6 +83,24 @@ func BenchmarkParseCreate(b *testing.B) {
 	for b.Loop() {
 		if _, aerr := parseCreate(body, false, reg.Tools, store.DefaultPrincipal); aerr != nil {
 			b.Fatal(aerr)
+		}
+	}
+}
+
+// BenchmarkCreateDistinct is the common request: a new key, answered 202
+// after its commit, the call then run by the executor in the background.
+// allocs/op and B/op count the whole process per request (handler, store,
+// executor), as a server under load pays them.
+func BenchmarkCreateDistinct(b *testing.B) {
+	srv := benchServer(b)
+	h := srv.Handler()
+	const body = `{"tool":"charge","args":{"amount":100}}`
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		if rec := benchPost(h, "k"+strconv.Itoa(i), body); rec.Code != http.StatusAccepted {
+			b.Fatalf("create: %d %s", rec.Code, rec.Body)
 		}
 	}
 }

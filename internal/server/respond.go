@@ -41,14 +41,24 @@ func writeJSON(w http.ResponseWriter, log *slog.Logger, status int, v any) {
 	writeBody(w, status, append(body, '\n'))
 }
 
+// The constant values of writeBody's headers, under their canonical
+// keys, shared by every response instead of a slice allocated per Set.
+// Sharing is safe: nothing writes into a header's slice in place (Set
+// replaces it, and Add's append copies a slice as full as these).
+var (
+	headerJSON    = []string{"application/json"}
+	headerNoStore = []string{"no-store"}
+	headerNosniff = []string{"nosniff"}
+)
+
 // writeBody writes body, a JSON value and its final newline, as the
 // response with status, with writeJSON's headers. body is only read.
 func writeBody(w http.ResponseWriter, status int, body []byte) {
 	h := w.Header()
-	h.Set("Content-Type", "application/json")
+	h["Content-Type"] = headerJSON
 	h.Set("Content-Length", strconv.Itoa(len(body)))
-	h.Set("Cache-Control", "no-store") // calls change state; never serve a stale one
-	h.Set("X-Content-Type-Options", "nosniff")
+	h["Cache-Control"] = headerNoStore // calls change state; never serve a stale one
+	h["X-Content-Type-Options"] = headerNosniff
 	w.WriteHeader(status)
 	_, _ = w.Write(body) // a failed write means the client left
 }

@@ -112,3 +112,29 @@ func TestCallBodyMembers(t *testing.T) {
 		t.Fatalf("call members\n got %q\nwant %q\nbody %s", got, want, r.body)
 	}
 }
+
+// TestWriteBodyHeaders: every JSON response carries its content type,
+// no-store and nosniff, each once and under the key Header.Get reads; the
+// values writeBody shares between responses are not changed by what the
+// handler of one response adds to its own headers.
+func TestWriteBodyHeaders(t *testing.T) {
+	t.Parallel()
+	want := map[string]string{"Content-Type": "application/json", "Cache-Control": "no-store",
+		"X-Content-Type-Options": "nosniff", "Content-Length": "3"}
+	first, second := httptest.NewRecorder(), httptest.NewRecorder()
+	writeBody(first, http.StatusOK, []byte("{}\n"))
+	writeBody(second, http.StatusOK, []byte("{}\n"))
+	for name, value := range want {
+		if got := second.Header().Values(name); !slices.Equal(got, []string{value}) {
+			t.Errorf("%s: %q, want %q", name, got, value)
+		}
+	}
+	first.Header().Add("Cache-Control", "private")
+	second.Header().Add("Cache-Control", "public")
+	if got := first.Header().Values("Cache-Control"); !slices.Equal(got, []string{"no-store", "private"}) {
+		t.Errorf("first response's Cache-Control %q: another response's Add changed it", got)
+	}
+	if got := second.Header().Values("Cache-Control"); !slices.Equal(got, []string{"no-store", "public"}) {
+		t.Errorf("second response's Cache-Control %q", got)
+	}
+}

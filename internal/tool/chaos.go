@@ -34,6 +34,9 @@ func IsChaosArg(name string) bool { return strings.HasPrefix(name, "_") }
 // (0 < s ≤ maxPauseSeconds) are accepted. Every kind of tool runs it, so
 // the hooks behave the same on every tool.
 func ValidateChaos(tool string, args map[string]any, chaos bool) error {
+	if !hasChaosArg(args) {
+		return nil // nearly every call: nothing to sort
+	}
 	for _, name := range slices.Sorted(maps.Keys(args)) {
 		if !IsChaosArg(name) {
 			continue
@@ -58,6 +61,16 @@ func ValidateChaos(tool string, args map[string]any, chaos bool) error {
 		}
 	}
 	return nil
+}
+
+// hasChaosArg reports whether any argument name is a chaos hook's.
+func hasChaosArg(args map[string]any) bool {
+	for name := range args {
+		if IsChaosArg(name) {
+			return true
+		}
+	}
+	return false
 }
 
 // Chaos is which chaos hooks a call asked for (docs/tools.md, "Chaos hooks"). The server acts

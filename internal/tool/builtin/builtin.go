@@ -12,7 +12,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -174,13 +173,19 @@ func parse(name string, args map[string]any) (any, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w %q (known tools: %s)", tool.ErrUnknownTool, name, strings.Join(Names(), ", "))
 	}
-	for _, arg := range slices.Sorted(maps.Keys(args)) {
-		if tool.IsChaosArg(arg) {
+	// The unknown argument named is the first in sorted order, whatever
+	// the map's: the least one, found without sorting every call's names.
+	unknown, found := "", false
+	for arg := range args {
+		if tool.IsChaosArg(arg) || slices.Contains(argNames, arg) {
 			continue
 		}
-		if !slices.Contains(argNames, arg) {
-			return nil, fmt.Errorf("%w: %s: unknown argument %q (allowed: %s)", tool.ErrInvalidArgs, name, arg, strings.Join(argNames, ", "))
+		if !found || arg < unknown {
+			unknown, found = arg, true
 		}
+	}
+	if found {
+		return nil, fmt.Errorf("%w: %s: unknown argument %q (allowed: %s)", tool.ErrInvalidArgs, name, unknown, strings.Join(argNames, ", "))
 	}
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("%w: %s: %s", tool.ErrInvalidArgs, name, fmt.Sprintf(format, a...))

@@ -2,6 +2,7 @@ package builtin
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"reflect"
 	"strings"
@@ -315,5 +316,18 @@ func TestRunRefusesInvalid(t *testing.T) {
 	}
 	if _, err := Run(ctx, tool.Invocation{CallID: "c_7", Tool: Charge, Args: map[string]any{"amount": "1"}, Attempt: 1}); !errors.Is(err, tool.ErrInvalidArgs) {
 		t.Errorf("bad args: %v", err)
+	}
+}
+
+// TestUnknownArgumentNamedIsTheFirstSorted: of several unknown arguments,
+// the error names the first in sorted order, whatever order the map
+// yields them in (asked many times: the order changes between loops).
+func TestUnknownArgumentNamedIsTheFirstSorted(t *testing.T) {
+	args := map[string]any{"amount": json.Number("1"), "zeta": true, "currency": "EUR", "beta": 2.0, "omega": nil, "_crash_after_commit": true}
+	for range 50 {
+		err := Validate(Charge, args, true)
+		if err == nil || !strings.Contains(err.Error(), `unknown argument "beta"`) {
+			t.Fatalf("error %v, want it to name \"beta\"", err)
+		}
 	}
 }
