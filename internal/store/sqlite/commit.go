@@ -151,6 +151,21 @@ func runAlone(conn *sql.Conn, op *writeOp) error {
 	return nil
 }
 
+// guardedBatches is how many batches after one whose optimistic run failed
+// take savepoints from the start (commitBatch).
+const guardedBatches = 64
+
+// optimistic runs ops in tx without savepoints until one fails, and
+// returns its index (len(ops): none failed), its error in errs.
+func optimistic(ops []*writeOp, errs []error, tx *sql.Tx) int {
+	for i, op := range ops {
+		if errs[i] = run(op, tx); errs[i] != nil {
+			return i
+		}
+	}
+	return len(ops)
+}
+
 // commitBatch runs ops in one transaction and answers each of them: every
 // write of a batch that was not committed gets an error, whatever happened
 // (a failed statement, a lost transaction, a panic).
@@ -217,6 +232,43 @@ func (s *Store) commitBatch(ops []*writeOp) {
 			return
 		}
 	} else {
+		if s.guarded == 0 && s.beforeCommit == nil {
+			// Optimistic: no savepoints. Most batches have no failing
+			// write, and then a savepoint and its release per write
+			// (two statements, and a copy of every page a write
+			// first touches into the statement journal) bought nothing.
+			// A write that fails may have written part of itself, which
+			// only a savepoint could undo alone: the batch is rolled
+			// back, nothing of it committed, and run again below with
+			// savepoints (each write's function starts from scratch, as
+			// runAlone's does). With failpoints armed every batch takes
+			// savepoints, so an injected failure fires once per write.
+			i := optimistic(live, errs, tx)
+			if i == len(live) {
+				if err := tx.Commit(); err != nil {
+					failAll(fmt.Errorf("commit: %w", err))
+				}
+				return
+			}
+			if p := (*panicError)(nil); errors.As(errs[i], &p) {
+				_ = tx.Rollback()
+				failAll(fmt.Errorf("write batch rolled back: %w", errs[i]))
+				return
+			}
+			_ = tx.Rollback() // may be gone already (an I/O error ends it)
+			clear(errs)
+			// Failing writes tend to come in runs (a client sending a
+			// conflicting body again and again): the next batches take
+			// savepoints at once, instead of running twice each.
+			s.guarded = guardedBatches
+			if tx, err = conn.BeginTx(bg, nil); err != nil {
+				failAll(fmt.Errorf("begin: %w", err))
+				return
+			}
+		} else if s.guarded > 0 {
+			s.guarded--
+		}
+		s.savepointBatches.Add(1)
 		for i, op := range live {
 			if err := s.hot(func(h *hotStmts) error { return h.exec(h.savepoint) }); err != nil {
 				_ = tx.Rollback()

@@ -347,3 +347,82 @@ func TestCancelledWriterGetsItsOwnOutcome(t *testing.T) {
 		t.Fatalf("last audit = %+v, want the fenced row", last)
 	}
 }
+
+// TestBatchWithoutFailureTakesNoSavepoint: a batch whose writes all
+// succeed runs them without savepoints (optimistic), all committed with one
+// commit, in order.
+func TestBatchWithoutFailureTakesNoSavepoint(t *testing.T) {
+	t.Parallel()
+	s := openAt(t, tempPath(t), store.Options{})
+	stopCommitter(t, s)
+	commits := countCommits(t, s)
+	ops := []*writeOp{auditOp(s, "a", nil), auditOp(s, "b", nil), auditOp(s, "c", nil)}
+	s.commitBatch(ops)
+	for _, op := range ops {
+		if err := <-op.Answered(); err != nil {
+			t.Fatalf("op %s: %v", op.name, err)
+		}
+	}
+	if got := batchEvents(t, s); strings.Join(got, " ") != "a b c" {
+		t.Fatalf("audit after the batch = %v, want [a b c]", got)
+	}
+	if n := s.savepointBatches.Load(); n != 0 {
+		t.Fatalf("%d batches took savepoints, want 0: no write failed", n)
+	}
+	if n := commits.Load(); n != 1 {
+		t.Fatalf("%d commits for one batch, want 1", n)
+	}
+}
+
+// TestBatchAfterAFailureTakesSavepoints: a failing write sends its batch
+// back to be run with savepoints (TestBatchIsolatesFailedWrite checks the
+// outcome), and the next guardedBatches batches take savepoints from the
+// start, so a run of failing writes does not make every batch run twice;
+// after them, batches are optimistic again.
+func TestBatchAfterAFailureTakesSavepoints(t *testing.T) {
+	t.Parallel()
+	s := openAt(t, tempPath(t), store.Options{})
+	stopCommitter(t, s)
+	batch := func(fail error) {
+		ops := []*writeOp{auditOp(s, "ok", nil), auditOp(s, "maybe", fail)}
+		s.commitBatch(ops)
+		for _, op := range ops {
+			<-op.Answered()
+		}
+	}
+	batch(errors.New("boom"))
+	if n := s.savepointBatches.Load(); n != 1 {
+		t.Fatalf("after a failing write: %d batches with savepoints, want 1 (its batch run again)", n)
+	}
+	for range guardedBatches {
+		batch(nil)
+	}
+	if n := s.savepointBatches.Load(); n != 1+guardedBatches {
+		t.Fatalf("%d batches with savepoints, want %d: the %d after a failure take them from the start",
+			n, 1+guardedBatches, guardedBatches)
+	}
+	batch(nil)
+	if n := s.savepointBatches.Load(); n != 1+guardedBatches {
+		t.Fatalf("%d batches with savepoints, want %d: optimistic again after the guarded ones", n, 1+guardedBatches)
+	}
+}
+
+// TestBatchWithFailpointsTakesSavepoints: with a before-commit hook (the
+// failpoints) every batch takes savepoints, so a failure injected into a
+// write fires once, for that write, and the batch is not run twice.
+func TestBatchWithFailpointsTakesSavepoints(t *testing.T) {
+	t.Parallel()
+	var hooked atomic.Int64
+	s := openAt(t, tempPath(t), store.Options{BeforeCommit: func(store.Write) error { hooked.Add(1); return nil }})
+	stopCommitter(t, s)
+	ops := []*writeOp{auditOp(s, "a", nil), auditOp(s, "b", nil)}
+	s.commitBatch(ops)
+	for _, op := range ops {
+		if err := <-op.Answered(); err != nil {
+			t.Fatalf("op %s: %v", op.name, err)
+		}
+	}
+	if n := s.savepointBatches.Load(); n != 1 {
+		t.Fatalf("%d batches with savepoints, want 1: failpoints armed", n)
+	}
+}

@@ -94,6 +94,11 @@ type Store struct {
 	batchConn *sql.Conn
 	hs        hotStmts
 	inHot     bool
+	// guarded counts down the batches that take savepoints from the start
+	// after an optimistic one failed (commit.go); the committer's alone.
+	guarded int
+	// savepointBatches counts the batches run with savepoints (tests).
+	savepointBatches atomic.Int64
 	// twin is twins(), set by Open.
 	twin map[*sql.Stmt]*driverStmt
 }
