@@ -34,12 +34,7 @@ func explain(t *testing.T, s *Store, query string, args ...any) (planNode, strin
 func TestRunningIndexPlans(t *testing.T) {
 	s := open(t, pgtest.Schema(t), store.Options{})
 	seedHistory(t, s, 5000, 500)
-	if _, err := s.pool.Exec(t.Context(), `
-UPDATE calls SET status = 'running', owner = 'w', lease_until = 1
-WHERE call_id IN (SELECT call_id FROM calls WHERE status = 'pending' ORDER BY created_at LIMIT 50);
-ANALYZE calls`); err != nil {
-		t.Fatal(err)
-	}
+	startOldestPending(t, s, 50, 1) // their leases long expired
 	for _, q := range []struct {
 		name, sql string
 		args      []any
@@ -104,12 +99,7 @@ func TestFinalIndexPlans(t *testing.T) {
 func TestKeysetStatusGenericPlan(t *testing.T) {
 	s := open(t, pgtest.Schema(t), store.Options{})
 	seedHistory(t, s, 5000, 500)
-	if _, err := s.pool.Exec(t.Context(), `
-UPDATE calls SET status = 'running', owner = 'w', lease_until = 1e12
-WHERE call_id IN (SELECT call_id FROM calls WHERE status = 'pending' ORDER BY created_at LIMIT 50);
-ANALYZE calls`); err != nil {
-		t.Fatal(err)
-	}
+	startOldestPending(t, s, 50, 1e12)
 	conn, err := s.pool.Acquire(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -201,5 +191,20 @@ VALUES ('c_0000000000000000', 'k0', 'f', 'charge', '{}', 'pending', 0, NULL, NUL
 	}
 	if got, err := rw.RecoverExpired(t.Context()); err != nil || len(got) != 1 || got[0] != "c_0000000000000001" {
 		t.Fatalf("recovered after migrating = %v, %v; want the expired running call", got, err)
+	}
+}
+
+// startOldestPending makes the n oldest pending calls of seedHistory's
+// history running, their leases ending at leaseUntil, and refreshes the
+// planner's statistics.
+func startOldestPending(t *testing.T, s *Store, n int, leaseUntil float64) {
+	t.Helper()
+	if _, err := s.pool.Exec(t.Context(), `
+UPDATE calls SET status = 'running', owner = 'w', lease_until = $2
+WHERE call_id IN (SELECT call_id FROM calls WHERE status = 'pending' ORDER BY created_at LIMIT $1)`, n, leaseUntil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.pool.Exec(t.Context(), `ANALYZE calls`); err != nil {
+		t.Fatal(err)
 	}
 }
