@@ -42,6 +42,15 @@ import (
 // deadline. Without it a committer, and every write it took, waited on a
 // silent connection until the network came back.
 //
+// A second batch is sent while one is in flight only once it holds
+// parallelMin writes (gather). Each batch is a transaction, and a
+// transaction's fixed cost (its commit, its WAL flush, the wakeups) is
+// paid by the backends' CPU that the writes themselves need: committers
+// that each sent whatever was waiting at once sent batches of one or two
+// writes under load, and spent that CPU on commits. Waiting for the batch
+// in flight costs a write no more than a single committer would make it
+// wait, and under a heavy load batches fill and run in parallel.
+//
 // Each kind has its own group (creates, completions), and a batch holds
 // its writes in the order of their sort key (the idempotency key, the call
 // id): two batches running at once then take the row and advisory locks
@@ -54,6 +63,11 @@ const maxGroup = 64
 // a server of several cores, PostgreSQL runs them in parallel, and while
 // one batch waits for its WAL flush the next one builds up.
 const committers = 4
+
+// parallelMin is the size from which a batch goes out while another of
+// its kind is in flight (see above); a smaller one waits for that batch
+// to end.
+const parallelMin = 16
 
 // results are what a groupOp's read sees of the batch: its own statements'
 // results, in the order it queued them. They record the first statement
@@ -125,10 +139,20 @@ type group struct {
 	// reruns counts the writes run again alone after their batch failed
 	// (tests assert a batch-wide failure causes none).
 	reruns atomic.Int64
+
+	// intake is held by the one committer building a batch: the others
+	// wait for it rather than each taking a write or two off ops.
+	intake sync.Mutex
+	// mu guards inFlight, the batches sent and not yet answered, and
+	// settled, closed (and replaced) whenever one of them ends.
+	mu       sync.Mutex
+	inFlight int
+	settled  chan struct{}
 }
 
 func newGroup(pool batchSender, wait, bound time.Duration) *group {
-	g := &group{pool: pool, wait: wait, bound: bound, ops: make(chan *groupOp), quit: make(chan struct{})}
+	g := &group{pool: pool, wait: wait, bound: bound, ops: make(chan *groupOp), quit: make(chan struct{}),
+		settled: make(chan struct{})}
 	g.wg.Add(committers)
 	for range committers {
 		go g.loop()
@@ -169,11 +193,50 @@ func (g *group) loop() {
 	batch := make([]*groupOp, 0, maxGroup)
 	for {
 		var ok bool
-		if batch, ok = store.NextBatch(g.ops, g.quit, batch, maxGroup); !ok {
+		g.intake.Lock()
+		if batch, ok = store.NextBatch(g.ops, g.quit, batch, maxGroup); ok {
+			batch, ok = g.gather(batch)
+		}
+		if ok {
+			g.mu.Lock()
+			g.inFlight++
+			g.mu.Unlock()
+		}
+		g.intake.Unlock()
+		if !ok {
+			// The writes gathered and not sent are still queued: their
+			// writers see quit and are answered that the store closed.
 			return
 		}
 		g.commit(batch)
+		g.mu.Lock()
+		g.inFlight--
+		close(g.settled)
+		g.settled = make(chan struct{})
+		g.mu.Unlock()
 	}
+}
+
+// gather adds to batch the writes that arrive while another batch is in
+// flight, until none is or batch holds parallelMin writes (the rule
+// above). ok is false once quit is closed.
+func (g *group) gather(batch []*groupOp) (_ []*groupOp, ok bool) {
+	for len(batch) < parallelMin {
+		g.mu.Lock()
+		busy, settled := g.inFlight > 0, g.settled
+		g.mu.Unlock()
+		if !busy {
+			break
+		}
+		select {
+		case op := <-g.ops:
+			batch = append(batch, op)
+		case <-settled:
+		case <-g.quit:
+			return batch, false
+		}
+	}
+	return batch, true
 }
 
 // commit sends ops as one batch and answers each of them.

@@ -149,49 +149,119 @@ func (p stuckPool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 	return pgx.FailedBatchResults(b, errStuck)
 }
 
-// TestGroupWaitIsBounded: while every committer is busy, a write waits for
-// one at most the group's wait (the lock timeout), then fails with
-// ErrUnavailable without running; the writes already taken are answered
-// once their batches end.
-func TestGroupWaitIsBounded(t *testing.T) {
+// stuckGroup is a group on a stuckPool, and ops whose reads count the
+// writes that ran.
+type stuckGroup struct {
+	*group
+	pool    stuckPool
+	ran     chan struct{}
+	release func()
+}
+
+func newStuckGroup(t *testing.T, wait time.Duration) *stuckGroup {
 	pool := stuckPool{entered: make(chan struct{}, committers), release: make(chan struct{})}
-	g := newGroup(pool, 100*time.Millisecond, time.Minute)
-	var releaseOnce sync.Once
-	release := func() { releaseOnce.Do(func() { close(pool.release) }) }
-	defer g.stop()
-	defer release() // before stop: a failing test must not leave the committers stuck
-	ran := make(chan struct{}, committers+1)
-	op := func() *groupOp {
-		return &groupOp{queue: func(*pgx.Batch) {}, read: func(r *results) error {
-			ran <- struct{}{}
-			_, err := r.Exec()
-			return err
-		}}
+	g := &stuckGroup{group: newGroup(pool, wait, time.Minute), pool: pool, ran: make(chan struct{}, 1024)}
+	var once sync.Once
+	g.release = func() { once.Do(func() { close(pool.release) }) }
+	// Release before stop: a failing test must not leave the committers
+	// stuck.
+	t.Cleanup(g.stop)
+	t.Cleanup(g.release)
+	return g
+}
+
+func (g *stuckGroup) op() *groupOp {
+	return &groupOp{queue: func(*pgx.Batch) {}, read: func(r *results) error {
+		g.ran <- struct{}{}
+		_, err := r.Exec()
+		return err
+	}}
+}
+
+// submit runs n writes at once, answering each on the channel returned.
+func (g *stuckGroup) submit(ctx context.Context, n int) <-chan error {
+	errs := make(chan error, n)
+	for range n {
+		go func() { errs <- g.run(ctx, g.op()) }()
 	}
+	return errs
+}
+
+// refused runs one more write and wants it refused with ErrUnavailable
+// (a write that a committer took instead would block until release).
+func (g *stuckGroup) refused(t *testing.T, ctx context.Context, what string) {
+	t.Helper()
+	select {
+	case err := <-g.submit(ctx, 1):
+		if !errors.Is(err, store.ErrUnavailable) {
+			t.Fatalf("%s: err = %v, want ErrUnavailable", what, err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: still waiting after 10s: a committer took it", what)
+	}
+}
+
+// entered waits for the next batch to enter SendBatch.
+func (g *stuckGroup) entered(t *testing.T, what string) {
+	t.Helper()
+	select {
+	case <-g.pool.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: no batch was sent", what)
+	}
+}
+
+// TestGroupWaitIsBounded: while a batch is in flight, a lone write waits
+// for it (parallelMin) at most the group's wait (the lock timeout), then
+// fails with ErrUnavailable without running; the write already taken is
+// answered once its batch ends.
+func TestGroupWaitIsBounded(t *testing.T) {
+	g := newStuckGroup(t, 100*time.Millisecond)
 	// A generous context: the bound under test is g.wait, not this.
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	busy := make(chan error, committers)
-	// Each committer takes one write and blocks in SendBatch. One write at
-	// a time: writes sent together may share a batch, and then fewer
-	// committers would enter than this waits for.
-	for range committers {
-		go func() { busy <- g.run(ctx, op()) }()
-		<-pool.entered
+	first := g.submit(ctx, 1)
+	g.entered(t, "the first write")
+
+	g.refused(t, ctx, "a lone write while a batch is stuck")
+	g.release()
+	if err := <-first; !errors.Is(err, errStuck) {
+		t.Errorf("the write taken before: err = %v, want its batch's error", err)
+	}
+	if n := len(g.ran); n != 1 {
+		t.Errorf("writes that ran = %d, want 1 (the refused one must not run)", n)
+	}
+}
+
+// TestGroupFullBatchRunsAlongside: writes waiting while a batch is in
+// flight go out in a batch of their own as soon as they are parallelMin,
+// without waiting for it; with every committer busy, a write waits at most
+// the group's wait.
+func TestGroupFullBatchRunsAlongside(t *testing.T) {
+	g := newStuckGroup(t, time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	answers := []<-chan error{g.submit(ctx, 1)}
+	g.entered(t, "the first write")
+	for i := 1; i < committers; i++ {
+		answers = append(answers, g.submit(ctx, parallelMin))
+		g.entered(t, fmt.Sprintf("%d writes beside %d batches in flight", parallelMin, i))
 	}
 
-	err := g.run(ctx, op())
-	if !errors.Is(err, store.ErrUnavailable) {
-		t.Fatalf("a write with every committer busy: err = %v, want ErrUnavailable", err)
-	}
-	release()
-	for range committers {
-		if err := <-busy; !errors.Is(err, errStuck) {
-			t.Errorf("a write taken before: err = %v, want its batch's error", err)
+	// Every committer busy: bounded by the group's wait (shortened here
+	// for the one write).
+	g.wait = 100 * time.Millisecond
+	g.refused(t, ctx, "a write with every committer busy")
+	g.release()
+	for _, errs := range answers {
+		for range cap(errs) {
+			if err := <-errs; !errors.Is(err, errStuck) {
+				t.Errorf("a write taken before: err = %v, want its batch's error", err)
+			}
 		}
 	}
-	if n := len(ran); n != committers {
-		t.Errorf("writes that ran = %d, want %d (the refused one must not run)", n, committers)
+	if n, want := len(g.ran), 1+(committers-1)*parallelMin; n != want {
+		t.Errorf("writes that ran = %d, want %d (the refused one must not run)", n, want)
 	}
 }
 
