@@ -336,6 +336,9 @@ const tracingFlush = 5 * time.Second
 // a server that never ran. If opening the store fails, the port is freed.
 func runServe(ctx context.Context, o *serveOptions, streams *IOStreams) error {
 	logger := newLogger(streams.ErrOut, o.LogFormat, o.level)
+	if p, set := setServeGC(os.Getenv); set {
+		logger.Debug("garbage collection target set", "gogc", p)
+	}
 
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", o.Addr)
