@@ -20,8 +20,8 @@ import (
 // Group commit.
 //
 // The one-round-trip writes (createFast, completeFast) are handed to a
-// group: a few committer goroutines, each of which takes every write of its
-// kind that is waiting (up to maxGroup), queues their statements into one
+// group: a few committer goroutines, each of which takes every write that
+// is waiting (up to maxGroup), queues their statements into one
 // pgx.Batch and sends it. PostgreSQL runs a batch as one implicit
 // transaction: one round trip, one commit and one WAL flush for the whole
 // group instead of one each. Only once the batch has committed is any of
@@ -51,22 +51,26 @@ import (
 // in flight costs a write no more than a single committer would make it
 // wait, and under a heavy load batches fill and run in parallel.
 //
-// Each kind has its own group (creates, completions), and a batch holds
-// its writes in the order of their sort key (the idempotency key, the call
-// id): two batches running at once then take the row and advisory locks
-// they share in the same order and cannot deadlock on each other.
+// Creates and completions share one group, so a batch holds both and one
+// commit serves them: two groups made twice the transactions. A batch
+// holds its writes in the order of their sort key ("k" + the principal
+// and idempotency key for a create, the call id for a completion): two
+// batches running at once then take the locks they share in the same
+// order and cannot deadlock on each other. The two kinds share none: a
+// create locks its key (the advisory lock, the key's unique index entry)
+// and inserts a row no one else can see yet; a completion locks the row
+// of a call committed earlier and inserts its effect.
 
 // maxGroup bounds the writes sent in one batch.
 const maxGroup = 64
 
-// committers is how many batches of one kind may be in flight at once: on
+// committers is how many batches may be in flight at once: on
 // a server of several cores, PostgreSQL runs them in parallel, and while
 // one batch waits for its WAL flush the next one builds up.
 const committers = 4
 
-// parallelMin is the size from which a batch goes out while another of
-// its kind is in flight (see above); a smaller one waits for that batch
-// to end.
+// parallelMin is the size from which a batch goes out while another is
+// in flight (see above); a smaller one waits for that batch to end.
 const parallelMin = 16
 
 // results are what a groupOp's read sees of the batch: its own statements'
@@ -125,7 +129,7 @@ type groupOp struct {
 	deadline time.Time
 }
 
-// group is the committers of one kind of write.
+// group is the committers of the one-round-trip writes.
 type group struct {
 	pool batchSender
 	// wait bounds how long a write waits to be taken by a committer: the

@@ -187,12 +187,23 @@ func (s *Store) completeFast(ctx context.Context, c store.Completion, status sto
 	} else {
 		effectID = nil // no effect row, and effect_id stays NULL
 	}
+	var call store.Call
+	op := s.completeOp(c, status, result, errObj, effectID, event, tool, amount, &call)
+	if err := s.runOp(ctx, s.writes, completeWrite(status), op, func() bool { return true }); err != nil {
+		return store.Call{}, err
+	}
+	return call, nil
+}
+
+// completeOp is completeFast's write, answering into call; effectID is
+// nil for a completion without an effect row.
+func (s *Store) completeOp(c store.Completion, status store.Status, result, errObj, effectID *string, event, tool string,
+	amount *int64, call *store.Call) *groupOp {
 	detail := store.DetailSucceeded(effectID, c)
 	if status == store.StatusFailed {
 		detail = store.DetailFailed(c)
 	}
-	var call store.Call
-	op := &groupOp{
+	return &groupOp{
 		key: c.CallID,
 		queue: func(b *pgx.Batch) {
 			keep, unknown := unknownArgs(c, status)
@@ -201,7 +212,7 @@ func (s *Store) completeFast(ctx context.Context, c store.Completion, status sto
 		},
 		read: func(r *results) error {
 			var err error
-			call, err = scanCall(r.QueryRow())
+			*call, err = scanCall(r.QueryRow())
 			var pgErr *pgconn.PgError
 			switch {
 			case errors.Is(err, pgx.ErrNoRows):
@@ -212,10 +223,6 @@ func (s *Store) completeFast(ctx context.Context, c store.Completion, status sto
 			return err
 		},
 	}
-	if err := s.runOp(ctx, s.completions, completeWrite(status), op, func() bool { return true }); err != nil {
-		return store.Call{}, err
-	}
-	return call, nil
 }
 
 // ScheduleRetry returns the call to pending with a not-before time of the

@@ -140,7 +140,7 @@ func (s *Store) createFast(ctx context.Context, n store.NewCall, args string, in
 		out  store.Outcome
 	)
 	op := s.createOp(n, args, intent, &call, &out)
-	if err := s.runOp(ctx, s.creates, store.WriteCreate, op, func() bool { return out == store.Created }); err != nil {
+	if err := s.runOp(ctx, s.writes, store.WriteCreate, op, func() bool { return out == store.Created }); err != nil {
 		return store.Call{}, 0, err
 	}
 	return call, out, nil

@@ -114,7 +114,7 @@ func TestGroupFailsOnlyTheBadWrite(t *testing.T) {
 		ops[i].Prepare()
 	}
 	// One batch, as a committer takes waiting writes.
-	s.creates.commit(ops)
+	s.writes.commit(ops)
 	for i, op := range ops {
 		answers[i].err = <-op.Answered()
 	}
@@ -134,6 +134,59 @@ func TestGroupFailsOnlyTheBadWrite(t *testing.T) {
 	}
 	if got := scalar[int64](t, s, `SELECT count(*) FROM audit WHERE event = 'created'`); got != n {
 		t.Errorf("created audit rows = %d, want %d", got, n)
+	}
+}
+
+// TestGroupMixesCreatesAndCompletions: creates and completions share one
+// group, so one batch may hold both: here a completion between two
+// creates (in key order the completion's call id comes first). Each write
+// is answered from its own statement's result, and all of them commit in
+// one transaction: the rows they wrote carry one xmin.
+func TestGroupMixesCreatesAndCompletions(t *testing.T) {
+	s := open(t, pgtest.Schema(t), store.Options{})
+	create(t, s, "running")
+	claimed, err := s.ClaimNext(t.Context(), "w1", time.Minute, 1)
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("ClaimNext = %v, %v; want the call", claimed, err)
+	}
+	done := success(claimed[0])
+	result := string(done.Result)
+
+	var (
+		created  [2]store.Call
+		outs     [2]store.Outcome
+		finished store.Call
+	)
+	calls := [2]store.NewCall{newCall(t, "a"), newCall(t, "b")}
+	ops := []*groupOp{
+		s.createOp(calls[0], string(calls[0].ArgsJSON), nil, &created[0], &outs[0]),
+		s.completeOp(done, store.StatusSucceeded, &result, nil, &done.Effect.EffectID, store.EventSucceeded,
+			done.Effect.Tool, done.Effect.Amount, &finished),
+		s.createOp(calls[1], string(calls[1].ArgsJSON), nil, &created[1], &outs[1]),
+	}
+	for _, op := range ops {
+		op.Prepare()
+	}
+	s.writes.commit(ops)
+	for i, op := range ops {
+		if err := <-op.Answered(); err != nil {
+			t.Fatalf("write %d of the mixed batch: %v", i, err)
+		}
+	}
+	for i := range calls {
+		if outs[i] != store.Created || created[i].CallID != calls[i].CallID {
+			t.Errorf("create %d: %s %v; want Created %s", i, created[i].CallID, outs[i], calls[i].CallID)
+		}
+	}
+	if finished.Status != store.StatusSucceeded || finished.CallID != done.CallID || finished.EffectID == nil {
+		t.Errorf("completion: %+v; want %s succeeded with its effect", finished, done.CallID)
+	}
+	if n := scalar[int64](t, s, `SELECT count(DISTINCT xmin::text) FROM calls WHERE call_id = ANY($1)`,
+		[]string{calls[0].CallID, calls[1].CallID, done.CallID}); n != 1 {
+		t.Errorf("the batch's rows were written by %d transactions, want 1", n)
+	}
+	if n := scalar[int64](t, s, `SELECT count(*) FROM effects WHERE call_id = $1`, done.CallID); n != 1 {
+		t.Errorf("effects of the completed call = %d, want 1", n)
 	}
 }
 
@@ -286,7 +339,7 @@ func TestGroupAlignsResults(t *testing.T) {
 	next := s.createOp(n, string(n.ArgsJSON), nil, &call, &out)
 	next.key = "z" // after early, in key order
 	next.Prepare()
-	s.creates.commit([]*groupOp{early, next})
+	s.writes.commit([]*groupOp{early, next})
 	if err := <-early.Answered(); err != nil {
 		t.Fatalf("early write: %v", err)
 	}

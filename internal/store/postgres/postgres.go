@@ -94,9 +94,9 @@ const answerMargin = time.Second
 type Store struct {
 	pool     *pgxpool.Pool
 	readOnly bool
-	// creates and completions commit the one-round-trip writes in groups
+	// writes commits the one-round-trip creates and completions in groups
 	// (commit.go); nil on a read-only store.
-	creates, completions *group
+	writes *group
 	// before is store.Options.BeforeCommit (failpoint.go); nil in
 	// production.
 	before    func(w store.Write) error
@@ -205,7 +205,7 @@ func openWith(ctx context.Context, url string, opts store.Options, configure fun
 		return nil, err
 	}
 	if !opts.ReadOnly {
-		s.creates, s.completions = newGroup(pool, lockTimeout, stepTimeout), newGroup(pool, lockTimeout, stepTimeout)
+		s.writes = newGroup(pool, lockTimeout, stepTimeout)
 	}
 	return s, nil
 }
@@ -282,9 +282,8 @@ func (s *Store) Ping(ctx context.Context) error {
 // It is safe to call more than once.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		if s.creates != nil {
-			s.creates.stop()
-			s.completions.stop()
+		if s.writes != nil {
+			s.writes.stop()
 		}
 		s.pool.Close()
 	})

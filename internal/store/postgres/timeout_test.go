@@ -45,8 +45,8 @@ func TestLockTimeoutAnswersTheWholeBatch(t *testing.T) {
 	// together, several to a batch, as under real load (with the store's
 	// own wait they may give up first, which proves nothing about
 	// batches).
-	s.creates.stop()
-	s.creates = newGroup(s.pool, time.Minute, s.stepTimeout)
+	s.writes.stop()
+	s.writes = newGroup(s.pool, time.Minute, s.stepTimeout)
 	const writes = 4 * committers
 	var (
 		wg      sync.WaitGroup
@@ -76,7 +76,7 @@ func TestLockTimeoutAnswersTheWholeBatch(t *testing.T) {
 			t.Errorf("create %d answered after %v, want about the lock timeout (%v)", i, elapsed[i], lockTimeout)
 		}
 	}
-	if n := s.creates.reruns.Load(); n != 0 {
+	if n := s.writes.reruns.Load(); n != 0 {
 		t.Errorf("%d writes were run again alone after a lock timeout; want none (each would wait the timeout again)", n)
 	}
 	if err := tx.Rollback(t.Context()); err != nil {
