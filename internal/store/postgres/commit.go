@@ -49,7 +49,10 @@ import (
 // that each sent whatever was waiting at once sent batches of one or two
 // writes under load, and spent that CPU on commits. Waiting for the batch
 // in flight costs a write no more than a single committer would make it
-// wait, and under a heavy load batches fill and run in parallel.
+// wait, and under a heavy load batches fill and run in parallel. A batch
+// that waits on a lock must not hold every other write back, though: a
+// write waits for it at most gatherWait (several round trips), then goes
+// out beside it.
 //
 // Creates and completions share one group, so a batch holds both and one
 // commit serves them: two groups made twice the transactions. A batch
@@ -70,8 +73,12 @@ const maxGroup = 64
 const committers = 4
 
 // parallelMin is the size from which a batch goes out while another is
-// in flight (see above); a smaller one waits for that batch to end.
+// in flight (see above); a smaller one waits for that batch to end, or
+// for gatherWait.
 const parallelMin = 16
+
+// gatherWait bounds how long a batch waits for the one in flight.
+const gatherWait = 20 * time.Millisecond
 
 // results are what a groupOp's read sees of the batch: its own statements'
 // results, in the order it queued them. They record the first statement
@@ -147,6 +154,8 @@ type group struct {
 	// intake is held by the one committer building a batch: the others
 	// wait for it rather than each taking a write or two off ops.
 	intake sync.Mutex
+	// gatherWait is the package's, but for tests.
+	gatherWait time.Duration
 	// mu guards inFlight, the batches sent and not yet answered, and
 	// settled, closed (and replaced) whenever one of them ends.
 	mu       sync.Mutex
@@ -156,7 +165,7 @@ type group struct {
 
 func newGroup(pool batchSender, wait, bound time.Duration) *group {
 	g := &group{pool: pool, wait: wait, bound: bound, ops: make(chan *groupOp), quit: make(chan struct{}),
-		settled: make(chan struct{})}
+		settled: make(chan struct{}), gatherWait: gatherWait}
 	g.wg.Add(committers)
 	for range committers {
 		go g.loop()
@@ -222,9 +231,10 @@ func (g *group) loop() {
 }
 
 // gather adds to batch the writes that arrive while another batch is in
-// flight, until none is or batch holds parallelMin writes (the rule
-// above). ok is false once quit is closed.
+// flight, until none is, batch holds parallelMin writes or g.gatherWait
+// has passed (the rule above). ok is false once quit is closed.
 func (g *group) gather(batch []*groupOp) (_ []*groupOp, ok bool) {
+	var expired <-chan time.Time
 	for len(batch) < parallelMin {
 		g.mu.Lock()
 		busy, settled := g.inFlight > 0, g.settled
@@ -232,10 +242,17 @@ func (g *group) gather(batch []*groupOp) (_ []*groupOp, ok bool) {
 		if !busy {
 			break
 		}
+		if expired == nil {
+			t := time.NewTimer(g.gatherWait)
+			defer t.Stop()
+			expired = t.C
+		}
 		select {
 		case op := <-g.ops:
 			batch = append(batch, op)
 		case <-settled:
+		case <-expired:
+			return batch, true
 		case <-g.quit:
 			return batch, false
 		}

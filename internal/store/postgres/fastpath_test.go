@@ -211,9 +211,12 @@ type stuckGroup struct {
 	release func()
 }
 
-func newStuckGroup(t *testing.T, wait time.Duration) *stuckGroup {
+// newStuckGroup: wait is the group's wait for a committer, gather how long
+// a batch waits for the one in flight (gatherWait).
+func newStuckGroup(t *testing.T, wait, gather time.Duration) *stuckGroup {
 	pool := stuckPool{entered: make(chan struct{}, committers), release: make(chan struct{})}
 	g := &stuckGroup{group: newGroup(pool, wait, time.Minute), pool: pool, ran: make(chan struct{}, 1024)}
+	g.gatherWait = gather // before any write: the committers read it when gathering
 	var once sync.Once
 	g.release = func() { once.Do(func() { close(pool.release) }) }
 	// Release before stop: a failing test must not leave the committers
@@ -264,47 +267,10 @@ func (g *stuckGroup) entered(t *testing.T, what string) {
 	}
 }
 
-// TestGroupWaitIsBounded: while a batch is in flight, a lone write waits
-// for it (parallelMin) at most the group's wait (the lock timeout), then
-// fails with ErrUnavailable without running; the write already taken is
-// answered once its batch ends.
-func TestGroupWaitIsBounded(t *testing.T) {
-	g := newStuckGroup(t, 100*time.Millisecond)
-	// A generous context: the bound under test is g.wait, not this.
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	first := g.submit(ctx, 1)
-	g.entered(t, "the first write")
-
-	g.refused(t, ctx, "a lone write while a batch is stuck")
-	g.release()
-	if err := <-first; !errors.Is(err, errStuck) {
-		t.Errorf("the write taken before: err = %v, want its batch's error", err)
-	}
-	if n := len(g.ran); n != 1 {
-		t.Errorf("writes that ran = %d, want 1 (the refused one must not run)", n)
-	}
-}
-
-// TestGroupFullBatchRunsAlongside: writes waiting while a batch is in
-// flight go out in a batch of their own as soon as they are parallelMin,
-// without waiting for it; with every committer busy, a write waits at most
-// the group's wait.
-func TestGroupFullBatchRunsAlongside(t *testing.T) {
-	g := newStuckGroup(t, time.Minute)
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	answers := []<-chan error{g.submit(ctx, 1)}
-	g.entered(t, "the first write")
-	for i := 1; i < committers; i++ {
-		answers = append(answers, g.submit(ctx, parallelMin))
-		g.entered(t, fmt.Sprintf("%d writes beside %d batches in flight", parallelMin, i))
-	}
-
-	// Every committer busy: bounded by the group's wait (shortened here
-	// for the one write).
-	g.wait = 100 * time.Millisecond
-	g.refused(t, ctx, "a write with every committer busy")
+// answered wants every write of answers answered with the stuck batch's
+// error, and want writes to have run.
+func (g *stuckGroup) answered(t *testing.T, answers []<-chan error, want int) {
+	t.Helper()
 	g.release()
 	for _, errs := range answers {
 		for range cap(errs) {
@@ -313,9 +279,66 @@ func TestGroupFullBatchRunsAlongside(t *testing.T) {
 			}
 		}
 	}
-	if n, want := len(g.ran), 1+(committers-1)*parallelMin; n != want {
-		t.Errorf("writes that ran = %d, want %d (the refused one must not run)", n, want)
+	if n := len(g.ran); n != want {
+		t.Errorf("writes that ran = %d, want %d (a refused one must not run)", n, want)
 	}
+}
+
+// TestGroupSmallBatchWaitsForTheOneInFlight: while a batch is in flight, a
+// lone write is not sent beside it at once: it waits for that batch, here
+// stuck, for the group's gatherWait, and then goes out.
+func TestGroupSmallBatchWaitsForTheOneInFlight(t *testing.T) {
+	const gather = 200 * time.Millisecond
+	g := newStuckGroup(t, time.Minute, gather)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	answers := []<-chan error{g.submit(ctx, 1)}
+	g.entered(t, "the first write")
+
+	start := time.Now()
+	answers = append(answers, g.submit(ctx, 1))
+	g.entered(t, "a lone write beside a stuck batch")
+	if waited := time.Since(start); waited < gather {
+		t.Errorf("a lone write went out beside the batch in flight after %v, want it held for %v", waited, gather)
+	}
+	g.answered(t, answers, 2)
+}
+
+// TestGroupFullBatchRunsAlongside: writes waiting while a batch is in
+// flight go out in a batch of their own as soon as they are parallelMin,
+// without waiting for it (gatherWait is longer than the test).
+func TestGroupFullBatchRunsAlongside(t *testing.T) {
+	g := newStuckGroup(t, time.Minute, time.Hour)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	answers := []<-chan error{g.submit(ctx, 1)}
+	g.entered(t, "the first write")
+	for i := 1; i < committers; i++ {
+		answers = append(answers, g.submit(ctx, parallelMin))
+		g.entered(t, fmt.Sprintf("%d writes beside %d batches in flight", parallelMin, i))
+	}
+	g.answered(t, answers, 1+(committers-1)*parallelMin)
+}
+
+// TestGroupWaitIsBounded: while every committer is busy, a write waits for
+// one at most the group's wait (the lock timeout), then fails with
+// ErrUnavailable without running; the writes already taken are answered
+// once their batches end.
+func TestGroupWaitIsBounded(t *testing.T) {
+	g := newStuckGroup(t, 100*time.Millisecond, time.Millisecond)
+	// A generous context: the bound under test is g.wait, not this.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	// Each committer takes one write and blocks in SendBatch. One write at
+	// a time: writes sent together may share a batch, and then fewer
+	// committers would enter than this waits for.
+	var answers []<-chan error
+	for i := range committers {
+		answers = append(answers, g.submit(ctx, 1))
+		g.entered(t, fmt.Sprintf("write %d", i))
+	}
+	g.refused(t, ctx, "a write with every committer busy")
+	g.answered(t, answers, committers)
 }
 
 // TestGroupAlignsResults: a write that answers before reading all of its
