@@ -144,12 +144,7 @@ func TestGroupFailsOnlyTheBadWrite(t *testing.T) {
 // one transaction: the rows they wrote carry one xmin.
 func TestGroupMixesCreatesAndCompletions(t *testing.T) {
 	s := open(t, pgtest.Schema(t), store.Options{})
-	create(t, s, "running")
-	claimed, err := s.ClaimNext(t.Context(), "w1", time.Minute, 1)
-	if err != nil || len(claimed) != 1 {
-		t.Fatalf("ClaimNext = %v, %v; want the call", claimed, err)
-	}
-	done := success(claimed[0])
+	done := success(createClaimed(t, s, "running", time.Minute))
 	result := string(done.Result)
 
 	var (

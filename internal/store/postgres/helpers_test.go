@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"testing"
+	"time"
 
 	"github.com/idemctl/idemctl/internal/store"
 )
@@ -54,6 +55,18 @@ func create(t *testing.T, s store.Store, key string) store.Call {
 		t.Fatalf("CreateOrGet(%q) = %v, %v; want created", key, out, err)
 	}
 	return c
+}
+
+// createClaimed records a new call for key and claims it as worker "w"
+// under lease, failing unless both happen.
+func createClaimed(t *testing.T, s store.Store, key string, lease time.Duration) store.Call {
+	t.Helper()
+	create(t, s, key)
+	got, err := s.ClaimNext(t.Context(), "w", lease, 1)
+	if err != nil || len(got) != 1 {
+		t.Fatalf("claim = %v, %v", got, err)
+	}
+	return got[0]
 }
 
 // success is the completion of a claimed call with a charge effect.

@@ -187,12 +187,7 @@ func TestLeaseUsesDatabaseClock(t *testing.T) {
 // Succeed adds none and points the call at the one that exists.
 func TestSucceedKeepsExistingEffect(t *testing.T) {
 	s := open(t, pgtest.Schema(t), store.Options{})
-	create(t, s, "k")
-	got, err := s.ClaimNext(t.Context(), "w", time.Minute, 1)
-	if err != nil || len(got) != 1 {
-		t.Fatalf("claim = %v, %v", got, err)
-	}
-	c := got[0]
+	c := createClaimed(t, s, "k", time.Minute)
 	if _, err := s.pool.Exec(t.Context(), `INSERT INTO effects (effect_id, call_id, tool, amount, created_at)
 VALUES ('eff_planted', $1, 'charge', 1, 0)`, c.CallID); err != nil {
 		t.Fatal(err)
@@ -258,12 +253,7 @@ func TestReadOnlyNeedsSchema(t *testing.T) {
 func TestLockWaitPastTimeoutIsUnavailable(t *testing.T) {
 	u := pgtest.Schema(t)
 	s := open(t, u, store.Options{BusyTimeout: 100 * time.Millisecond})
-	create(t, s, "k")
-	got, err := s.ClaimNext(t.Context(), "w", time.Minute, 1)
-	if err != nil || len(got) != 1 {
-		t.Fatalf("claim = %v, %v", got, err)
-	}
-	c := got[0]
+	c := createClaimed(t, s, "k", time.Minute)
 
 	tx, err := s.pool.Begin(t.Context())
 	if err != nil {
